@@ -1,0 +1,227 @@
+"""Convert options: the Beam `PipelineOptions` subclass users set, and the validated frozen config."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+from apache_beam.options.pipeline_options import PipelineOptions
+
+__all__ = ["ConvertOptions", "ConvertConfig", "OptionError", "parse_splits"]
+
+# Shards near 128 MB keep TFRecord reads sequential and large on GCS/S3 while leaving enough
+# files (>= 10s per split at ImageNet scale) for every input pipeline of a multi-host job.
+DEFAULT_TARGET_SHARD_MB = 128.0
+# 5 % bad files is more than any healthy corpus has and less than a wrong glob or a broken bucket.
+DEFAULT_MAX_BAD_FRACTION = 0.05
+# 89.5 Mpx is Pillow's own decompression-bomb threshold: larger headers are refused before decoding.
+DEFAULT_MAX_PIXELS = 89_478_485
+
+
+class OptionError(ValueError):
+    """A convert option has a bad value; the message names the option and the fix."""
+
+
+def _str2bool(value: str) -> bool:
+    lowered = str(value).strip().lower()
+    if lowered in ("1", "true", "yes", "on"):
+        return True
+    if lowered in ("0", "false", "no", "off"):
+        return False
+    raise OptionError(f"expected true/false, got {value!r}")
+
+
+class ConvertOptions(PipelineOptions):
+    """Options of `imgrec convert`, in Beam's underscore style so they mix with Beam's own flags."""
+
+    @classmethod
+    def _add_argparse_args(cls, parser):
+        g = parser.add_argument_group("imgrec convert")
+        g.add_argument("--input", action="append", default=None,
+                       help="File pattern (repeatable); '**' matches across directories. "
+                            "Local, gs:// or s3://.")
+        g.add_argument("--manifest", default=None,
+                       help="CSV or JSONL file of path,label[,split] rows (replaces --input).")
+        g.add_argument("--output", default=None, help="Output directory (local, gs:// or s3://).")
+        g.add_argument("--splits", default="train=0.9,validation=0.1",
+                       help="Hash split fractions, e.g. train=0.8,validation=0.1,test=0.1.")
+        g.add_argument("--split_from", default="hash", choices=("hash", "path", "manifest"),
+                       help="hash: salted hash of the file key; path: <split>/<label>/file "
+                            "layout; manifest: the manifest's split column.")
+        g.add_argument("--label_from", default="parent", choices=("parent", "none", "manifest"),
+                       help="parent: the file's directory name (default); none: every label is ''.")
+        g.add_argument("--target_shard_mb", type=float, default=DEFAULT_TARGET_SHARD_MB,
+                       help="Planned shard size in MB (default %(default)s).")
+        g.add_argument("--min_shards", type=int, default=1,
+                       help="At least this many shards per split.")
+        g.add_argument("--seed", type=int, default=0,
+                       help="Salt of the split hash and of the in-shard order.")
+        g.add_argument("--workers", type=int, default=0,
+                       help="Local DirectRunner workers (default: one per core).")
+        g.add_argument("--resume", action="store_true",
+                       help="Keep finished shards of an interrupted run with the same plan.")
+        g.add_argument("--overwrite", action="store_true",
+                       help="Replace a dataset already in --output.")
+        g.add_argument("--max_bad_fraction", type=float, default=DEFAULT_MAX_BAD_FRACTION,
+                       help="Fail the job (after writing rejected.jsonl) if more of the listed "
+                            "files than this are rejected.")
+        g.add_argument("--dedupe", type=_str2bool, default=True,
+                       help="Drop files whose bytes equal another's (default true).")
+        g.add_argument("--max_pixels", type=int, default=DEFAULT_MAX_PIXELS,
+                       help="Reject images whose header declares more pixels (decompression bombs).")
+        g.add_argument("--min_side", type=int, default=1,
+                       help="Reject images whose shorter side is below this.")
+        g.add_argument("--max_file_mb", type=float, default=0.0,
+                       help="Reject files larger than this many MB (0: no limit).")
+        g.add_argument("--apply_exif_orientation", type=_str2bool, default=True,
+                       help="Re-encode images whose EXIF orientation is not upright (default true).")
+        g.add_argument("--animated", default="first_frame", choices=("first_frame", "reject"),
+                       help="Animated GIF/APNG/WebP: keep the first frame or reject.")
+        g.add_argument("--transcode", default="none", choices=("none", "png", "jpeg"),
+                       help="Formats TensorFlow cannot decode (TIFF, ...): reject (none) or "
+                            "re-encode to png/jpeg.")
+        g.add_argument("--max_side", type=int, default=0,
+                       help="Re-encode images whose longer side exceeds this (0: keep size).")
+        g.add_argument("--jpeg_quality", type=int, default=95,
+                       help="Quality of JPEG re-encodes.")
+        g.add_argument("--read_concurrency", type=int, default=8,
+                       help="Files read at once per worker (hides bucket latency).")
+        g.add_argument("--no_analyze", action="store_true",
+                       help="Skip the tensorflow-transform statistics phase.")
+        g.add_argument("--stats_sample_fraction", type=float, default=1.0,
+                       help="Fraction of training images feeding pixel statistics.")
+        g.add_argument("--config", default=None,
+                       help="YAML file of these options; command-line flags win.")
+
+
+def parse_splits(text: str) -> tuple[tuple[str, float], ...]:
+    """Parse `train=0.9,validation=0.1` into ordered (name, fraction) pairs summing to 1.
+
+    Raises:
+        OptionError: naming --splits and the expected form.
+    """
+    pairs = []
+    for part in (p.strip() for p in text.split(",") if p.strip()):
+        name, sep, frac = part.partition("=")
+        name = name.strip()
+        try:
+            value = float(frac)
+        except ValueError:
+            value = -1.0
+        if not sep or not name or not name.replace("_", "").replace("-", "").isalnum() or value < 0:
+            raise OptionError(
+                f"--splits: bad entry {part!r}; expected name=fraction, e.g. "
+                "--splits train=0.9,validation=0.1"
+            )
+        pairs.append((name, value))
+    if not pairs:
+        raise OptionError("--splits is empty; e.g. --splits train=0.9,validation=0.1")
+    if len({n for n, _ in pairs}) != len(pairs):
+        raise OptionError(f"--splits names a split twice: {text!r}")
+    total = sum(v for _, v in pairs)
+    if not math.isclose(total, 1.0, abs_tol=1e-6):
+        raise OptionError(f"--splits fractions sum to {total:g}, not 1: {text!r}")
+    return tuple(pairs)
+
+
+@dataclasses.dataclass(frozen=True)
+class ConvertConfig:
+    """The validated convert settings the builder and the DoFns see (pickles small)."""
+
+    inputs: tuple[str, ...]
+    manifest: str | None
+    output: str
+    splits: tuple[tuple[str, float], ...] = (("train", 0.9), ("validation", 0.1))
+    split_from: str = "hash"
+    label_from: str = "parent"
+    target_shard_mb: float = DEFAULT_TARGET_SHARD_MB
+    min_shards: int = 1
+    seed: int = 0
+    resume: bool = False
+    max_bad_fraction: float = DEFAULT_MAX_BAD_FRACTION
+    dedupe: bool = True
+    max_pixels: int = DEFAULT_MAX_PIXELS
+    min_side: int = 1
+    max_file_mb: float = 0.0
+    apply_exif_orientation: bool = True
+    animated: str = "first_frame"
+    transcode: str = "none"
+    max_side: int = 0
+    jpeg_quality: int = 95
+    read_concurrency: int = 8
+    analyze: bool = True
+    stats_sample_fraction: float = 1.0
+
+    def __post_init__(self):
+        if not self.inputs and not self.manifest:
+            raise OptionError("give --input PATTERN (repeatable) or --manifest FILE")
+        if self.inputs and self.manifest:
+            raise OptionError("--input and --manifest exclude each other; give one")
+        if not self.output:
+            raise OptionError("--output DIR is required")
+        if self.split_from == "manifest" and not self.manifest:
+            raise OptionError("--split_from manifest needs --manifest FILE with a split column")
+        if self.label_from == "manifest" and not self.manifest:
+            raise OptionError("--label_from manifest needs --manifest FILE")
+        if not self.target_shard_mb > 0:
+            raise OptionError(f"--target_shard_mb must be > 0, got {self.target_shard_mb}")
+        if self.min_shards < 1:
+            raise OptionError(f"--min_shards must be >= 1, got {self.min_shards}")
+        if not 0.0 <= self.max_bad_fraction <= 1.0:
+            raise OptionError(f"--max_bad_fraction must be in [0, 1], got {self.max_bad_fraction}")
+        if self.max_pixels < 1:
+            raise OptionError(f"--max_pixels must be >= 1, got {self.max_pixels}")
+        if self.min_side < 1:
+            raise OptionError(f"--min_side must be >= 1, got {self.min_side}")
+        if self.max_file_mb < 0:
+            raise OptionError(f"--max_file_mb must be >= 0 (0: no limit), got {self.max_file_mb}")
+        if self.max_side < 0:
+            raise OptionError(f"--max_side must be >= 0 (0: keep size), got {self.max_side}")
+        if not 1 <= self.jpeg_quality <= 100:
+            raise OptionError(f"--jpeg_quality must be in 1..100, got {self.jpeg_quality}")
+        if self.read_concurrency < 1:
+            raise OptionError(f"--read_concurrency must be >= 1, got {self.read_concurrency}")
+        if not 0.0 < self.stats_sample_fraction <= 1.0:
+            raise OptionError(
+                f"--stats_sample_fraction must be in (0, 1], got {self.stats_sample_fraction}"
+            )
+
+    @property
+    def split_names(self) -> tuple[str, ...]:
+        return tuple(name for name, _ in self.splits)
+
+    @property
+    def train_split(self) -> str:
+        """The split whose images feed statistics: 'train' if present, else the first one."""
+        names = self.split_names
+        return "train" if "train" in names else names[0]
+
+    @classmethod
+    def from_options(cls, options: PipelineOptions) -> "ConvertConfig":
+        """Build from parsed pipeline options; raises OptionError on bad values."""
+        o = options.view_as(ConvertOptions)
+        return cls(
+            inputs=tuple(o.input or ()),
+            manifest=o.manifest,
+            output=(o.output or "").rstrip("/"),
+            splits=parse_splits(o.splits),
+            split_from=o.split_from,
+            label_from=o.label_from,
+            target_shard_mb=o.target_shard_mb,
+            min_shards=o.min_shards,
+            seed=o.seed,
+            resume=o.resume,
+            max_bad_fraction=o.max_bad_fraction,
+            dedupe=o.dedupe,
+            max_pixels=o.max_pixels,
+            min_side=o.min_side,
+            max_file_mb=o.max_file_mb,
+            apply_exif_orientation=o.apply_exif_orientation,
+            animated=o.animated,
+            transcode=o.transcode,
+            max_side=o.max_side,
+            jpeg_quality=o.jpeg_quality,
+            read_concurrency=o.read_concurrency,
+            analyze=not o.no_analyze,
+            stats_sample_fraction=o.stats_sample_fraction,
+        )
