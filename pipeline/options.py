@@ -48,8 +48,9 @@ class ConvertOptions(PipelineOptions):
         g.add_argument("--split_from", default="hash", choices=("hash", "path", "manifest"),
                        help="hash: salted hash of the file key; path: <split>/<label>/file "
                             "layout; manifest: the manifest's split column.")
-        g.add_argument("--label_from", default="parent", choices=("parent", "none", "manifest"),
-                       help="parent: the file's directory name (default); none: every label is ''.")
+        g.add_argument("--label_from", default="auto", choices=("auto", "parent", "none", "manifest"),
+                       help="parent: the file's directory name; manifest: its label column; "
+                            "none: no labels; auto (default): manifest if given, else parent.")
         g.add_argument("--target_shard_mb", type=float, default=DEFAULT_TARGET_SHARD_MB,
                        help="Planned shard size in MB (default %(default)s).")
         g.add_argument("--min_shards", type=int, default=1,
@@ -138,6 +139,7 @@ class ConvertConfig:
     min_shards: int = 1
     seed: int = 0
     resume: bool = False
+    overwrite: bool = False
     max_bad_fraction: float = DEFAULT_MAX_BAD_FRACTION
     dedupe: bool = True
     max_pixels: int = DEFAULT_MAX_PIXELS
@@ -206,11 +208,14 @@ class ConvertConfig:
             output=(o.output or "").rstrip("/"),
             splits=parse_splits(o.splits),
             split_from=o.split_from,
-            label_from=o.label_from,
+            label_from=(
+                ("manifest" if o.manifest else "parent") if o.label_from == "auto" else o.label_from
+            ),
             target_shard_mb=o.target_shard_mb,
             min_shards=o.min_shards,
             seed=o.seed,
             resume=o.resume,
+            overwrite=o.overwrite,
             max_bad_fraction=o.max_bad_fraction,
             dedupe=o.dedupe,
             max_pixels=o.max_pixels,

@@ -1,0 +1,87 @@
+"""The convert pipeline as a plain function: list -> inspect -> dedupe -> plan -> write -> describe."""
+
+from __future__ import annotations
+
+import apache_beam as beam
+from apache_beam.options.pipeline_options import PipelineOptions
+
+from pipeline.options import ConvertConfig
+from transforms.dedupe import DropDuplicates
+from transforms.describe import DescribeDataset
+from transforms.inspect_images import InspectImages
+from transforms.list_images import ListImages
+from transforms.plan_shards import PlanShards
+from transforms.write_shards import WriteShards
+
+__all__ = ["build_pipeline", "add_convert"]
+
+
+def _sorted_labels(labels):
+    return sorted(set(labels) - {""})
+
+
+def add_convert(p: beam.Pipeline, config: ConvertConfig, provenance: dict) -> beam.PCollection:
+    """Add the whole conversion to `p`; returns the PCollection holding the dataset_info dict."""
+    listing = p | "List" >> ListImages(config)
+    listed = listing["listed"]  # ListedFile
+
+    num_listed = (
+        (listed, listing["rejected"])
+        | "AllListed" >> beam.Flatten()
+        | "CountListed" >> beam.combiners.Count.Globally()
+    )
+    # Label map: the sorted set of names over everything listed, stable across runs.
+    label_names = (
+        listed
+        | "Labels" >> beam.Map(lambda r: r["label"])
+        | "DistinctLabels" >> beam.Distinct()
+        | "SortedLabels" >> beam.combiners.ToList()
+        | "Sort" >> beam.Map(_sorted_labels)
+    )
+
+    inspection = listed | "Inspect" >> InspectImages(config)
+    # InspectedImage
+    deduped = (
+        inspection["inspected"] | "Dedupe" >> DropDuplicates()
+        if config.dedupe
+        else {"unique": inspection["inspected"], "duplicates": p | "NoDuplicates" >> beam.Create([])}
+    )
+    unique = deduped["unique"]
+
+    planned = unique | "Plan" >> PlanShards(config)
+    # ((split, index), [record])
+    written = planned["groups"] | "Write" >> WriteShards(config, planned["plan"], label_names)
+
+    if config.analyze:
+        from transforms.analyze import AnalyzeDataset  # TFT import only when it is used.
+
+        statistics = (
+            unique
+            | "TrainWithStats" >> beam.Filter(lambda r: r.get("stats") is not None)
+            | "Analyze" >> AnalyzeDataset(config.output)
+        )
+    else:
+        statistics = p | "NoStatistics" >> beam.Create([None])
+
+    rejected = (
+        (listing["rejected"], inspection["rejected"], written["rejected"])
+        | "AllRejected" >> beam.Flatten()
+    )
+    return p | "Describe" >> DescribeDataset(
+        config,
+        provenance,
+        num_listed=num_listed,
+        shards=written["shards"],
+        rejected=rejected,
+        duplicates=deduped["duplicates"],
+        plan=planned["plan"],
+        label_names=label_names,
+        statistics=statistics,
+    )
+
+
+def build_pipeline(config: ConvertConfig, options: PipelineOptions, provenance: dict) -> beam.Pipeline:
+    """A ready-to-run `beam.Pipeline` converting `config`'s input into `config.output`."""
+    p = beam.Pipeline(options=options)
+    add_convert(p, config, provenance)
+    return p

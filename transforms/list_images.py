@@ -1,0 +1,236 @@
+"""List: input patterns or a manifest -> one ListedFile per distinct file, with key, label, split."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import posixpath
+
+import apache_beam as beam
+from apache_beam import pvalue
+from apache_beam.io.filesystems import FileSystems
+from apache_beam.metrics import Metrics
+
+from transforms.keys import assign_split
+
+__all__ = [
+    "ListImages",
+    "LISTING_REASONS",
+    "ManifestError",
+    "input_root",
+    "read_manifest_rows",
+    "resolve_local",
+]
+
+# Reject reasons raised while listing (the image reasons live in transforms/image_check.py).
+LISTING_REASONS = {
+    "bad_manifest_row": "a manifest row without a path or label; detail has the line number",
+    "no_split": "--split_from path|manifest found no split for this file",
+}
+
+_GLOB_CHARS = "*?["
+
+
+class ManifestError(ValueError):
+    """The manifest cannot be read or parsed; the message names it and the fix."""
+
+
+def resolve_local(pattern: str) -> str:
+    """Absolute form of a local path; URIs (gs://, s3://, ...) unchanged."""
+    if "://" in pattern:
+        return pattern
+    return os.path.abspath(os.path.expanduser(pattern))
+
+
+def input_root(pattern: str) -> str:
+    """The directory part of `pattern` before its first glob character, ending in '/'.
+
+    Keys are paths relative to this root, so a dataset copied between disk and buckets keeps
+    its keys, hence its splits and shards.
+    """
+    cut = min((i for i, c in enumerate(pattern) if c in _GLOB_CHARS), default=len(pattern))
+    head = pattern[:cut]
+    if cut == len(pattern):  # A plain file path: its directory is the root.
+        head = pattern.rsplit("/", 1)[0] + "/" if "/" in pattern else ""
+    return head[: head.rfind("/") + 1]
+
+
+def _parent_name(path: str) -> str:
+    return posixpath.basename(posixpath.dirname(path.replace("\\", "/")))
+
+
+def read_manifest_rows(manifest: str):
+    """Yield (line_number, row dict) from a CSV (header optional) or JSONL manifest.
+
+    Raises:
+        ManifestError: when the file cannot be opened or its format is not CSV/JSONL.
+    """
+    try:
+        with FileSystems.open(manifest, compression_type="uncompressed") as f:
+            text = f.read().decode("utf-8-sig")
+    except (OSError, IOError, UnicodeDecodeError) as e:
+        raise ManifestError(
+            f"--manifest {manifest}: cannot read it ({type(e).__name__}: {e}); "
+            "check the path and that it is UTF-8 CSV or JSONL"
+        ) from e
+    first = text.lstrip()[:1]
+    if manifest.endswith((".jsonl", ".json")) or first == "{":
+        for lineno, line in enumerate(text.splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise ManifestError(
+                    f"--manifest {manifest}: line {lineno} is not JSON ({e.msg}); "
+                    'expected one object per line like {"path": ..., "label": ...}'
+                ) from e
+            if not isinstance(row, dict):
+                raise ManifestError(f"--manifest {manifest}: line {lineno} is not a JSON object")
+            yield lineno, row
+        return
+    reader = csv.reader(io.StringIO(text))
+    header = None
+    for lineno, cells in enumerate(reader, 1):
+        if not cells or not any(c.strip() for c in cells):
+            continue
+        if header is None and lineno == 1 and cells[0].strip().lower() == "path":
+            header = [c.strip().lower() for c in cells]
+            continue
+        names = header or ["path", "label", "split"][: len(cells)]
+        yield lineno, dict(zip(names, (c.strip() for c in cells)))
+
+
+class _MatchPatternFn(beam.DoFn):
+    """pattern index -> (path, (pattern index, ListedFile)) for every file it matches."""
+
+    def __init__(self, patterns: tuple[str, ...]):
+        self._patterns = patterns
+        self._matched = Metrics.counter("imgrec", "files_matched")
+
+    def process(self, index: int):
+        pattern = self._patterns[index]
+        root = input_root(pattern)
+        for metadata in FileSystems.match([pattern])[0].metadata_list:
+            path = metadata.path
+            if path.endswith("/"):  # Object-store "directory" placeholders.
+                continue
+            self._matched.inc()
+            key = path[len(root):] if path.startswith(root) else path.split("://")[-1]
+            yield path, (index, {"path": path, "key": key, "size": int(metadata.size_in_bytes)})
+
+
+class _ReadManifestFn(beam.DoFn):
+    """manifest URI -> (path, (row order, ListedFile)) per row; bad rows go to REJECTED."""
+
+    REJECTED = "rejected"
+
+    def process(self, manifest: str):
+        base = manifest.rsplit("/", 1)[0] + "/" if "/" in manifest else ""
+        for lineno, row in read_manifest_rows(manifest):
+            raw = str(row.get("path") or "").strip()
+            if not raw:
+                yield pvalue.TaggedOutput(self.REJECTED, {
+                    "path": f"{manifest}:{lineno}", "reason": "bad_manifest_row",
+                    "detail": f"line {lineno} has no path: {row!r}"})
+                continue
+            is_absolute = "://" in raw or raw.startswith("/")
+            path = raw if is_absolute else base + raw
+            if is_absolute:
+                key = path[len(base):] if path.startswith(base) else path.split("://")[-1]
+            else:
+                key = posixpath.normpath(raw)
+            item = {"path": path, "key": key, "size": -1}
+            for column in ("label", "split"):
+                if row.get(column) not in (None, ""):
+                    item["manifest_" + column] = str(row[column])
+            yield path, (lineno, item)
+
+
+class _LabelAndSplitFn(beam.DoFn):
+    """(path, [(order, ListedFile)]) -> one ListedFile with label and split; or a reject."""
+
+    REJECTED = "rejected"
+
+    def __init__(self, label_from: str, split_from: str, seed: int, splits):
+        self._label_from = label_from
+        self._split_from = split_from
+        self._seed = seed
+        self._splits = splits
+
+    def process(self, element):
+        path, candidates = element
+        _, item = min(candidates, key=lambda c: c[0])  # Same file matched twice: first pattern.
+        key = item["key"]
+        if self._label_from == "parent":
+            label = _parent_name(path)
+        elif self._label_from == "manifest":
+            label = item.get("manifest_label", "")
+            if not label:
+                yield pvalue.TaggedOutput(self.REJECTED, {
+                    "path": path, "reason": "bad_manifest_row",
+                    "detail": "the manifest row has no label (or pass --label_from parent|none)"})
+                return
+        else:
+            label = ""
+        if self._split_from == "hash":
+            split = assign_split(key, self._seed, self._splits)
+        elif self._split_from == "manifest":
+            split = item.get("manifest_split", "")
+        else:  # path: <split>/<label>/file under the input root
+            parts = key.split("/")
+            split = parts[0] if len(parts) >= 2 else ""
+        if not split:
+            yield pvalue.TaggedOutput(self.REJECTED, {
+                "path": path, "reason": "no_split",
+                "detail": f"--split_from {self._split_from} found no split for key {key!r} "
+                          "(expected <split>/<label>/<file> under the input root, or a split "
+                          "column in the manifest)"})
+            return
+        yield {"path": path, "key": key, "label": label, "split": split, "size": item["size"]}
+
+
+class ListImages(beam.PTransform):
+    """Match --input patterns (or read a --manifest) into ListedFile dicts, one per distinct file.
+
+    Returns:
+        {"listed": PCollection[ListedFile], "rejected": PCollection[Reject]}.
+    """
+
+    def __init__(self, config):
+        super().__init__()
+        self._config = config
+
+    def expand(self, pbegin):
+        c = self._config
+        if c.manifest:
+            keyed = (
+                pbegin
+                | "Manifest" >> beam.Create([c.manifest])
+                | "ReadManifest" >> beam.ParDo(_ReadManifestFn()).with_outputs(
+                    _ReadManifestFn.REJECTED, main="rows")
+            )
+            candidates, bad_rows = keyed.rows, keyed[_ReadManifestFn.REJECTED]
+        else:
+            patterns = tuple(resolve_local(p) for p in c.inputs)
+            candidates = (
+                pbegin
+                | "Patterns" >> beam.Create(list(range(len(patterns))))
+                | "MatchFiles" >> beam.ParDo(_MatchPatternFn(patterns))
+            )
+            bad_rows = None
+        # (path, (order, ListedFile)); grouping by path merges overlapping patterns and
+        # spreads the listing over workers (names only cross this shuffle).
+        listed = (
+            candidates
+            | "GroupByPath" >> beam.GroupByKey()
+            | "LabelAndSplit" >> beam.ParDo(
+                _LabelAndSplitFn(c.label_from, c.split_from, c.seed, c.splits)
+            ).with_outputs(_LabelAndSplitFn.REJECTED, main="listed")
+        )
+        rejected = listed[_LabelAndSplitFn.REJECTED]
+        if bad_rows is not None:
+            rejected = (rejected, bad_rows) | "MergeListingRejects" >> beam.Flatten()
+        return {"listed": listed.listed, "rejected": rejected}

@@ -1,0 +1,79 @@
+"""Plan shards: per split, a shard count from the byte target, and each file's shard by key hash."""
+
+from __future__ import annotations
+
+import math
+
+import apache_beam as beam
+
+from transforms.keys import int_hash
+
+__all__ = ["PlanShards", "num_shards_for"]
+
+# Fields the writer needs; the rest (pixel statistics) stays out of the write shuffle.
+_WRITER_FIELDS = ("path", "key", "label", "split", "size", "sha256", "format", "source_format",
+                  "height", "width", "channels", "transcode")
+
+
+def num_shards_for(total_bytes: int, num_files: int, target_shard_mb: float, min_shards: int) -> int:
+    """Shards for a split: enough to keep each near the byte target, at least `min_shards`,
+    never more than there are files (an empty shard helps nobody)."""
+    by_bytes = math.ceil(total_bytes / (target_shard_mb * 1e6))
+    return max(1, min(num_files, max(min_shards, by_bytes)))
+
+
+class _SplitTotals(beam.CombineFn):
+    """InspectedImage sizes -> (bytes, files)."""
+
+    def create_accumulator(self):
+        return (0, 0)
+
+    def add_input(self, acc, size):
+        return acc[0] + size, acc[1] + 1
+
+    def merge_accumulators(self, accs):
+        accs = list(accs)
+        return sum(a[0] for a in accs), sum(a[1] for a in accs)
+
+    def extract_output(self, acc):
+        return acc
+
+
+class PlanShards(beam.PTransform):
+    """InspectedImage -> {"groups": ((split, index), [record]), "plan": {split: num_shards}}.
+
+    A file's shard is a salted hash of its key modulo the split's shard count: no global sort,
+    no single worker holding the listing, and the same key lands in the same shard wherever the
+    dataset lives.
+    """
+
+    def __init__(self, config):
+        super().__init__()
+        self._target_mb = config.target_shard_mb
+        self._min_shards = config.min_shards
+        self._seed = config.seed
+
+    def expand(self, images):
+        target_mb, min_shards, seed = self._target_mb, self._min_shards, self._seed
+        plan = (
+            images
+            | "SizeBySplit" >> beam.Map(lambda r: (r["split"], r["size"]))
+            | "SumBySplit" >> beam.CombinePerKey(_SplitTotals())
+            # (split, (bytes, files))
+            | "ShardCount" >> beam.Map(
+                lambda kv: (kv[0], num_shards_for(kv[1][0], kv[1][1], target_mb, min_shards)))
+            | "PlanDict" >> beam.combiners.ToDict()
+        )
+
+        def assign(record, plan_dict):
+            n = plan_dict[record["split"]]
+            index = int_hash("shard", seed, record["key"]) % n
+            return (record["split"], index), {f: record[f] for f in _WRITER_FIELDS}
+
+        groups = (
+            images
+            | "AssignShard" >> beam.Map(assign, beam.pvalue.AsSingleton(plan))
+            # ((split, index), [record]): names and metadata only, never bytes.
+            | "GroupByShard" >> beam.GroupByKey()
+        )
+        return {"groups": groups, "plan": plan}

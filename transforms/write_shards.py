@@ -1,0 +1,188 @@
+"""Write: one DoFn call writes one whole shard, streaming its files' bytes, then renames it into place."""
+
+from __future__ import annotations
+
+import collections
+import concurrent.futures
+import hashlib
+import json
+
+import apache_beam as beam
+from apache_beam import pvalue
+from apache_beam.io.filesystems import FileSystems
+from apache_beam.io.tfrecordio import _TFRecordUtil
+from apache_beam.metrics import Metrics
+
+from pipeline import schema, storage
+from transforms.image_check import ImageInfo, encode_for_storage
+from transforms.inspect_images import check_options
+from transforms.keys import int_hash
+
+__all__ = ["WriteShards", "plan_marker_path", "read_shard_info"]
+
+# Shards of a resumable run record their plan here: a finished shard is reused only if the same
+# files, in the same order, with the same transcode settings, would be written again.
+MARKER_DIR = ".imgrec"
+
+
+def plan_marker_path(output: str, split: str, index: int, num_shards: int) -> str:
+    return storage.join(output, MARKER_DIR, "shards", f"{split}-{index:05d}-of-{num_shards:05d}.json")
+
+
+def read_shard_info(path: str) -> dict | None:
+    """The JSON marker at `path`, or None if there is none or it is unreadable."""
+    if not FileSystems.exists(path):
+        return None
+    try:
+        return json.loads(storage.read_bytes(path))
+    except (storage.ReadError, json.JSONDecodeError, UnicodeDecodeError):
+        return None
+
+
+class _HashingWriter:
+    """A write-only file wrapper that counts and sha256-hashes what passes through."""
+
+    def __init__(self, f):
+        self._f = f
+        self.sha256 = hashlib.sha256()
+        self.num_bytes = 0
+
+    def write(self, data: bytes) -> None:
+        self._f.write(data)
+        self.sha256.update(data)
+        self.num_bytes += len(data)
+
+
+class _WriteShardFn(beam.DoFn):
+    """((split, index), [record]) -> ShardInfo; records that fail at write time -> REJECTED."""
+
+    REJECTED = "rejected"
+
+    def __init__(self, config):
+        self._output = config.output
+        self._seed = config.seed
+        self._resume = config.resume
+        self._opts = check_options(config)
+        self._concurrency = config.read_concurrency
+        self._written = Metrics.counter("imgrec", "written")
+        self._written_bytes = Metrics.counter("imgrec", "written_bytes")
+        self._shards = Metrics.counter("imgrec", "shards_written")
+        self._resumed = Metrics.counter("imgrec", "shards_resumed")
+
+    def setup(self):
+        self._pool = concurrent.futures.ThreadPoolExecutor(
+            max_workers=self._concurrency, thread_name_prefix="imgrec-write"
+        )
+
+    def teardown(self):
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+    def _read(self, record: dict):
+        try:
+            return storage.read_bytes(record["path"]), None
+        except storage.ReadError as e:
+            return None, e.detail
+
+    def _prefetched(self, records):
+        """Yield (record, bytes, error) in order, keeping a bounded window of reads in flight."""
+        pending = collections.deque()
+        it = iter(records)
+        for record in it:
+            pending.append((record, self._pool.submit(self._read, record)))
+            if len(pending) >= 2 * self._concurrency:
+                break
+        for record in it:
+            head, future = pending.popleft()
+            yield (head, *future.result())
+            pending.append((record, self._pool.submit(self._read, record)))
+        while pending:
+            head, future = pending.popleft()
+            yield (head, *future.result())
+
+    def process(self, element, plan, label_names):
+        (split, index), records = element
+        num_shards = plan[split]
+        label_ids = {name: i for i, name in enumerate(label_names)}
+        records = sorted(records, key=lambda r: (int_hash("order", self._seed, r["key"]), r["key"]))
+        relname = schema.shard_name(split, index, num_shards)
+        final = storage.join(self._output, relname)
+        marker = plan_marker_path(self._output, split, index, num_shards)
+        digest = hashlib.sha256(repr(self._opts).encode())
+        for r in records:
+            digest.update(f"{r['key']}\0{r['sha256']}\0{r['transcode']}\n".encode())
+        plan_digest = digest.hexdigest()
+
+        if self._resume:
+            previous = read_shard_info(marker)
+            if previous and previous.get("plan_digest") == plan_digest and storage.exists(final):
+                self._resumed.inc()
+                yield previous["shard"]
+                return
+
+        tmp = storage.temp_sibling(final)
+        num_examples = 0
+        transcoded = collections.Counter()
+        with FileSystems.create(tmp, compression_type="uncompressed") as raw:
+            out = _HashingWriter(raw)
+            for record, data, error in self._prefetched(records):
+                if error is None and hashlib.sha256(data).hexdigest() != record["sha256"]:
+                    error = "changed_during_run"
+                if error is not None:
+                    reason = "changed_during_run" if error == "changed_during_run" else "unreadable"
+                    Metrics.counter("imgrec", f"rejected_{reason}").inc()
+                    yield pvalue.TaggedOutput(self.REJECTED, {
+                        "path": record["path"], "reason": reason,
+                        "detail": ("the file's bytes no longer match the sha256 seen at "
+                                   "inspection" if reason == "changed_during_run" else error)})
+                    continue
+                info = ImageInfo(
+                    format=record["format"], source_format=record["source_format"],
+                    height=record["height"], width=record["width"],
+                    channels=record["channels"], transcode=record["transcode"])
+                stored = encode_for_storage(data, info, self._opts)
+                for reason in filter(None, record["transcode"].split(",")):
+                    transcoded[reason] += 1
+                example = schema.make_example(
+                    encoded=stored,
+                    image_format=record["format"],
+                    height=record["height"],
+                    width=record["width"],
+                    channels=record["channels"],
+                    label=label_ids.get(record["label"], -1),
+                    label_text=record["label"],
+                    filename=record["path"],
+                    sha256=(record["sha256"] if stored is data
+                            else hashlib.sha256(stored).hexdigest()),
+                    transcoded_from=record["source_format"] if record["transcode"] else "",
+                    transcode_reason=record["transcode"],
+                )
+                _TFRecordUtil.write_record(out, example)
+                num_examples += 1
+        storage.rename(tmp, final)
+        info = {"split": split, "index": index, "file": relname, "num_examples": num_examples,
+                "num_bytes": out.num_bytes, "sha256": out.sha256.hexdigest(),
+                "transcoded": dict(transcoded)}
+        storage.write_bytes_atomic(
+            marker, json.dumps({"plan_digest": plan_digest, "shard": info}).encode())
+        self._written.inc(num_examples)
+        self._written_bytes.inc(out.num_bytes)
+        self._shards.inc()
+        yield info
+
+
+class WriteShards(beam.PTransform):
+    """((split, index), [record]) -> {"shards": ShardInfo, "rejected": Reject}."""
+
+    def __init__(self, config, plan, label_names):
+        super().__init__()
+        self._config = config
+        self._plan = plan
+        self._label_names = label_names
+
+    def expand(self, groups):
+        out = groups | "WriteShard" >> beam.ParDo(
+            _WriteShardFn(self._config),
+            plan=pvalue.AsSingleton(self._plan),
+            label_names=pvalue.AsSingleton(self._label_names),
+        ).with_outputs(_WriteShardFn.REJECTED, main="shards")
+        return {"shards": out.shards, "rejected": out[_WriteShardFn.REJECTED]}
