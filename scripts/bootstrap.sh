@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Sourced by run_local.sh / run_tests.sh / run_dataflow.sh: creates .venv if missing and installs
+# the pinned project there. Re-installs only when a requirements/constraints/setup file changed.
+set -euo pipefail
+IMGREC_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+VENV="${IMGREC_VENV:-$IMGREC_ROOT/.venv}"
+PYTHON_BIN="${PYTHON:-python3}"
+if [ ! -x "$VENV/bin/python" ]; then
+  echo "imgrec: creating $VENV" >&2
+  "$PYTHON_BIN" -m venv "$VENV"
+fi
+stamp="$VENV/.imgrec-installed"
+want="$(cd "$IMGREC_ROOT" && cat requirements.txt requirements-test.txt constraints.txt setup.py 2>/dev/null | sha256sum | cut -d' ' -f1)"
+if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+  echo "imgrec: installing pinned dependencies into $VENV (first run takes a few minutes)" >&2
+  "$VENV/bin/python" -m pip install -q --disable-pip-version-check --upgrade pip >&2
+  "$VENV/bin/python" -m pip install -q --disable-pip-version-check -c "$IMGREC_ROOT/constraints.txt" \
+    -r "$IMGREC_ROOT/requirements.txt" -r "$IMGREC_ROOT/requirements-test.txt" >&2
+  if [ -f "$IMGREC_ROOT/setup.py" ]; then
+    "$VENV/bin/python" -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e "$IMGREC_ROOT" >&2
+  fi
+  echo "$want" > "$stamp"
+fi
+export PATH="$VENV/bin:$PATH"
+export PYTHONPATH="$IMGREC_ROOT${PYTHONPATH:+:$PYTHONPATH}"
+# TensorFlow's C++ info/warning lines (CPU features, CUDA absent) are noise for this tool.
+export TF_CPP_MIN_LOG_LEVEL="${TF_CPP_MIN_LOG_LEVEL:-2}"

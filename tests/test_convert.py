@@ -1,0 +1,309 @@
+"""End-to-end conversion through the CLI: accounting, decodability, determinism, splits, shards, errors."""
+
+from __future__ import annotations
+
+import glob
+import hashlib
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from pipeline import schema
+from pipeline.demo import build_corpus
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def run_cli(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+    """`python -m pipeline ARGS` in a fresh process, as a user runs it."""
+    env = dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="2")
+    proc = subprocess.run([sys.executable, "-m", "pipeline", *args], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=600)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"exit {proc.returncode}\nstdout:{proc.stdout}\nstderr:{proc.stderr}")
+    return proc
+
+
+def read_records(path: str) -> list[bytes]:
+    import tensorflow as tf
+
+    return [r.numpy() for r in tf.data.TFRecordDataset(path)]
+
+
+def shard_digests(out: str) -> dict[str, str]:
+    files = sorted(glob.glob(os.path.join(out, "*", "*.tfrecord")))
+    return {os.path.relpath(f, out): hashlib.sha256(open(f, "rb").read()).hexdigest()
+            for f in files}
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    d = str(tmp_path_factory.mktemp("corpus"))
+    summary = build_corpus(d, num_images=60, seed=1, long_side=(96, 160))
+    return d, summary
+
+
+@pytest.fixture(scope="module")
+def converted(corpus, tmp_path_factory):
+    src, summary = corpus
+    out = str(tmp_path_factory.mktemp("out") / "ds")
+    proc = run_cli("convert", "--input", f"{src}/*/*.jpg", "--output", out, "--no_analyze",
+                   "--splits", "train=0.7,validation=0.2,test=0.1", "--target_shard_mb", "0.05")
+    with open(os.path.join(out, schema.DATASET_INFO)) as f:
+        info = json.load(f)
+    return out, info, summary, proc
+
+
+def test_accounting_invariant_and_summary(converted):
+    out, info, summary, proc = converted
+    n_files = summary["images"] + len(summary["broken"]) + 2  # + png-as-jpg + duplicate
+    assert info["num_listed"] == n_files
+    assert info["num_listed"] == info["num_written"] + info["num_rejected"] + info["num_duplicates"]
+    assert info["num_rejected"] == len(summary["broken"])
+    assert info["num_duplicates"] == 1
+    assert info["num_written"] == summary["images"] + 1
+    assert sum(s["num_examples"] for s in info["splits"].values()) == info["num_written"]
+    assert "written" in proc.stdout and "rejected" in proc.stdout and "shards" in proc.stdout
+
+
+def test_rejects_carry_reasons(converted, corpus):
+    out, info, summary, _ = converted
+    src = corpus[0]
+    with open(os.path.join(out, schema.REJECTED)) as f:
+        rows = [json.loads(line) for line in f]
+    got = {os.path.relpath(r["path"], src): r["reason"] for r in rows}
+    assert set(got) == set(summary["broken"])
+    assert got["astronaut/broken_empty.jpg"] == "empty_file"
+    assert got["astronaut/broken_text.jpg"] == "not_an_image"
+    assert got["astronaut/broken_truncated.jpg"] in ("truncated", "corrupt")
+    assert all(r["detail"] for r in rows)
+    with open(os.path.join(out, schema.DUPLICATES)) as f:
+        dups = [json.loads(line) for line in f]
+    assert [os.path.relpath(d["path"], src) for d in dups] == [summary["duplicate"]]
+    assert dups[0]["sha256"] and dups[0]["duplicate_of"] != dups[0]["path"]
+
+
+def test_every_record_parses_and_decodes(converted, corpus):
+    import tensorflow as tf
+
+    out, info, summary, _ = converted
+    spec = schema.feature_spec()
+    seen_png = False
+    for split, entry in info["splits"].items():
+        count = 0
+        for shard in entry["shards"]:
+            path = os.path.join(out, shard["file"])
+            data = open(path, "rb").read()
+            assert len(data) == shard["num_bytes"]
+            assert hashlib.sha256(data).hexdigest() == shard["sha256"]
+            records = read_records(path)
+            assert len(records) == shard["num_examples"]
+            for rec in records:
+                ex = tf.io.parse_single_example(rec, spec)
+                encoded = ex[schema.ENCODED].numpy()
+                img = tf.io.decode_image(encoded, channels=3, expand_animations=False)
+                assert img.shape[0] == ex[schema.HEIGHT].numpy()
+                assert img.shape[1] == ex[schema.WIDTH].numpy()
+                assert hashlib.sha256(encoded).hexdigest() == ex[schema.SHA256].numpy().decode()
+                label = int(ex[schema.LABEL].numpy())
+                assert info["label_names"][label] == ex[schema.LABEL_TEXT].numpy().decode()
+                assert ex[schema.VERSION].numpy() == schema.SCHEMA_VERSION
+                fmt = ex[schema.FORMAT].numpy().decode()
+                if ex[schema.FILENAME].numpy().decode().endswith(summary["png_as_jpg"]):
+                    assert fmt == "png"
+                    seen_png = True
+                else:
+                    assert fmt == "jpeg"
+                    tf.io.decode_jpeg(encoded)
+                count += 1
+        assert count == entry["num_examples"]
+    assert seen_png, "the PNG named .jpg must be accepted as PNG"
+
+
+def test_label_map_is_sorted_set_of_folders(converted):
+    _, info, _, _ = converted
+    assert info["label_names"] == ["astronaut", "cat", "coffee", "motorcycle", "rocket"]
+
+
+def test_shard_count_follows_byte_target(converted):
+    _, info, _, _ = converted
+    for split, entry in info["splits"].items():
+        expected = max(1, min(entry["num_examples"],
+                              math.ceil(entry["num_bytes"] / 0.05e6)))
+        # Planned from source sizes; TFRecord framing adds a little, so allow one shard of slack.
+        assert entry["num_shards"] in (expected, expected - 1), (split, entry["num_shards"])
+        names = [s["file"] for s in entry["shards"]]
+        assert names == [schema.shard_name(split, i, entry["num_shards"])
+                         for i in range(entry["num_shards"])]
+    assert info["splits"]["train"]["num_shards"] >= 2
+
+
+def test_two_runs_give_byte_identical_shards(converted, corpus, tmp_path):
+    out, _, _, _ = converted
+    src = corpus[0]
+    out2 = str(tmp_path / "again")
+    run_cli("convert", "--input", f"{src}/*/*.jpg", "--output", out2, "--no_analyze",
+            "--splits", "train=0.7,validation=0.2,test=0.1", "--target_shard_mb", "0.05",
+            "--workers", "1")
+    assert shard_digests(out) == shard_digests(out2)
+    a = json.load(open(os.path.join(out, schema.DATASET_INFO)))
+    b = json.load(open(os.path.join(out2, schema.DATASET_INFO)))
+    assert a["splits"] == b["splits"]
+
+
+def test_adding_files_moves_no_file_between_splits(corpus, tmp_path):
+    import tensorflow as tf
+
+    src, _ = corpus
+    grown = str(tmp_path / "grown")
+    shutil.copytree(src, grown)
+    build_corpus(str(tmp_path / "extra"), num_images=25, seed=99, long_side=(64, 96), broken=False)
+    for label in os.listdir(tmp_path / "extra"):
+        for name in os.listdir(tmp_path / "extra" / label):
+            shutil.copy(tmp_path / "extra" / label / name, os.path.join(grown, label, "new_" + name))
+
+    def split_of(out: str, root: str) -> dict[str, str]:
+        info = json.load(open(os.path.join(out, schema.DATASET_INFO)))
+        result = {}
+        for split, entry in info["splits"].items():
+            for shard in entry["shards"]:
+                for rec in read_records(os.path.join(out, shard["file"])):
+                    ex = tf.io.parse_single_example(rec, schema.feature_spec((schema.FILENAME,)))
+                    result[os.path.relpath(ex[schema.FILENAME].numpy().decode(), root)] = split
+        return result
+
+    common = ("--no_analyze", "--splits", "train=0.5,validation=0.25,test=0.25")
+    run_cli("convert", "--input", f"{src}/*/*.jpg", "--output", str(tmp_path / "a"), *common)
+    run_cli("convert", "--input", f"{grown}/*/*.jpg", "--output", str(tmp_path / "b"), *common)
+    before = split_of(str(tmp_path / "a"), src)
+    after = split_of(str(tmp_path / "b"), grown)
+    assert len(after) > len(before)
+    assert {k: after[k] for k in before} == before
+
+
+def test_manifest_csv_and_jsonl_with_split_column(corpus, tmp_path):
+    src, summary = corpus
+    files = sorted(glob.glob(f"{src}/*/*_0000[0-9]*.jpg"))[:12]
+    csv_path = tmp_path / "m.csv"
+    with open(csv_path, "w") as f:
+        f.write("path,label,split\n")
+        for i, p in enumerate(files):
+            f.write(f"{p},{'even' if i % 2 == 0 else 'odd'},{'train' if i < 8 else 'test'}\n")
+    run_cli("convert", "--manifest", str(csv_path), "--output", str(tmp_path / "csv"),
+            "--split_from", "manifest", "--no_analyze")
+    info = json.load(open(tmp_path / "csv" / schema.DATASET_INFO))
+    assert info["label_names"] == ["even", "odd"]
+    assert {k: v["num_examples"] for k, v in info["splits"].items()} == {"train": 8, "test": 4}
+
+    jsonl = tmp_path / "m.jsonl"
+    with open(jsonl, "w") as f:
+        for p in files[:5]:
+            f.write(json.dumps({"path": os.path.relpath(p, tmp_path), "label": "x"}) + "\n")
+        f.write(json.dumps({"path": "", "label": "x"}) + "\n")
+    run_cli("convert", "--manifest", str(jsonl), "--output", str(tmp_path / "jsonl"),
+            "--no_analyze", "--max_bad_fraction", "0.5")
+    info = json.load(open(tmp_path / "jsonl" / schema.DATASET_INFO))
+    assert info["num_listed"] == 6 and info["num_written"] == 5 and info["num_rejected"] == 1
+    assert info["rejected_by_reason"] == {"bad_manifest_row": 1}
+
+
+def test_split_from_path_layout(corpus, tmp_path):
+    src, _ = corpus
+    layout = tmp_path / "layout"
+    for split, labels, picked in (("train", ("cat", "rocket"), slice(0, 3)),
+                                  ("validation", ("cat",), slice(3, 6))):
+        for label in labels:
+            os.makedirs(layout / split / label)
+            for p in sorted(glob.glob(f"{src}/{label}/{label}_*.jpg"))[picked]:
+                shutil.copy(p, layout / split / label)
+    run_cli("convert", "--input", f"{layout}/**/*.jpg", "--output", str(tmp_path / "o"),
+            "--split_from", "path", "--no_analyze")
+    info = json.load(open(tmp_path / "o" / schema.DATASET_INFO))
+    assert {k: v["num_examples"] for k, v in info["splits"].items()} == {"train": 6, "validation": 3}
+    assert info["label_names"] == ["cat", "rocket"]
+
+
+def test_bad_input_fails_with_one_clear_line_and_writes_nothing(corpus, tmp_path):
+    src, _ = corpus
+    out = tmp_path / "o"
+    cases = [
+        (["--input", str(tmp_path / "nothing" / "*.jpg")], "matched no files"),
+        (["--manifest", str(tmp_path / "missing.csv")], "--manifest"),
+        (["--input", f"{src}/*/*.jpg", "--no_such_option", "1"], "unknown option --no_such_option"),
+        (["--input", f"{src}/*/*.jpg", "--splits", "train=0.5"], "sum to 0.5"),
+    ]
+    for args, message in cases:
+        proc = run_cli("convert", *args, "--output", str(out), check=False)
+        assert proc.returncode == 2, proc.stderr
+        lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("imgrec:")]
+        assert len(lines) == 1 and message in lines[0], proc.stderr
+        assert not out.exists()
+
+
+def test_existing_dataset_refused_unless_overwrite(converted, corpus):
+    out, info, _, _ = converted
+    src = corpus[0]
+    before = shard_digests(out)
+    proc = run_cli("convert", "--input", f"{src}/*/*.jpg", "--output", out, check=False)
+    assert proc.returncode == 2 and "already holds a dataset" in proc.stderr
+    assert "--overwrite" in proc.stderr
+    assert shard_digests(out) == before
+
+
+def test_resume_skips_finished_shards_and_overwrite_replaces(corpus, tmp_path):
+    src, _ = corpus
+    out = str(tmp_path / "o")
+    args = ("convert", "--input", f"{src}/*/*.jpg", "--output", out, "--no_analyze",
+            "--target_shard_mb", "0.1", "--splits", "train=1.0")
+    run_cli(*args)
+    first = shard_digests(out)
+    assert len(first) >= 3
+    # Simulate an interrupted run: description gone, one shard missing, a temp file left over.
+    os.remove(os.path.join(out, schema.DATASET_INFO))
+    victim = sorted(first)[1]
+    os.remove(os.path.join(out, victim))
+    open(os.path.join(out, "train", ".tmp-leftover"), "wb").write(b"partial")
+    proc = run_cli(*args, check=False)
+    assert proc.returncode == 2 and "--resume" in proc.stderr
+    mtimes = {f: os.path.getmtime(os.path.join(out, f)) for f in first if f != victim}
+    run_cli(*args, "--resume")
+    assert shard_digests(out) == first
+    assert {f: os.path.getmtime(os.path.join(out, f)) for f in mtimes} == mtimes
+    assert not os.path.exists(os.path.join(out, "train", ".tmp-leftover"))
+    run_cli(*args, "--overwrite")
+    assert shard_digests(out) == first
+
+
+def test_too_many_rejects_fails_after_writing_report(tmp_path):
+    src = tmp_path / "bad" / "x"
+    os.makedirs(src)
+    for i in range(4):
+        (src / f"t{i}.jpg").write_bytes(b"not an image")
+    build_corpus(str(tmp_path / "good"), num_images=3, seed=3, long_side=(64, 80), broken=False)
+    for p in glob.glob(str(tmp_path / "good" / "*" / "*.jpg")):
+        shutil.copy(p, src)
+    out = tmp_path / "o"
+    proc = run_cli("convert", "--input", f"{tmp_path}/bad/*/*.jpg", "--output", str(out),
+                   "--no_analyze", check=False)
+    assert proc.returncode == 1
+    assert "4 of 7 listed files were rejected" in proc.stderr and "--max_bad_fraction" in proc.stderr
+    assert (out / schema.REJECTED).exists() and not (out / schema.DATASET_INFO).exists()
+    assert len((out / schema.REJECTED).read_text().splitlines()) == 4
+
+
+def test_config_file_sets_options_and_cli_wins(corpus, tmp_path):
+    src, _ = corpus
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(f"input: ['{src}/cat/*.jpg']\nsplits: train=0.5,test=0.5\nno_analyze: true\n"
+                   "min_shards: 3\n")
+    out = tmp_path / "o"
+    run_cli("convert", "--config", str(cfg), "--output", str(out), "--min_shards", "2")
+    info = json.load(open(out / schema.DATASET_INFO))
+    assert set(info["splits"]) == {"train", "test"}
+    assert all(s["num_shards"] == 2 for s in info["splits"].values())
+    assert info["label_names"] == ["cat"]
