@@ -1,0 +1,436 @@
+"""Analyze: train-split statistics reduced by tensorflow-transform, exported as a TFT transform."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import uuid
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import apache_beam as beam
+import numpy as np
+from apache_beam.options.pipeline_options import GoogleCloudOptions
+
+__all__ = [
+    "AnalyzeDataset",
+    "normalize_layer",
+    "read_statistics",
+    "IMAGE",
+    "LABEL",
+    "UNKNOWN_LABEL_ID",
+    "QUANTILES",
+]
+
+# Keys of the exported transform's serving interface (inputs and outputs alike):
+# {"image": uint8 [B, H, W, 3], "label": string [B]} -> {"image": float32, "label": int64 [B]}.
+IMAGE = "image"
+LABEL = "label"
+# Label text absent from the label names maps here, like an out-of-vocabulary token.
+UNKNOWN_LABEL_ID = -1
+# Percentiles reported for height and width: the tails (1, 99) show outliers that would dominate
+# a resize, the quartiles show where most images sit.
+QUANTILES = (1, 5, 10, 25, 50, 75, 90, 95, 99)
+
+# Per-image statistics fed to the analyzers; the serving transform never needs them.
+_PIXEL_SUM = "pixel_sum"
+_PIXEL_SUMSQ = "pixel_sumsq"
+_NUM_PIXELS = "num_pixels"
+_HEIGHT = "height"
+_WIDTH = "width"
+# Outputs that carry the analyzer results back out of the transform (computable only when the
+# per-image features are fed, so the serving layer never returns them). Values are decimal strings
+# of the float64 results: TFT outputs cannot be float64, and float32 would round the statistics.
+_STAT_PREFIX = "statistics/"
+_STAT_KEYS = ("pixel_mean", "pixel_std", "num_stats_images", "height_quantiles", "width_quantiles")
+# Vocabulary (with frequencies) of the training labels, stored with the transform's assets.
+# TFRecord format, because the text format silently drops empty labels (--label_from none).
+_LABEL_VOCAB = "label_counts"
+# 100 buckets give boundaries at every percentile; QUANTILES picks from them.
+_NUM_QUANTILE_BUCKETS = 100
+# Sketch rank error: a tenth of a percentile, below the finest quantile reported.
+_QUANTILE_EPSILON = 0.001
+# Rows per Arrow RecordBatch fed to TFT: large enough to amortise a TF call, small enough that a
+# bundle of per-image dicts (a few hundred bytes each) never matters for memory.
+_MIN_BATCH, _MAX_BATCH = 16, 1024
+_CHANNELS = 3
+
+
+def read_statistics(output_dir: str, train_split: str, label_names: Sequence[str] | None) -> dict:
+    """The "statistics" section of dataset_info.json, read back from an exported transform.
+
+    The numbers are the analyzer results baked into `output_dir/transform_fn/`, so the JSON and the
+    normalisation applied in training and serving can never disagree.
+
+    Args:
+        output_dir: directory holding `transform_fn/` and `transformed_metadata/`.
+        train_split: name of the split the statistics describe.
+        label_names: dataset label names (index = label id), or None if unknown here.
+
+    Returns:
+        A JSON-friendly dict; see `AnalyzeDataset`.
+
+    Raises:
+        ValueError: if no analysed image had pixel statistics.
+    """
+    import tensorflow as tf
+    import tensorflow_transform as tft
+
+    output = tft.TFTransformOutput(output_dir)
+    # Feeding only a per-image feature makes the transform compute only the statistics outputs.
+    probe = output.transform_raw_features({_HEIGHT: tf.zeros([1], tf.int64)})
+    values = {
+        key: [float(v) for v in probe[_STAT_PREFIX + key].numpy()[0]] for key in _STAT_KEYS
+    }
+    counts: dict[str, int] = {}
+    for record in output.vocabulary_by_name(_LABEL_VOCAB):
+        count, _, label = record.decode("utf-8").partition(" ")
+        counts[label] = int(count)
+    num_images = sum(counts.values())
+    num_stats_images = int(values["num_stats_images"][0])
+    if num_stats_images == 0:
+        raise ValueError(
+            f"no {train_split!r} image had pixel statistics ({num_images} images analysed): the "
+            "split is empty or --stats_sample_fraction sampled none; raise "
+            "--stats_sample_fraction or pass --no_analyze"
+        )
+    present = {label: n for label, n in counts.items() if n > 0}
+    # Without names the transform numbers the sorted training labels (see _SortedLabels).
+    names = list(label_names) if label_names is not None else sorted(counts)
+    return {
+        "train_split": train_split,
+        "num_images": num_images,
+        "num_stats_images": num_stats_images,
+        "pixel_mean": values["pixel_mean"],
+        "pixel_std": values["pixel_std"],
+        "label_counts": dict(sorted(counts.items())),
+        # Inverse-frequency weights with mean 1 over the present classes: n / (k * n_label).
+        "class_weights": {
+            label: num_images / (len(present) * n) for label, n in sorted(present.items())
+        },
+        "unknown_labels": sorted(set(counts) - set(names)),
+        "height_quantiles": _quantile_dict(values["height_quantiles"]),
+        "width_quantiles": _quantile_dict(values["width_quantiles"]),
+        "transform": {
+            "transform_fn": tft.TFTransformOutput.TRANSFORM_FN_DIR,
+            "transformed_metadata": tft.TFTransformOutput.TRANSFORMED_METADATA_DIR,
+            "label_names": names,
+            "inputs": {IMAGE: "uint8 [B, H, W, 3]", LABEL: "string [B]"},
+            "outputs": {
+                IMAGE: "float32 ragged [B, (H), (W), 3]: (image - pixel_mean) / pixel_std",
+                LABEL: f"int64 [B]: index in label_names, {UNKNOWN_LABEL_ID} if absent",
+            },
+        },
+    }
+
+
+def _quantile_dict(values: list[float]) -> dict[str, int]:
+    """[min, p1 .. p99, max] from the analyzers -> {"min", "p1", ..., "max"} (sizes are integers)."""
+    lo, boundaries, hi = values[0], values[1:-1], values[-1]
+    result = {"min": round(lo)}
+    result.update({f"p{q}": round(boundaries[q - 1]) for q in QUANTILES})
+    result["max"] = round(hi)
+    return result
+
+
+def normalize_layer(data_dir: str) -> Callable[[Any], Any]:
+    """The dataset's exported normalisation, for the reader and for serving.
+
+    Returns a function: uint8 images [B, H, W, 3] -> float32 [B, H, W, 3], each channel
+    `(x - pixel_mean) / pixel_std` with the training split's statistics. Works eagerly, in
+    `tf.data.Dataset.map` and in a `tf.function`. The TFT layer it wraps is `fn.tft_layer`: attach
+    it to a module you save (`module.tft_layer = fn.tft_layer`) so the transform's assets travel.
+
+    Args:
+        data_dir: a converted dataset (holding `transform_fn/`), local or gs://.
+    """
+    import tensorflow as tf
+    import tensorflow_transform as tft
+
+    layer = tft.TFTransformOutput(data_dir).transform_features_layer()
+
+    def normalize(images):
+        # TFT's output schema cannot describe a dense image of unknown size, so the transform
+        # returns a RaggedTensor with uniform rows; densify it and restore the static shape.
+        out = layer({IMAGE: images})[IMAGE].to_tensor()
+        out.set_shape(tf.TensorShape(images.shape))
+        return out
+
+    normalize.tft_layer = layer
+    return normalize
+
+
+def _stats_columns(item: dict) -> tuple[list[float], list[float], float]:
+    """InspectedImage -> (channel sums, channel sums of squares, pixels); zeros when not sampled."""
+    stats = item.get("stats")
+    if stats is None:
+        return [0.0] * _CHANNELS, [0.0] * _CHANNELS, 0.0
+    if len(stats) != 2 * _CHANNELS + 1:
+        raise ValueError(
+            f"{item.get('path', item)!r}: stats has {len(stats)} values; expected "
+            "[sum_r, sum_g, sum_b, sumsq_r, sumsq_g, sumsq_b, num_pixels]"
+        )
+    return [float(v) for v in stats[:3]], [float(v) for v in stats[3:6]], float(stats[6])
+
+
+def _arrow_schema():
+    import pyarrow as pa
+
+    return pa.schema([
+        (_PIXEL_SUM, pa.list_(pa.float64())),
+        (_PIXEL_SUMSQ, pa.list_(pa.float64())),
+        (_NUM_PIXELS, pa.list_(pa.float64())),
+        (_HEIGHT, pa.list_(pa.int64())),
+        (_WIDTH, pa.list_(pa.int64())),
+        (LABEL, pa.list_(pa.binary())),
+    ])
+
+
+def _to_record_batch(items: list[dict]):
+    """[InspectedImage] -> one Arrow RecordBatch of the analyzers' per-image features."""
+    import pyarrow as pa
+
+    columns = list(zip(*(_stats_columns(item) for item in items)))
+    schema = _arrow_schema()
+    arrays = [
+        pa.array(columns[0], schema.field(_PIXEL_SUM).type),
+        pa.array(columns[1], schema.field(_PIXEL_SUMSQ).type),
+        pa.array([[n] for n in columns[2]], schema.field(_NUM_PIXELS).type),
+        pa.array([[int(i["height"])] for i in items], schema.field(_HEIGHT).type),
+        pa.array([[int(i["width"])] for i in items], schema.field(_WIDTH).type),
+        pa.array([[i["label"].encode("utf-8")] for i in items], schema.field(LABEL).type),
+    ]
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+def _tensor_adapter_config():
+    """What TFT sees: the per-image features as fed, plus `image` in the traced signature only.
+
+    `original_type_specs` is TFXIO's notion of a projected dataset: the transform is traced (and
+    exported) with every key, while analysis converts only the fed columns. That gives the served
+    transform a dense uint8 image input that no analysis batch ever has to carry.
+    """
+    import tensorflow as tf
+    from tensorflow_metadata.proto.v0 import schema_pb2
+    from tfx_bsl.tfxio import tensor_adapter
+
+    shapes = {_PIXEL_SUM: [_CHANNELS], _PIXEL_SUMSQ: [_CHANNELS], _NUM_PIXELS: [],
+              _HEIGHT: [], _WIDTH: [], LABEL: []}
+    representations = {}
+    for name, shape in shapes.items():
+        rep = schema_pb2.TensorRepresentation()
+        rep.dense_tensor.column_name = name
+        for size in shape:
+            rep.dense_tensor.shape.dim.add().size = size
+        representations[name] = rep
+    schema = _arrow_schema()
+    fed = tensor_adapter.TensorAdapter(
+        tensor_adapter.TensorAdapterConfig(schema, representations)
+    ).TypeSpecs()
+    original = dict(fed, **{IMAGE: tf.TensorSpec([None, None, None, _CHANNELS], tf.uint8)})
+    return tensor_adapter.TensorAdapterConfig(schema, representations, original_type_specs=original)
+
+
+class _SortedLabels(beam.PTransform):
+    """TFT analyzer: the label names the transform maps to ids, as a 1-D string array.
+
+    From `names` (a PCollection holding one list) when given, else the sorted distinct labels of
+    the analysed batches. TFT pickles the preprocessing_fn (and this analyzer with it) to re-trace
+    it on workers, where it is never expanded: the PCollection stays behind.
+    """
+
+    def __init__(self, names: beam.PCollection | None):
+        super().__init__()
+        self._names = names
+        self._sort = names is None
+
+    def __getstate__(self):
+        return {**self.__dict__, "_names": None}
+
+    def expand(self, batches):
+        # batches: (label string array [B],) per record batch
+        if not self._sort:
+            names = self._names
+        else:
+            names = (
+                batches
+                | "Labels" >> beam.FlatMap(lambda batch: batch[0].tolist())
+                | "Distinct" >> beam.Distinct()
+                | "Collect" >> beam.combiners.ToList()
+            )
+        # [label names] -> np.ndarray of bytes, the analyzer's single output
+        return names | "ToArray" >> beam.Map(_names_array, sort=self._sort)
+
+
+def _names_array(names: Sequence[str | bytes], sort: bool) -> np.ndarray:
+    """Label names -> the 1-D bytes array a TFT string analyzer output must be."""
+    encoded = [n if isinstance(n, bytes) else n.encode("utf-8") for n in names]
+    return np.array(sorted(encoded) if sort else encoded, dtype=object)
+
+
+def _make_preprocessing_fn(label_names: Sequence[str] | beam.PCollection | None):
+    """The TFT preprocessing_fn: analyzers over per-image statistics, a per-image serving path."""
+    import tensorflow as tf
+    import tensorflow_transform as tft
+
+    if label_names is None or isinstance(label_names, beam.PCollection):
+        names_analyzer, static_names = _SortedLabels(label_names), None
+    else:
+        names_analyzer, static_names = None, [str(n) for n in label_names]
+
+    def preprocessing_fn(inputs: dict) -> dict:
+        # --- analyze phase: every reduction is a TFT analyzer over the per-image features ---
+        num_pixels = tft.sum(inputs[_NUM_PIXELS])
+        sums = tft.sum(inputs[_PIXEL_SUM], reduce_instance_dims=False)
+        sumsq = tft.sum(inputs[_PIXEL_SUMSQ], reduce_instance_dims=False)
+        num_stats_images = tft.sum(tf.cast(inputs[_NUM_PIXELS] > 0, tf.int64))
+        # Guard the empty case so tracing and export succeed; read_statistics reports it.
+        safe_pixels = tf.maximum(num_pixels, 1.0)
+        mean = sums / safe_pixels
+        # E[x^2] - E[x]^2 in float64 from integer-valued sums: exact to ~1e-12 relative for pixel
+        # values; the clamp only absorbs rounding on constant images.
+        std = tf.sqrt(tf.maximum(sumsq / safe_pixels - mean * mean, 0.0))
+        safe_std = tf.where(std > 0, std, tf.ones_like(std))
+        tft.vocabulary(
+            inputs[LABEL], vocab_filename=_LABEL_VOCAB, store_frequency=True,
+            file_format="tfrecord_gzip",
+        )
+        size_quantiles = {}
+        for key in (_HEIGHT, _WIDTH):
+            size = tf.cast(inputs[key], tf.float32)
+            boundaries = tft.quantiles(size, _NUM_QUANTILE_BUCKETS, _QUANTILE_EPSILON)
+            size_quantiles[key] = tf.concat(
+                [tf.reshape(tft.min(size), [1]), tf.reshape(boundaries, [-1]),
+                 tf.reshape(tft.max(size), [1])], axis=0,
+            )
+        if names_analyzer is not None:
+            (names,) = tft.experimental.ptransform_analyzer(
+                [inputs[LABEL]], names_analyzer, [tf.string], [[None]], name="label_names"
+            )
+        else:
+            names = tf.constant(static_names, tf.string, shape=[len(static_names)])
+
+        # --- serving path: what training and serving apply to each batch ---
+        image = tf.cast(inputs[IMAGE], tf.float32)
+        image = (image - tf.cast(mean, tf.float32)) / tf.cast(safe_std, tf.float32)
+        matches = tf.equal(inputs[LABEL][:, None], names[None, :])
+        positions = tf.range(tf.size(names, out_type=tf.int64), dtype=tf.int64)[None, :]
+        # Max over an empty vocabulary is int64 min: clamp to the unknown id.
+        label_id = tf.maximum(
+            tf.reduce_max(tf.where(matches, positions, UNKNOWN_LABEL_ID), axis=1),
+            UNKNOWN_LABEL_ID,
+        )
+
+        # --- statistics outputs: batch-shaped from a per-image feature, never served ---
+        per_row = tf.ones_like(inputs[_HEIGHT], tf.float64)[:, None]
+
+        def as_text(value):
+            row = tf.reshape(tf.cast(value, tf.float64), [1, -1])
+            # %.16e: 17 significant digits round-trip any float64 exactly.
+            return tf.strings.as_string(per_row * row, precision=16, scientific=True)
+
+        return {
+            IMAGE: tf.RaggedTensor.from_tensor(image, ragged_rank=2),
+            LABEL: label_id,
+            _STAT_PREFIX + "pixel_mean": as_text(mean),
+            _STAT_PREFIX + "pixel_std": as_text(std),
+            _STAT_PREFIX + "num_stats_images": as_text(num_stats_images),
+            _STAT_PREFIX + "height_quantiles": as_text(size_quantiles[_HEIGHT]),
+            _STAT_PREFIX + "width_quantiles": as_text(size_quantiles[_WIDTH]),
+        }
+
+    return preprocessing_fn
+
+
+class _ReadStatisticsFn(beam.DoFn):
+    """(after the transform is published) -> the statistics dict; removes the TFT temp dir."""
+
+    def __init__(self, output_dir: str, train_split: str, label_names, temp_dir: str):
+        self._output_dir = output_dir
+        self._train_split = train_split
+        self._label_names = label_names
+        self._temp_dir = temp_dir
+
+    def process(self, unused_done, label_names=None):
+        from apache_beam.io.filesystems import FileSystems
+
+        names = self._label_names if label_names is None else label_names
+        yield read_statistics(self._output_dir, self._train_split, names)
+        if FileSystems.exists(self._temp_dir):
+            FileSystems.delete([self._temp_dir])
+
+
+class AnalyzeDataset(beam.PTransform):
+    """InspectedImage (train split) -> one dict, the "statistics" section of dataset_info.json.
+
+    Side effect: writes `output_dir/transform_fn/` and `output_dir/transformed_metadata/` (TFT's
+    layout, loadable with `tft.TFTransformOutput(output_dir)`). The transform maps
+    {"image": uint8 [B, H, W, 3], "label": string [B]} to {"image": float32 ragged [B, (H), (W), 3]
+    normalised with the split's per-channel mean/std, "label": int64 id}.
+
+    Items of other splits are dropped here, so validation and test never feed the statistics.
+    Items whose "stats" is None (not sampled by --stats_sample_fraction) still count for labels
+    and sizes but not for pixel statistics.
+
+    The dict: {"train_split", "num_images", "num_stats_images", "pixel_mean": [r, g, b],
+    "pixel_std": [r, g, b] (0..255 scale), "label_counts": {label: n}, "class_weights":
+    {label: n / (k * n_label)}, "unknown_labels": [train labels not in label_names],
+    "height_quantiles": {"min", "p1", ..., "p99", "max"}, "width_quantiles": {...},
+    "transform": {...}}.
+    """
+
+    def __init__(
+        self,
+        output_dir: str,
+        label_names: Sequence[str] | beam.PCollection | None = None,
+        temp_dir: str | None = None,
+        train_split: str = "train",
+    ):
+        """
+        Args:
+            output_dir: dataset directory; the transform is written under it.
+            label_names: label id -> name, as in dataset_info.json: a list, a PCollection holding
+                one list (computed in the same job), or None for the sorted training labels.
+            temp_dir: TFT's scratch space (default: the pipeline's --temp_location, else the
+                local temp dir); a unique subdirectory is used and removed at the end.
+            train_split: the split whose items are analysed.
+        """
+        super().__init__()
+        self._output_dir = output_dir
+        self._label_names = label_names
+        self._temp_dir = temp_dir
+        self._train_split = train_split
+
+    def expand(self, images):
+        import tensorflow_transform.beam as tft_beam
+
+        names = self._label_names
+        deferred = isinstance(names, beam.PCollection)
+        static_names = None if names is None or deferred else [str(n) for n in names]
+        temp_root = (
+            self._temp_dir
+            or images.pipeline.options.view_as(GoogleCloudOptions).temp_location
+            or tempfile.gettempdir()
+        )
+        temp_dir = os.path.join(temp_root, f"imgrec-tft-{uuid.uuid4().hex}")
+        split = self._train_split
+
+        batches = (
+            images
+            | "KeepTrainSplit" >> beam.Filter(lambda item: item.get("split", split) == split)
+            | "Batch" >> beam.BatchElements(min_batch_size=_MIN_BATCH, max_batch_size=_MAX_BATCH)
+            # [InspectedImage] -> pa.RecordBatch of per-image features
+            | "ToRecordBatch" >> beam.Map(_to_record_batch)
+        )
+        with tft_beam.Context(temp_dir=temp_dir):
+            transform_fn = (batches, _tensor_adapter_config()) | "Analyze" >> tft_beam.AnalyzeDataset(
+                _make_preprocessing_fn(names if deferred else static_names)
+            )
+            published = transform_fn | "WriteTransformFn" >> tft_beam.WriteTransformFn(
+                self._output_dir
+            )
+        side = {"label_names": beam.pvalue.AsSingleton(names)} if deferred else {}
+        # published: one None once transform_fn/ and transformed_metadata/ are in place
+        return published | "ReadStatistics" >> beam.ParDo(
+            _ReadStatisticsFn(self._output_dir, split, static_names, temp_dir), **side
+        )
