@@ -11,7 +11,29 @@ _USAGE = """usage: imgrec COMMAND [ARGS]
 commands:
   convert   convert image files into sharded TFRecords (imgrec convert --help)
   verify    re-read a converted dataset and check every record (imgrec verify DIR)
+  inspect   print a converted dataset's summary from its dataset_info.json (imgrec inspect DIR)
 """
+
+
+def _inspect(argv: list[str]) -> int:
+    import json
+
+    from pipeline import schema, storage
+    from pipeline.launcher import format_summary
+
+    if len(argv) != 1:
+        print("usage: imgrec inspect DIR", file=sys.stderr)
+        return 2
+    path = storage.join(argv[0].rstrip("/"), schema.DATASET_INFO)
+    if not storage.exists(path):
+        print(f"imgrec: {path} not found; is {argv[0]} a converted dataset?", file=sys.stderr)
+        return 1
+    info = json.loads(storage.read_bytes(path))
+    elapsed = info.get("provenance", {})
+    print(format_summary(info, argv[0], 0.0).split("\n", 1)[1])
+    print(f"  converted   {elapsed.get('finished', '?')} by imgrec "
+          f"{elapsed.get('versions', {}).get('imgrec', '?')}")
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -31,6 +53,8 @@ def main(argv: list[str] | None = None) -> int:
         from pipeline.verify import main as verify_main
 
         return verify_main(rest)
+    if command == "inspect":
+        return _inspect(rest)
     print(f"imgrec: unknown command {command!r}\n{_USAGE}", file=sys.stderr)
     return 2
 

@@ -307,3 +307,20 @@ def test_config_file_sets_options_and_cli_wins(corpus, tmp_path):
     assert set(info["splits"]) == {"train", "test"}
     assert all(s["num_shards"] == 2 for s in info["splits"].values())
     assert info["label_names"] == ["cat"]
+
+
+def test_verify_passes_then_names_a_corrupted_shard_and_record(converted, tmp_path):
+    out, info, _, _ = converted
+    proc = run_cli("verify", out)
+    assert "OK" in proc.stdout and f"{info['num_written']} records" in proc.stdout
+    copy = tmp_path / "copy"
+    shutil.copytree(out, copy)
+    shard = info["splits"]["train"]["shards"][0]["file"]
+    data = bytearray((copy / shard).read_bytes())
+    data[len(data) // 2] ^= 0xFF  # One flipped bit inside some record's payload.
+    (copy / shard).write_bytes(bytes(data))
+    proc = run_cli("verify", str(copy), check=False)
+    assert proc.returncode == 1
+    assert f"{shard}: record" in proc.stderr and "sha256 differs" in proc.stderr
+    proc = run_cli("inspect", out)
+    assert "written" in proc.stdout and str(info["num_written"]) in proc.stdout

@@ -1,0 +1,128 @@
+"""Transform-level tests with TestPipeline: listing, inspection counters, dedupe, shard planning."""
+
+from __future__ import annotations
+
+import io
+import os
+
+import apache_beam as beam
+from apache_beam.metrics.metric import MetricsFilter
+from apache_beam.testing.test_pipeline import TestPipeline
+from apache_beam.testing.util import assert_that, equal_to
+
+from pipeline.options import ConvertConfig
+from transforms.dedupe import DropDuplicates
+from transforms.inspect_images import InspectImages
+from transforms.keys import assign_split
+from transforms.list_images import ListImages, input_root
+from transforms.plan_shards import PlanShards, num_shards_for
+
+
+def _jpeg(color=(200, 30, 30), size=(24, 16)) -> bytes:
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.new("RGB", size, color).save(buf, "JPEG", quality=90)
+    return buf.getvalue()
+
+
+def _config(tmp_path, **kw) -> ConvertConfig:
+    kw.setdefault("inputs", (f"{tmp_path}/in/*/*",))
+    return ConvertConfig(manifest=None, output=str(tmp_path / "out"), analyze=False, **kw)
+
+
+def test_input_root_is_directory_before_first_glob():
+    assert input_root("/data/imgs/*/*.jpg") == "/data/imgs/"
+    assert input_root("gs://b/pre/fix/**") == "gs://b/pre/fix/"
+    assert input_root("s3://b/x/a?.png") == "s3://b/x/"
+    assert input_root("/data/one/file.jpg") == "/data/one/"
+
+
+def test_assign_split_is_stable_and_follows_fractions():
+    splits = (("train", 0.8), ("validation", 0.2))
+    keys = [f"cls/{i}.jpg" for i in range(4000)]
+    got = [assign_split(k, 0, splits) for k in keys]
+    assert got == [assign_split(k, 0, splits) for k in keys]  # Pure function of key and seed.
+    share = got.count("train") / len(got)
+    assert 0.77 < share < 0.83
+    assert got != [assign_split(k, 1, splits) for k in keys]  # The seed salts the hash.
+
+
+def test_num_shards_for_byte_target():
+    assert num_shards_for(0, 0, 128, 1) == 1
+    assert num_shards_for(300e6, 5000, 128, 1) == 3
+    assert num_shards_for(300e6, 5000, 128, 8) == 8
+    assert num_shards_for(300e6, 2, 128, 8) == 2  # Never more shards than files.
+
+
+def test_list_images_keys_labels_and_overlapping_patterns(tmp_path):
+    for label in ("cat", "dog"):
+        os.makedirs(tmp_path / "in" / label)
+        for i in range(3):
+            (tmp_path / "in" / label / f"{i}.jpg").write_bytes(b"x" * (i + 1))
+    config = _config(tmp_path, inputs=(f"{tmp_path}/in/*/*.jpg", f"{tmp_path}/in/cat/*"),
+                     splits=(("train", 1.0),))
+    with TestPipeline() as p:
+        out = p | ListImages(config)
+        keys = out["listed"] | beam.Map(lambda r: (r["key"], r["label"], r["split"], r["size"]))
+        assert_that(keys, equal_to(
+            [(f"{lab}/{i}.jpg", lab, "train", i + 1) for lab in ("cat", "dog") for i in range(3)]
+        ))
+        assert_that(out["rejected"], equal_to([]), label="NoRejects")
+
+
+def test_inspect_counts_outcomes_and_tags_rejects(tmp_path):
+    os.makedirs(tmp_path / "in" / "a")
+    (tmp_path / "in" / "a" / "good.jpg").write_bytes(_jpeg())
+    (tmp_path / "in" / "a" / "empty.jpg").write_bytes(b"")
+    (tmp_path / "in" / "a" / "text.png").write_bytes(b"<html>hello</html>")
+    config = _config(tmp_path)
+    listed = [{"path": str(tmp_path / "in" / "a" / n), "key": f"a/{n}", "label": "a",
+               "split": "train", "size": -1} for n in ("good.jpg", "empty.jpg", "text.png")]
+    listed.append({"path": str(tmp_path / "in" / "a" / "gone.jpg"), "key": "a/gone.jpg",
+                   "label": "a", "split": "train", "size": -1})
+    p = TestPipeline()
+    out = p | beam.Create(listed) | InspectImages(config)
+    assert_that(out["inspected"] | beam.Map(lambda r: (r["key"], r["format"], r["height"],
+                                                       r["width"], r["size"] > 0)),
+                equal_to([("a/good.jpg", "jpeg", 16, 24, True)]))
+    assert_that(out["rejected"] | beam.Map(lambda r: (os.path.basename(r["path"]), r["reason"])),
+                equal_to([("empty.jpg", "empty_file"), ("text.png", "not_an_image"),
+                          ("gone.jpg", "unreadable")]), label="Rejects")
+    result = p.run()
+    result.wait_until_finish()
+    counters = {c.key.metric.name: c.committed
+                for c in result.metrics().query(MetricsFilter().with_namespace("imgrec"))["counters"]}
+    assert counters["inspected_ok"] == 1
+    assert counters["rejected_empty_file"] == 1
+    assert counters["rejected_not_an_image"] == 1
+    assert counters["rejected_unreadable"] == 1
+
+
+def test_drop_duplicates_keeps_smallest_key():
+    rows = [{"path": f"/d/{k}", "key": k, "sha256": s}
+            for k, s in (("b.jpg", "h1"), ("a.jpg", "h1"), ("c.jpg", "h2"), ("z.jpg", "h1"))]
+    with TestPipeline() as p:
+        out = p | beam.Create(rows) | DropDuplicates()
+        assert_that(out["unique"] | beam.Map(lambda r: r["key"]), equal_to(["a.jpg", "c.jpg"]))
+        assert_that(out["duplicates"] | beam.Map(lambda r: (r["path"], r["duplicate_of"])),
+                    equal_to([("/d/b.jpg", "/d/a.jpg"), ("/d/z.jpg", "/d/a.jpg")]),
+                    label="Dups")
+
+
+def test_plan_shards_groups_by_split_and_hash(tmp_path):
+    config = _config(tmp_path, target_shard_mb=1.0, min_shards=1)
+    rows = []
+    for i in range(40):
+        rows.append({"path": f"/d/{i}", "key": f"k{i}", "label": "a",
+                     "split": "train" if i < 30 else "validation", "size": 100_000,
+                     "sha256": str(i), "format": "jpeg", "source_format": "jpeg", "height": 1,
+                     "width": 1, "channels": 3, "transcode": "", "stats": [1.0] * 7})
+    with TestPipeline() as p:
+        out = p | beam.Create(rows) | PlanShards(config)
+        assert_that(out["plan"], equal_to([{"train": 3, "validation": 1}]))
+        sizes = out["groups"] | beam.MapTuple(lambda key, recs: (key[0], len(list(recs))))
+        totals = sizes | beam.CombinePerKey(sum)
+        assert_that(totals, equal_to([("train", 30), ("validation", 10)]), label="Totals")
+        no_stats = out["groups"] | beam.FlatMapTuple(lambda key, recs: ["stats" in r for r in recs])
+        assert_that(no_stats | beam.Distinct(), equal_to([False]), label="NoStatsInShuffle")
