@@ -10,7 +10,8 @@ if [ ! -x "$VENV/bin/python" ]; then
   "$PYTHON_BIN" -m venv "$VENV"
 fi
 stamp="$VENV/.imgrec-installed"
-want="$(cd "$IMGREC_ROOT" && cat requirements.txt requirements-test.txt constraints.txt setup.py 2>/dev/null | sha256sum | cut -d' ' -f1)"
+want="$(cd "$IMGREC_ROOT" && for f in requirements.txt requirements-test.txt constraints.txt setup.py; do
+  if [ -f "$f" ]; then cat "$f"; fi; done | sha256sum | cut -d' ' -f1)"
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   echo "imgrec: installing pinned dependencies into $VENV (first run takes a few minutes)" >&2
   "$VENV/bin/python" -m pip install -q --disable-pip-version-check --upgrade pip >&2
