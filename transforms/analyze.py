@@ -42,7 +42,10 @@ _WIDTH = "width"
 # per-image features are fed, so the serving layer never returns them). Values are decimal strings
 # of the float64 results: TFT outputs cannot be float64, and float32 would round the statistics.
 _STAT_PREFIX = "statistics/"
-_STAT_KEYS = ("pixel_mean", "pixel_std", "num_stats_images", "height_quantiles", "width_quantiles")
+_STAT_KEYS = (
+    "num_images", "num_stats_images", "pixel_mean", "pixel_std", "height_quantiles",
+    "width_quantiles",
+)
 # Vocabulary (with frequencies) of the training labels, stored with the transform's assets.
 # TFRecord format, because the text format silently drops empty labels (--label_from none).
 _LABEL_VOCAB = "label_counts"
@@ -82,18 +85,23 @@ def read_statistics(output_dir: str, train_split: str, label_names: Sequence[str
     values = {
         key: [float(v) for v in probe[_STAT_PREFIX + key].numpy()[0]] for key in _STAT_KEYS
     }
-    counts: dict[str, int] = {}
-    for record in output.vocabulary_by_name(_LABEL_VOCAB):
-        count, _, label = record.decode("utf-8").partition(" ")
-        counts[label] = int(count)
-    num_images = sum(counts.values())
+    num_images = int(values["num_images"][0])
     num_stats_images = int(values["num_stats_images"][0])
+    if num_images == 0:
+        raise ValueError(
+            f"the {train_split!r} split is empty, so there are no statistics to compute: check "
+            "--splits, or pass --no_analyze"
+        )
     if num_stats_images == 0:
         raise ValueError(
-            f"no {train_split!r} image had pixel statistics ({num_images} images analysed): the "
-            "split is empty or --stats_sample_fraction sampled none; raise "
-            "--stats_sample_fraction or pass --no_analyze"
+            f"none of the {num_images} {train_split!r} images was sampled for pixel statistics: "
+            "raise --stats_sample_fraction, or pass --no_analyze"
         )
+    counts: dict[str, int] = {}
+    for record in output.vocabulary_by_name(_LABEL_VOCAB):
+        # "<count> <label>"; the label may itself contain spaces.
+        count, _, label = record.decode("utf-8").partition(" ")
+        counts[label] = int(count)
     present = {label: n for label, n in counts.items() if n > 0}
     # Without names the transform numbers the sorted training labels (see _SortedLabels).
     names = list(label_names) if label_names is not None else sorted(counts)
@@ -283,6 +291,7 @@ def _make_preprocessing_fn(label_names: Sequence[str] | beam.PCollection | None)
         num_pixels = tft.sum(inputs[_NUM_PIXELS])
         sums = tft.sum(inputs[_PIXEL_SUM], reduce_instance_dims=False)
         sumsq = tft.sum(inputs[_PIXEL_SUMSQ], reduce_instance_dims=False)
+        num_images = tft.sum(tf.ones_like(inputs[_HEIGHT]))
         num_stats_images = tft.sum(tf.cast(inputs[_NUM_PIXELS] > 0, tf.int64))
         # Guard the empty case so tracing and export succeed; read_statistics reports it.
         safe_pixels = tf.maximum(num_pixels, 1.0)
@@ -334,6 +343,7 @@ def _make_preprocessing_fn(label_names: Sequence[str] | beam.PCollection | None)
             LABEL: label_id,
             _STAT_PREFIX + "pixel_mean": as_text(mean),
             _STAT_PREFIX + "pixel_std": as_text(std),
+            _STAT_PREFIX + "num_images": as_text(num_images),
             _STAT_PREFIX + "num_stats_images": as_text(num_stats_images),
             _STAT_PREFIX + "height_quantiles": as_text(size_quantiles[_HEIGHT]),
             _STAT_PREFIX + "width_quantiles": as_text(size_quantiles[_WIDTH]),
