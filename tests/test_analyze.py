@@ -41,13 +41,20 @@ def make_corpus(seed: int = 0):
     for i, label in enumerate(labels):
         h, w = int(rng.integers(3, 12)), int(rng.integers(3, 12))
         # Channels with different means so a swapped channel would show.
-        image = np.clip(
-            rng.normal([60, 128, 200], [20, 40, 30], size=(h, w, 3)), 0, 255
-        ).astype(np.uint8)
+        image = np.clip(rng.normal([60, 128, 200], [20, 40, 30], size=(h, w, 3)), 0, 255).astype(
+            np.uint8
+        )
         # One image not sampled by --stats_sample_fraction: counts for labels and sizes only.
         stats = None if i == 3 else channel_stats(image)
-        item = {"path": f"mem://train/{i}.png", "key": f"train/{i}.png", "label": label,
-                "split": "train", "height": h, "width": w, "stats": stats}
+        item = {
+            "path": f"mem://train/{i}.png",
+            "key": f"train/{i}.png",
+            "label": label,
+            "split": "train",
+            "height": h,
+            "width": w,
+            "stats": stats,
+        }
         items.append(item)
         train.append(item)
         if stats is not None:
@@ -55,10 +62,18 @@ def make_corpus(seed: int = 0):
     for split, value, label in (("validation", 255, "cat"), ("test", 0, "zebra")):
         for i in range(3):
             image = np.full((50, 40, 3), value, np.uint8)
-            items.append({"path": f"mem://{split}/{i}.png", "key": f"{split}/{i}.png",
-                          "label": label, "split": split, "height": 50, "width": 40,
-                          # Stats present on purpose: they must still not count.
-                          "stats": channel_stats(image)})
+            items.append(
+                {
+                    "path": f"mem://{split}/{i}.png",
+                    "key": f"{split}/{i}.png",
+                    "label": label,
+                    "split": split,
+                    "height": 50,
+                    "width": 40,
+                    # Stats present on purpose: they must still not count.
+                    "stats": channel_stats(image),
+                }
+            )
     return items, sampled, train
 
 
@@ -79,13 +94,34 @@ def run_analyze(out: str, label_names, items, options=None) -> dict:
     saved = out + ".statistics.json"  # matchers are pickled: hand the result over through a file
     with TestPipeline(options=options) as p:
         names = label_names(p) if callable(label_names) else label_names
-        stats = p | "Images" >> beam.Create(items) | AnalyzeDataset(
-            out, names, temp_dir=os.path.join(os.path.dirname(out), "tmp")
+        stats = (
+            p
+            | "Images" >> beam.Create(items)
+            | AnalyzeDataset(out, names, temp_dir=os.path.join(os.path.dirname(out), "tmp"))
         )
-        assert_that(stats | "Keys" >> beam.Map(sorted), equal_to([sorted([
-            "train_split", "num_images", "num_stats_images", "pixel_mean", "pixel_std",
-            "label_counts", "class_weights", "unknown_labels", "height_quantiles",
-            "width_quantiles", "transform"])]), label="HasEveryKey")
+        assert_that(
+            stats | "Keys" >> beam.Map(sorted),
+            equal_to(
+                [
+                    sorted(
+                        [
+                            "train_split",
+                            "num_images",
+                            "num_stats_images",
+                            "pixel_mean",
+                            "pixel_std",
+                            "label_counts",
+                            "class_weights",
+                            "unknown_labels",
+                            "height_quantiles",
+                            "width_quantiles",
+                            "transform",
+                        ]
+                    )
+                ]
+            ),
+            label="HasEveryKey",
+        )
         assert_that(stats, _save_one(saved), label="SaveStatistics")
     with open(saved) as f:
         return json.load(f)
@@ -188,27 +224,36 @@ _FRESH_PROCESS_CHECK = textwrap.dedent("""
     got = served(images=batch)["channel_mean"].numpy()
     want = tf.reduce_mean(norm(batch), axis=[1, 2]).numpy()
     result["serving_max_abs_diff"] = float(np.abs(got - want).max())
+    # Float images on the 0..255 scale (a resize's output) normalise like their uint8 values.
+    as_float = norm(tf.cast(batch, tf.float32) + 0.2).numpy()
+    result["float_input_max_abs_diff"] = float(np.abs(as_float - norm(batch).numpy()).max())
     print("RESULT " + json.dumps(result))
 """)
 
 
 def test_export_loads_in_fresh_process_and_normalises_the_split(analyzed, tmp_path):
-    out, stats, sampled, _ = analyzed
+    out, _, sampled, _ = analyzed
     images_npz = str(tmp_path / "images.npz")
     np.savez(images_npz, *sampled)
     env = dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="2")
     proc = subprocess.run(
         [sys.executable, "-c", _FRESH_PROCESS_CHECK, out, images_npz, str(tmp_path / "serving")],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
     )
     lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
     assert proc.returncode == 0 and lines, proc.stderr[-3000:]
-    result = json.loads(lines[0][len("RESULT "):])
+    result = json.loads(lines[0][len("RESULT ") :])
     assert result["layer_keys"] == ["image", "label"]  # statistics outputs are never served
     assert result["label_ids"][:5] == [2, 0, 1, -1, -1]
     np.testing.assert_allclose(result["mean"], [0, 0, 0], atol=1e-5)
     np.testing.assert_allclose(result["std"], [1, 1, 1], rtol=1e-5)
     assert result["serving_max_abs_diff"] < 1e-6
+    assert result["float_input_max_abs_diff"] == 0.0
 
 
 def test_deferred_label_names_on_multithreaded_runner(tmp_path):
@@ -219,7 +264,9 @@ def test_deferred_label_names_on_multithreaded_runner(tmp_path):
     from apache_beam.options.pipeline_options import PipelineOptions
 
     stats = run_analyze(
-        out, lambda p: p | "Names" >> beam.Create([["dog", "cat", "", "bird"]]), items,
+        out,
+        lambda p: p | "Names" >> beam.Create([["dog", "cat", "", "bird"]]),
+        items,
         options=PipelineOptions.from_dictionary(options),
     )
     assert stats["transform"]["label_names"] == ["dog", "cat", "", "bird"]

@@ -13,13 +13,13 @@ import numpy as np
 from apache_beam.options.pipeline_options import GoogleCloudOptions
 
 __all__ = [
+    "IMAGE",
+    "LABEL",
+    "QUANTILES",
+    "UNKNOWN_LABEL_ID",
     "AnalyzeDataset",
     "normalize_layer",
     "read_statistics",
-    "IMAGE",
-    "LABEL",
-    "UNKNOWN_LABEL_ID",
-    "QUANTILES",
 ]
 
 # Keys of the exported transform's serving interface (inputs and outputs alike):
@@ -43,7 +43,11 @@ _WIDTH = "width"
 # of the float64 results: TFT outputs cannot be float64, and float32 would round the statistics.
 _STAT_PREFIX = "statistics/"
 _STAT_KEYS = (
-    "num_images", "num_stats_images", "pixel_mean", "pixel_std", "height_quantiles",
+    "num_images",
+    "num_stats_images",
+    "pixel_mean",
+    "pixel_std",
+    "height_quantiles",
     "width_quantiles",
 )
 # Vocabulary (with frequencies) of the training labels, stored with the transform's assets.
@@ -82,9 +86,7 @@ def read_statistics(output_dir: str, train_split: str, label_names: Sequence[str
     output = tft.TFTransformOutput(output_dir)
     # Feeding only a per-image feature makes the transform compute only the statistics outputs.
     probe = output.transform_raw_features({_HEIGHT: tf.zeros([1], tf.int64)})
-    values = {
-        key: [float(v) for v in probe[_STAT_PREFIX + key].numpy()[0]] for key in _STAT_KEYS
-    }
+    values = {key: [float(v) for v in probe[_STAT_PREFIX + key].numpy()[0]] for key in _STAT_KEYS}
     num_images = int(values["num_images"][0])
     num_stats_images = int(values["num_stats_images"][0])
     if num_images == 0:
@@ -144,13 +146,21 @@ def _quantile_dict(values: list[float]) -> dict[str, int]:
 def normalize_layer(data_dir: str) -> Callable[[Any], Any]:
     """The dataset's exported normalisation, for the reader and for serving.
 
-    Returns a function: uint8 images [B, H, W, 3] -> float32 [B, H, W, 3], each channel
-    `(x - pixel_mean) / pixel_std` with the training split's statistics. Works eagerly, in
-    `tf.data.Dataset.map` and in a `tf.function`. The TFT layer it wraps is `fn.tft_layer`: attach
-    it to a module you save (`module.tft_layer = fn.tft_layer`) so the transform's assets travel.
+    Returns a function: images [B, H, W, 3] -> float32 [B, H, W, 3], each channel
+    `(x - pixel_mean) / pixel_std` with the training split's statistics. Images are uint8, or any
+    real dtype on the 0..255 scale (e.g. after `tf.image.resize`), rounded to uint8 first as the
+    transform's input is uint8. Works eagerly, in `tf.data.Dataset.map` and in a `tf.function`.
+    The TFT layer it wraps is `fn.tft_layer`: attach it to a module you save
+    (`module.tft_layer = fn.tft_layer`) so the transform's assets travel with it.
+
+    This module imports Apache Beam; TFT itself depends on it, so a training job that has TFT
+    has Beam too.
 
     Args:
         data_dir: a converted dataset (holding `transform_fn/`), local or gs://.
+
+    Returns:
+        The normalising function, with the TFT layer as its `tft_layer` attribute.
     """
     import tensorflow as tf
     import tensorflow_transform as tft
@@ -158,10 +168,13 @@ def normalize_layer(data_dir: str) -> Callable[[Any], Any]:
     layer = tft.TFTransformOutput(data_dir).transform_features_layer()
 
     def normalize(images):
+        images = tf.convert_to_tensor(images)
+        if images.dtype != tf.uint8:
+            images = tf.cast(tf.clip_by_value(tf.round(images), 0, 255), tf.uint8)
         # TFT's output schema cannot describe a dense image of unknown size, so the transform
         # returns a RaggedTensor with uniform rows; densify it and restore the static shape.
         out = layer({IMAGE: images})[IMAGE].to_tensor()
-        out.set_shape(tf.TensorShape(images.shape))
+        out.set_shape(images.shape)
         return out
 
     normalize.tft_layer = layer
@@ -184,14 +197,16 @@ def _stats_columns(item: dict) -> tuple[list[float], list[float], float]:
 def _arrow_schema():
     import pyarrow as pa
 
-    return pa.schema([
-        (_PIXEL_SUM, pa.list_(pa.float64())),
-        (_PIXEL_SUMSQ, pa.list_(pa.float64())),
-        (_NUM_PIXELS, pa.list_(pa.float64())),
-        (_HEIGHT, pa.list_(pa.int64())),
-        (_WIDTH, pa.list_(pa.int64())),
-        (LABEL, pa.list_(pa.binary())),
-    ])
+    return pa.schema(
+        [
+            (_PIXEL_SUM, pa.list_(pa.float64())),
+            (_PIXEL_SUMSQ, pa.list_(pa.float64())),
+            (_NUM_PIXELS, pa.list_(pa.float64())),
+            (_HEIGHT, pa.list_(pa.int64())),
+            (_WIDTH, pa.list_(pa.int64())),
+            (LABEL, pa.list_(pa.binary())),
+        ]
+    )
 
 
 def _to_record_batch(items: list[dict]):
@@ -222,8 +237,14 @@ def _tensor_adapter_config():
     from tensorflow_metadata.proto.v0 import schema_pb2
     from tfx_bsl.tfxio import tensor_adapter
 
-    shapes = {_PIXEL_SUM: [_CHANNELS], _PIXEL_SUMSQ: [_CHANNELS], _NUM_PIXELS: [],
-              _HEIGHT: [], _WIDTH: [], LABEL: []}
+    shapes = {
+        _PIXEL_SUM: [_CHANNELS],
+        _PIXEL_SUMSQ: [_CHANNELS],
+        _NUM_PIXELS: [],
+        _HEIGHT: [],
+        _WIDTH: [],
+        LABEL: [],
+    }
     representations = {}
     for name, shape in shapes.items():
         rep = schema_pb2.TensorRepresentation()
@@ -296,12 +317,15 @@ def _make_preprocessing_fn(label_names: Sequence[str] | beam.PCollection | None)
         # Guard the empty case so tracing and export succeed; read_statistics reports it.
         safe_pixels = tf.maximum(num_pixels, 1.0)
         mean = sums / safe_pixels
-        # E[x^2] - E[x]^2 in float64 from integer-valued sums: exact to ~1e-12 relative for pixel
-        # values; the clamp only absorbs rounding on constant images.
+        # Sums of integer pixel values are exact in float64 below 2**53 and round at ~1e-16
+        # beyond; E[x^2] - E[x]^2 magnifies that only by E[x^2] / var (about 5 for photos). The
+        # clamp absorbs rounding on constant images.
         std = tf.sqrt(tf.maximum(sumsq / safe_pixels - mean * mean, 0.0))
         safe_std = tf.where(std > 0, std, tf.ones_like(std))
         tft.vocabulary(
-            inputs[LABEL], vocab_filename=_LABEL_VOCAB, store_frequency=True,
+            inputs[LABEL],
+            vocab_filename=_LABEL_VOCAB,
+            store_frequency=True,
             file_format="tfrecord_gzip",
         )
         size_quantiles = {}
@@ -309,8 +333,12 @@ def _make_preprocessing_fn(label_names: Sequence[str] | beam.PCollection | None)
             size = tf.cast(inputs[key], tf.float32)
             boundaries = tft.quantiles(size, _NUM_QUANTILE_BUCKETS, _QUANTILE_EPSILON)
             size_quantiles[key] = tf.concat(
-                [tf.reshape(tft.min(size), [1]), tf.reshape(boundaries, [-1]),
-                 tf.reshape(tft.max(size), [1])], axis=0,
+                [
+                    tf.reshape(tft.min(size), [1]),
+                    tf.reshape(boundaries, [-1]),
+                    tf.reshape(tft.max(size), [1]),
+                ],
+                axis=0,
             )
         if names_analyzer is not None:
             (names,) = tft.experimental.ptransform_analyzer(
@@ -362,12 +390,12 @@ class _ReadStatisticsFn(beam.DoFn):
         self._temp_dir = temp_dir
 
     def process(self, unused_done, label_names=None):
-        from apache_beam.io.filesystems import FileSystems
+        import tensorflow as tf  # TFT's own file layer: whatever TFT wrote to, this can remove.
 
         names = self._label_names if label_names is None else label_names
         yield read_statistics(self._output_dir, self._train_split, names)
-        if FileSystems.exists(self._temp_dir):
-            FileSystems.delete([self._temp_dir])
+        if tf.io.gfile.exists(self._temp_dir):
+            tf.io.gfile.rmtree(self._temp_dir)
 
 
 class AnalyzeDataset(beam.PTransform):
@@ -386,7 +414,15 @@ class AnalyzeDataset(beam.PTransform):
     "pixel_std": [r, g, b] (0..255 scale), "label_counts": {label: n}, "class_weights":
     {label: n / (k * n_label)}, "unknown_labels": [train labels not in label_names],
     "height_quantiles": {"min", "p1", ..., "p99", "max"}, "width_quantiles": {...},
-    "transform": {...}}.
+    "transform": {"transform_fn", "transformed_metadata", "label_names", "inputs", "outputs"}}.
+
+    Args:
+        output_dir: dataset directory; the transform is written under it.
+        label_names: label id -> name, as in dataset_info.json: a list, a PCollection holding one
+            list (computed in the same job), or None for the sorted training labels.
+        temp_dir: TFT's scratch space (default: the pipeline's --temp_location, else the local
+            temp dir); a unique subdirectory is used and removed at the end.
+        train_split: the split whose items are analysed.
     """
 
     def __init__(
@@ -396,15 +432,6 @@ class AnalyzeDataset(beam.PTransform):
         temp_dir: str | None = None,
         train_split: str = "train",
     ):
-        """
-        Args:
-            output_dir: dataset directory; the transform is written under it.
-            label_names: label id -> name, as in dataset_info.json: a list, a PCollection holding
-                one list (computed in the same job), or None for the sorted training labels.
-            temp_dir: TFT's scratch space (default: the pipeline's --temp_location, else the
-                local temp dir); a unique subdirectory is used and removed at the end.
-            train_split: the split whose items are analysed.
-        """
         super().__init__()
         self._output_dir = output_dir
         self._label_names = label_names
@@ -432,12 +459,14 @@ class AnalyzeDataset(beam.PTransform):
             # [InspectedImage] -> pa.RecordBatch of per-image features
             | "ToRecordBatch" >> beam.Map(_to_record_batch)
         )
+        preprocessing_fn = _make_preprocessing_fn(names if deferred else static_names)
         with tft_beam.Context(temp_dir=temp_dir):
-            transform_fn = (batches, _tensor_adapter_config()) | "Analyze" >> tft_beam.AnalyzeDataset(
-                _make_preprocessing_fn(names if deferred else static_names)
+            # (saved model dir, deferred metadata) of the transform with analyzer results baked in
+            transform_fn = (batches, _tensor_adapter_config()) | "Analyze" >> (
+                tft_beam.AnalyzeDataset(preprocessing_fn)
             )
-            published = transform_fn | "WriteTransformFn" >> tft_beam.WriteTransformFn(
-                self._output_dir
+            published = transform_fn | "WriteTransformFn" >> (
+                tft_beam.WriteTransformFn(self._output_dir)
             )
         side = {"label_names": beam.pvalue.AsSingleton(names)} if deferred else {}
         # published: one None once transform_fn/ and transformed_metadata/ are in place
