@@ -55,10 +55,9 @@ def add_convert(p: beam.Pipeline, config: ConvertConfig, provenance: dict) -> be
     if config.analyze:
         from transforms.analyze import AnalyzeDataset  # TFT import only when it is used.
 
-        statistics = (
-            unique
-            | "TrainWithStats" >> beam.Filter(lambda r: r.get("stats") is not None)
-            | "Analyze" >> AnalyzeDataset(config.output)
+        # InspectedImage of every split: AnalyzeDataset keeps only the training split's.
+        statistics = unique | "Analyze" >> AnalyzeDataset(
+            config.output, label_names=label_names, train_split=config.train_split
         )
     else:
         statistics = p | "NoStatistics" >> beam.Create([None])
