@@ -1,44 +1,136 @@
-"""Decide, for one file's bytes, whether TensorFlow can train on it: format, size, decode, transcode."""
+"""Decide, for one file's bytes, whether TensorFlow can train on it: format, limits, decode, transcode."""
 
 from __future__ import annotations
 
 import dataclasses
 import io
+import struct
+import zlib
+from typing import Any
 
 import numpy as np
 
-__all__ = ["CheckOptions", "ImageInfo", "Rejected", "check_image", "encode_for_storage", "REASONS"]
+__all__ = [
+    "REASONS",
+    "TRANSCODE_REASONS",
+    "STORED_FORMATS",
+    "MAX_PROGRESSIVE_SCANS",
+    "CheckOptions",
+    "ImageInfo",
+    "Rejected",
+    "check_file_size",
+    "check_image",
+    "encode_for_storage",
+    "sniff_format",
+]
 
-# The stable reject-reason taxonomy written to rejected.jsonl (documented in the README).
+# The stable reject-reason taxonomy written to rejected.jsonl (docs/README_rejects.md). Keys are a
+# public interface: add new ones, never rename or reuse one.
 REASONS = {
     "unreadable": "the file could not be read (missing, permission, storage error)",
     "empty_file": "the file has zero bytes",
-    "not_an_image": "the bytes are no image format we know (text, HTML, PDF, zip, ...)",
-    "unsupported_format": "an image format TensorFlow cannot decode (use --transcode png|jpeg)",
-    "corrupt": "the image header or data is damaged; the decoder error is in detail",
-    "truncated": "the image data ends early",
-    "too_many_pixels": "the header declares more than --max_pixels pixels",
-    "too_small": "the shorter side is below --min_side",
     "file_too_large": "the file is larger than --max_file_mb",
-    "animated": "an animated image and --animated reject",
+    "not_an_image": "the bytes are no image format we know (text, HTML, PDF, zip, ...)",
+    "unsupported_format": "an image format the dataset does not store (BMP, WebP, TIFF, HEIC, "
+    "...); --transcode png|jpeg converts those Pillow can decode",
+    "truncated": "the image data ends early (cut-off download or copy)",
+    "corrupt": "the header or the compressed data is damaged; detail names the decoder error",
+    "too_many_pixels": "the header declares more than --max_pixels pixels (decompression bomb)",
+    "too_many_scans": "a progressive JPEG with more scans than any encoder writes (CPU bomb)",
+    "too_small": "the shorter side is below --min_side",
+    "animated": "an animated image (GIF, APNG, WebP, multi-page TIFF) and --animated reject",
     "changed_during_run": "the file's bytes changed between inspection and writing",
 }
 
-# Magic bytes -> format; detection never trusts the file extension.
+# Why the stored bytes differ from the source (image/transcode_reason, comma-joined in this order).
+TRANSCODE_REASONS = {
+    "unsupported_format": "the source format is not stored as is and --transcode png|jpeg is set",
+    "animated_first_frame": "an animated or multi-frame source; its first frame is stored",
+    "exif_orientation": "EXIF says the pixels are stored rotated/flipped; TensorFlow ignores EXIF, "
+    "so the upright pixels are stored (--apply_exif_orientation)",
+    "max_side": "the longer side exceeded --max_side; stored downscaled",
+}
+
+# Formats stored as they are. Each decodes with tf.io.decode_image(channels=3,
+# expand_animations=False) and with tf.io.decode_jpeg/decode_png (one kernel serves all three)
+# on every TF 2 release. TF 2.21 also decodes BMP and static WebP, but its BMP decoder ignores
+# palettes and compression (it returns wrong pixels without an error) and decode_jpeg cannot read
+# either, so both go the unsupported_format way like TIFF.
+STORED_FORMATS = ("jpeg", "png", "gif")
+
+# Real encoders write a handful of progressive scans (Pillow 10, mozjpeg ~10-15). libjpeg redoes
+# work per scan over the whole image, so a crafted file with thousands of tiny scans takes minutes
+# to decode from a few KB; 500 leaves a wide margin over any encoder.
+MAX_PROGRESSIVE_SCANS = 500
+
+# TensorFlow's JPEG and PNG kernels refuse outputs of 2**29 or more (bytes for JPEG, pixels for
+# PNG); a --max_pixels above that surfaces as too_many_pixels, not as a decoder error.
+_TF_MAX_OUTPUT = 1 << 29
+
+# Magic bytes, checked in this order; TensorFlow's own classifier (decode_image_op.cc) uses the
+# same prefixes for jpeg/png/gif, so "what we call a JPEG" is "what TensorFlow decodes as JPEG".
 _MAGIC = (
     (b"\xff\xd8\xff", "jpeg"),
     (b"\x89PNG\r\n\x1a\n", "png"),
     (b"GIF87a", "gif"),
     (b"GIF89a", "gif"),
-    (b"BM", "bmp"),
 )
-# Formats tf.io.decode_image decodes (webp checked by RIFF....WEBP below).
-TF_FORMATS = ("jpeg", "png", "gif", "bmp", "webp")
+
+# Signatures of formats nobody here can decode: named in the detail, always unsupported_format.
+_UNDECODABLE = (
+    (b"\xff\x0a", "JPEG XL codestream"),
+    (b"\x00\x00\x00\x0cJXL \r\n\x87\n", "JPEG XL"),
+)
+_HEIF_BRANDS = (b"heic", b"heix", b"hevc", b"hevx", b"heim", b"heis", b"mif1", b"msf1")
+
+# Signatures of common non-image files, only to make the not_an_image detail readable.
+_NON_IMAGE = (
+    (b"%PDF", "PDF document"),
+    (b"PK\x03\x04", "ZIP archive (also .docx/.xlsx/.apk)"),
+    (b"PK\x05\x06", "empty ZIP archive"),
+    (b"\x1f\x8b", "gzip data"),
+    (b"Rar!\x1a\x07", "RAR archive"),
+    (b"7z\xbc\xaf\x27\x1c", "7-Zip archive"),
+    (b"\x7fELF", "ELF executable"),
+    (b"%!PS", "PostScript document"),
+    (b"{\\rtf", "RTF document"),
+    (b"\xd0\xcf\x11\xe0", "MS Office (OLE) document"),
+)
+
+# JPEG start-of-frame markers (all coding processes); C4 (DHT), C8 (JPG), CC (DAC) are not frames.
+_SOF = frozenset({0xC0, 0xC1, 0xC2, 0xC3, 0xC5, 0xC6, 0xC7, 0xC9, 0xCA, 0xCB, 0xCD, 0xCE, 0xCF})
+_SOF_PROGRESSIVE = frozenset({0xC2, 0xC6, 0xCA, 0xCE})
+_SOF_NAMES = {
+    0xC0: "baseline", 0xC1: "extended sequential", 0xC2: "progressive", 0xC3: "lossless",
+    0xC5: "hierarchical", 0xC6: "hierarchical progressive", 0xC7: "hierarchical lossless",
+    0xC9: "arithmetic sequential", 0xCA: "arithmetic progressive", 0xCB: "arithmetic lossless",
+    0xCD: "hierarchical arithmetic", 0xCE: "hierarchical arithmetic progressive",
+    0xCF: "hierarchical arithmetic lossless",
+}
+
+# EXIF Orientation values 2..8 -> the Pillow transpose that makes the pixels upright (the same
+# table as PIL.ImageOps.exif_transpose). 1 is upright; other values are invalid and ignored.
+_ORIENTATION_TRANSPOSE = {
+    2: "FLIP_LEFT_RIGHT", 3: "ROTATE_180", 4: "FLIP_TOP_BOTTOM", 5: "TRANSPOSE",
+    6: "ROTATE_270", 7: "TRANSVERSE", 8: "ROTATE_90",
+}
+
+# Malformed headers make Pillow plugins raise these (Image.open itself catches the first four);
+# anything else is a bug and propagates.
+_PIL_HEADER_ERRORS = (
+    SyntaxError, IndexError, TypeError, struct.error, ValueError, KeyError, EOFError,
+    ZeroDivisionError, OSError, NotImplementedError,
+)
+# Pillow formats that open but whose pixels need an external program (Ghostscript, Windows GDI).
+_PIL_NO_PIXELS = {"EPS": "needs Ghostscript", "WMF": "a vector metafile", "EMF": "a vector metafile"}
+
+# The stored mode -> channels that tf.io.decode_image(channels=0) yields for it.
+_MODE_CHANNELS = {"L": 1, "LA": 2, "RGB": 3, "RGBA": 4}
 
 
 @dataclasses.dataclass(frozen=True)
 class CheckOptions:
-    """Per-image limits and transcode choices (a subset of ConvertConfig)."""
+    """Per-image limits and transcode choices (a subset of ConvertConfig, same names)."""
 
     max_pixels: int = 89_478_485
     min_side: int = 1
@@ -49,10 +141,30 @@ class CheckOptions:
     max_side: int = 0
     jpeg_quality: int = 95
 
+    def __post_init__(self):
+        if self.max_pixels < 1:
+            raise ValueError(f"--max_pixels must be >= 1, got {self.max_pixels}")
+        if self.min_side < 1:
+            raise ValueError(f"--min_side must be >= 1, got {self.min_side}")
+        if self.max_file_mb < 0:
+            raise ValueError(f"--max_file_mb must be >= 0 (0: no limit), got {self.max_file_mb}")
+        if self.animated not in ("first_frame", "reject"):
+            raise ValueError(f"--animated must be first_frame or reject, got {self.animated!r}")
+        if self.transcode not in ("none", "png", "jpeg"):
+            raise ValueError(f"--transcode must be none, png or jpeg, got {self.transcode!r}")
+        if self.max_side < 0:
+            raise ValueError(f"--max_side must be >= 0 (0: keep size), got {self.max_side}")
+        if not 1 <= self.jpeg_quality <= 100:
+            raise ValueError(f"--jpeg_quality must be in 1..100, got {self.jpeg_quality}")
+
 
 @dataclasses.dataclass(frozen=True)
 class ImageInfo:
-    """What the check learned; height/width/channels describe the bytes that will be stored."""
+    """What the check learned. height/width/channels/format describe the bytes that will be stored.
+
+    channels is what `tf.io.decode_image(channels=0)` yields for the stored bytes (1 gray, 2 gray
+    + alpha, 3 RGB, 4 RGBA); stats are over `decode_image(channels=3)` of the stored bytes.
+    """
 
     format: str
     source_format: str
@@ -72,51 +184,595 @@ class Rejected(Exception):
         self.detail = detail
 
 
-def detect_format(data: bytes) -> str | None:
+@dataclasses.dataclass
+class _Header:
+    """What the container header says, read without decoding pixels (all fields best effort)."""
+
+    width: int = 0
+    height: int = 0
+    channels: int = 3
+    frames: int = 1
+    orientation: int = 1
+    complete: bool = False  # the parser reached the pixel data (JPEG SOS, PNG IDAT, GIF frame)
+    jpeg_sof: int = 0
+    jpeg_precision: int = 8
+    jpeg_sos_at: int = -1
+    pil: Any = None  # the lazily opened Pillow image of a non-stored format
+
+
+# ----------------------------------------------------------------------------- format detection
+def sniff_format(data: bytes) -> str | None:
+    """The format TensorFlow would decode these bytes as ("jpeg", "png", "gif"), else None."""
     for magic, name in _MAGIC:
         if data.startswith(magic):
             return name
-    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
-        return "webp"
     return None
 
 
+def _cut_signature(data: bytes) -> str | None:
+    """The format whose signature these (too few) bytes begin, e.g. 5 bytes of a PNG signature."""
+    for magic, name in _MAGIC:
+        if len(data) < len(magic) and magic.startswith(data):
+            return name
+    return None
+
+
+def _describe_non_image(data: bytes) -> str:
+    head = data[:1024]
+    for magic, what in _NON_IMAGE:
+        if head.startswith(magic):
+            return what
+    if head[4:8] == b"ftyp":
+        return f"ISO media file (brand {head[8:12].decode('latin-1')!r}; video or audio?)"
+    text = head.lstrip(b"\xef\xbb\xbf \t\r\n").lower()
+    if text.startswith((b"<!doctype html", b"<html")) or b"<html" in text or b"<body" in text:
+        return "HTML document (an error page saved as an image?)"
+    if text.startswith(b"<?xml") or text.startswith(b"<"):
+        return "XML/markup document"
+    try:
+        head.decode("utf-8")
+        return "text"
+    except UnicodeDecodeError as e:
+        if e.start >= len(head) - 3:  # a multi-byte character cut by the 1024-byte window
+            return "text"
+    return f"unknown binary data (first bytes {data[:8].hex(' ')})"
+
+
+def _undecodable_image(data: bytes) -> str | None:
+    """Name an image format that no decoder here reads (HEIC, JPEG XL, SVG), else None."""
+    for magic, what in _UNDECODABLE:
+        if data.startswith(magic):
+            return what
+    if data[4:8] == b"ftyp" and data[8:12] in _HEIF_BRANDS:
+        return f"HEIF/HEIC ({data[8:12].decode('latin-1')})"
+    head = data[:1024].lstrip(b"\xef\xbb\xbf \t\r\n").lower()
+    if head.startswith(b"<svg") or (head.startswith(b"<?xml") and b"<svg" in head):
+        return "SVG (vector graphics)"
+    return None
+
+
+# ----------------------------------------------------------------------------- header parsers
+def _u16be(b, i: int) -> int:
+    return (b[i] << 8) | b[i + 1]
+
+
+def _exif_orientation(tiff: bytes) -> int:
+    """The Orientation tag (0x0112) of IFD0 of a TIFF-structured EXIF block; 1 if absent/bad."""
+    if tiff.startswith(b"Exif\x00\x00"):
+        tiff = tiff[6:]
+    if len(tiff) < 8:
+        return 1
+    order = {b"II": "little", b"MM": "big"}.get(bytes(tiff[:2]))
+    if order is None:
+        return 1
+    ifd = int.from_bytes(tiff[4:8], order)
+    if ifd + 2 > len(tiff):
+        return 1
+    count = int.from_bytes(tiff[ifd : ifd + 2], order)
+    for k in range(min(count, 1024)):
+        entry = ifd + 2 + 12 * k
+        if entry + 12 > len(tiff):
+            break
+        if int.from_bytes(tiff[entry : entry + 2], order) == 0x0112:
+            kind = int.from_bytes(tiff[entry + 2 : entry + 4], order)
+            size = 2 if kind in (3, 8) else 4 if kind in (4, 9) else 0
+            value = int.from_bytes(tiff[entry + 8 : entry + 8 + size], order) if size else 1
+            return value if value in _ORIENTATION_TRANSPOSE else 1
+    return 1
+
+
+def _probe_jpeg(data: bytes) -> _Header:
+    """Walk the markers up to the first SOS, tolerating garbage between them as libjpeg does."""
+    h = _Header()
+    n = len(data)
+    i = 2
+    while i + 4 <= n:
+        if data[i] != 0xFF:
+            i = data.find(b"\xff", i)
+            if i < 0:
+                break
+            continue
+        marker = data[i + 1]
+        if marker == 0xFF:  # fill byte
+            i += 1
+            continue
+        i += 2
+        if marker in (0x01, 0xD8) or 0xD0 <= marker <= 0xD7:
+            continue
+        if marker == 0xD9:
+            break
+        seg_end = i + _u16be(data, i)
+        body = i + 2
+        if marker in _SOF and not h.jpeg_sof and seg_end <= n and seg_end - body >= 6:
+            h.jpeg_sof = marker
+            h.jpeg_precision = data[body]
+            h.height = _u16be(data, body + 1)
+            h.width = _u16be(data, body + 3)
+            h.channels = 1 if data[body + 5] == 1 else 3  # CMYK/YCCK decode to RGB in TF
+        elif marker == 0xE1 and h.orientation == 1 and data.startswith(b"Exif\x00\x00", body):
+            h.orientation = _exif_orientation(data[body + 6 : min(seg_end, n)])
+        elif marker == 0xDA:
+            h.jpeg_sos_at = i - 2
+            h.complete = bool(h.jpeg_sof)
+            break
+        i = seg_end
+    return h
+
+
+def _probe_png(data: bytes) -> _Header:
+    """IHDR, then the chunks before the first IDAT (tRNS, acTL, eXIf)."""
+    h = _Header()
+    n = len(data)
+    if n < 33 or data[12:16] != b"IHDR":
+        return h
+    h.width, h.height = struct.unpack(">II", data[16:24])
+    color_type = data[25]
+    trns = False
+    exif_seen = False
+    i = 33
+    while i + 8 <= n:
+        length = int.from_bytes(data[i : i + 4], "big")
+        kind = data[i + 4 : i + 8]
+        if kind == b"IDAT":
+            h.complete = True
+            break
+        if kind == b"tRNS":
+            trns = True
+        elif kind == b"acTL" and length >= 8 and i + 12 <= n:
+            h.frames = max(1, int.from_bytes(data[i + 8 : i + 12], "big"))
+        elif kind == b"eXIf":
+            exif_seen = True
+            h.orientation = _exif_orientation(data[i + 8 : min(i + 8 + length, n)])
+        i += 12 + length
+    if not exif_seen and h.complete:
+        # eXIf after IDAT is legal; PNG has no other place where these 4 bytes mean this.
+        k = data.find(b"eXIf", i)
+        if k >= 4:
+            length = int.from_bytes(data[k - 4 : k], "big")
+            if k + 4 + length <= n:
+                h.orientation = _exif_orientation(data[k + 4 : k + 4 + length])
+    # tf.io.decode_image(channels=0): palette + tRNS expands to RGBA; gray/RGB tRNS is ignored.
+    h.channels = {0: 1, 2: 3, 3: 4 if trns else 3, 4: 2, 6: 4}.get(color_type, 3)
+    return h
+
+
+def _skip_gif_blocks(data: bytes, i: int) -> int:
+    n = len(data)
+    while i < n:
+        size = data[i]
+        i += 1 + size
+        if size == 0:
+            return i
+    return n + 1  # ran off the end
+
+
+def _probe_gif(data: bytes) -> _Header:
+    """Screen size and the first two image descriptors (enough to tell animated from still)."""
+    h = _Header()
+    n = len(data)
+    if n < 13:
+        return h
+    h.width, h.height = struct.unpack("<HH", data[6:10])
+    flags = data[10]
+    i = 13 + (3 * (2 << (flags & 7)) if flags & 0x80 else 0)
+    frames = 0
+    while i < n and frames < 2:
+        block = data[i]
+        if block == 0x3B:  # trailer
+            break
+        if block == 0x21:  # extension: label, then data sub-blocks
+            i = _skip_gif_blocks(data, i + 2)
+        elif block == 0x2C:  # image descriptor
+            if i + 10 > n:
+                break
+            fw, fh = struct.unpack("<HH", data[i + 5 : i + 9])
+            if frames == 0:
+                # TensorFlow's GIF decoder sizes its output by the larger of screen and frame.
+                h.width, h.height = max(h.width, fw), max(h.height, fh)
+                h.complete = True
+            lflags = data[i + 9]
+            i += 10 + (3 * (2 << (lflags & 7)) if lflags & 0x80 else 0)
+            i = _skip_gif_blocks(data, i + 1)  # + LZW minimum code size byte
+            frames += 1
+        else:
+            break
+    h.frames = max(frames, 1)
+    return h
+
+
+def _pillow_open(data: bytes):
+    """Open lazily (header only) through Pillow's plugin registry, or None if no plugin accepts.
+
+    Image.open would run Pillow's own decompression-bomb check (89.5 Mpx warning, 179 Mpx error);
+    --max_pixels replaces it, so the plugins are called directly and the size is checked by us
+    before anything is decoded.
+    """
+    from PIL import Image
+
+    Image.init()
+    fp = io.BytesIO(data)
+    prefix = data[:16]
+    for fmt in list(Image.ID):
+        factory, accept = Image.OPEN[fmt]
+        try:
+            if accept is not None:
+                accepted = accept(prefix)
+                if not accepted or isinstance(accepted, str):
+                    continue
+            fp.seek(0)
+            return factory(fp, "")
+        except Image.DecompressionBombError as e:
+            raise Rejected("too_many_pixels", f"Pillow ({fmt}): {e}") from e
+        except _PIL_HEADER_ERRORS:
+            continue
+    return None
+
+
+def _probe_other(data: bytes) -> tuple[str, _Header]:
+    """A format we do not store: its name and header via Pillow; Rejected if it is none at all."""
+    im = _pillow_open(data)
+    if im is None:
+        what = _undecodable_image(data)
+        if what:
+            raise Rejected("unsupported_format", f"{what}: neither TensorFlow's decode_image "
+                           "nor Pillow decodes it here; convert it before the run")
+        raise Rejected("not_an_image", _describe_non_image(data))
+    fmt = (im.format or "unknown").lower()
+    h = _Header(width=im.size[0], height=im.size[1], complete=True, pil=im)
+    h.frames = int(getattr(im, "n_frames", 1) or 1)
+    try:
+        h.orientation = int(im.getexif().get(0x0112, 1))
+    except _PIL_HEADER_ERRORS:
+        h.orientation = 1  # unreadable EXIF: the pixels are still fine
+    if h.orientation not in _ORIENTATION_TRANSPOSE:
+        h.orientation = 1
+    return fmt, h
+
+
+# ----------------------------------------------------------------------------- TF decode
+def _tf():
+    import tensorflow as tf  # Deferred: importing this module must stay cheap for Beam pickling.
+
+    return tf
+
+
+def _tf_message(e) -> str:
+    lines = [ln for ln in str(getattr(e, "message", e)).splitlines() if ln.strip()]
+    text = lines[0] if lines else type(e).__name__
+    # Eager errors start with "{{function_node __wrapped__DecodeJpeg_device_...}} ".
+    if text.startswith("{{") and "}}" in text:
+        text = text.split("}}", 1)[1].strip()
+    return text.replace(" [Op:DecodeImage]", "").replace(" [Op:DecodeJpeg]", "")
+
+
+def _tf_decode(fmt: str, data: bytes, channels: int = 3, accurate: bool = False):
+    """Decode as the reader will: decode_jpeg for JPEG (the same kernel and flags as
+    decode_image, so one call proves both), decode_image(expand_animations=False) otherwise.
+
+    Returns:
+        The uint8 tensor [H, W, C].
+
+    Raises:
+        tf.errors.InvalidArgumentError: what TensorFlow says about the bytes.
+    """
+    tf = _tf()
+    if fmt == "jpeg":
+        dct = "INTEGER_ACCURATE" if accurate else ""
+        return tf.io.decode_jpeg(data, channels=channels, dct_method=dct)
+    return tf.io.decode_image(data, channels=channels, expand_animations=False)
+
+
+def _decode_failure(fmt: str, data: bytes, h: _Header, error) -> Rejected:
+    """Turn a TensorFlow decode error into a reason, with our own diagnosis first in the detail."""
+    op = "tf.io.decode_jpeg" if fmt == "jpeg" else "tf.io.decode_image"
+    tf_says = f"{op}: {_tf_message(error)}"
+    if h.width and h.height and h.width * h.height * (h.channels if fmt == "jpeg" else 1) >= (
+        _TF_MAX_OUTPUT
+    ):
+        return Rejected("too_many_pixels", f"{h.width}x{h.height} is beyond what TensorFlow's "
+                        f"{fmt.upper()} decoder accepts (2^29 output); {tf_says}")
+    if fmt == "jpeg":
+        reason, why = _jpeg_diagnosis(data, h)
+    elif fmt == "png":
+        reason, why = _png_diagnosis(data)
+    else:
+        reason, why = ("corrupt", "GIF data does not decode") if data.endswith(b";") else (
+            "truncated", f"GIF data ends at byte {len(data)} without its trailer")
+    return Rejected(reason, f"{why}; {tf_says}")
+
+
+def _jpeg_diagnosis(data: bytes, h: _Header) -> tuple[str, str]:
+    if h.jpeg_sof and (h.jpeg_precision != 8 or h.jpeg_sof not in (0xC0, 0xC1, 0xC2)):
+        kind = _SOF_NAMES.get(h.jpeg_sof, hex(h.jpeg_sof))
+        return "unsupported_format", (f"{h.jpeg_precision}-bit {kind} JPEG (SOF {h.jpeg_sof:#x}): "
+                                      "TensorFlow decodes 8-bit baseline/progressive JPEG only")
+    if h.jpeg_sos_at < 0:
+        if not h.jpeg_sof and data.find(b"\xff\xd9") < 0:
+            return "truncated", f"the file ends at byte {len(data)} inside the JPEG header"
+        return "corrupt", "the JPEG header is damaged (no frame or scan header found)"
+    if data.find(b"\xff\xd9", h.jpeg_sos_at) < 0:
+        return "truncated", (f"the compressed data ends at byte {len(data)} with no end-of-image "
+                             "marker")
+    return "corrupt", "the JPEG tables or compressed data are damaged"
+
+
+def _png_diagnosis(data: bytes) -> tuple[str, str]:
+    n = len(data)
+    i = 8
+    while i + 8 <= n:
+        length = int.from_bytes(data[i : i + 4], "big")
+        kind = data[i + 4 : i + 8]
+        name = kind.decode("latin-1")
+        if i + 12 + length > n:
+            return "truncated", (f"chunk {name!r} at byte {i} needs {length} bytes; the file "
+                                 f"ends at byte {n}")
+        crc = int.from_bytes(data[i + 8 + length : i + 12 + length], "big")
+        if zlib.crc32(data[i + 4 : i + 8 + length]) != crc:
+            return "corrupt", f"chunk {name!r} at byte {i} fails its CRC"
+        if kind == b"IEND":
+            return "corrupt", "chunks are intact but the image data does not decode"
+        i += 12 + length
+    return "truncated", f"the file ends at byte {n} before the IEND chunk"
+
+
 def _channel_stats(pixels: np.ndarray) -> tuple:
-    flat = pixels.reshape(-1, 3).astype(np.float64)
-    sums = flat.sum(axis=0)
-    sumsq = np.einsum("ij,ij->j", flat, flat)
-    return (*map(float, sums), *map(float, sumsq), int(flat.shape[0]))
+    """(sum_r, sum_g, sum_b, sumsq_r, sumsq_g, sumsq_b, num_pixels), exact, of uint8 [H, W, 3].
+
+    Pillow's C histogram is ~10x faster than float64 sums on numpy (measured ~0.2 ms on a
+    450x400 image); sums of value and value^2 follow exactly from the 3x256 counts.
+    """
+    from PIL import Image
+
+    height, width = pixels.shape[:2]
+    pixels = np.ascontiguousarray(pixels)
+    hist = Image.frombuffer("RGB", (width, height), pixels, "raw", "RGB", 0, 1).histogram()
+    counts = np.asarray(hist, dtype=np.int64).reshape(3, 256)
+    values = np.arange(256, dtype=np.int64)
+    sums = counts @ values
+    sumsq = counts @ (values * values)
+    return (*map(float, sums), *map(float, sumsq), int(height * width))
+
+
+# ----------------------------------------------------------------------------- the check
+def check_file_size(num_bytes: int, opts: CheckOptions) -> None:
+    """Refuse by size alone (callers that know the size from the listing can skip the read).
+
+    Raises:
+        Rejected: empty_file or file_too_large.
+    """
+    if num_bytes == 0:
+        raise Rejected("empty_file", "0 bytes")
+    if opts.max_file_mb and num_bytes > opts.max_file_mb * 1e6:
+        raise Rejected("file_too_large", f"{num_bytes} bytes > --max_file_mb {opts.max_file_mb:g}")
+
+
+def _check_dims(width: int, height: int, opts: CheckOptions, what: str) -> None:
+    if width <= 0 or height <= 0:
+        raise Rejected("corrupt", f"the {what} declares a {width}x{height} image")
+    if width * height > opts.max_pixels:
+        raise Rejected("too_many_pixels", f"the {what} declares {width}x{height} = "
+                       f"{width * height} pixels > --max_pixels {opts.max_pixels}")
+    if min(width, height) < opts.min_side:
+        raise Rejected("too_small", f"{width}x{height}: shorter side < --min_side {opts.min_side}")
+
+
+def _probe(data: bytes) -> tuple[str, _Header]:
+    fmt = sniff_format(data)
+    if fmt == "jpeg":
+        return fmt, _probe_jpeg(data)
+    if fmt == "png":
+        return fmt, _probe_png(data)
+    if fmt == "gif":
+        return fmt, _probe_gif(data)
+    cut = _cut_signature(data)
+    if cut:
+        raise Rejected("truncated", f"{len(data)} bytes: the start of a {cut.upper()} signature")
+    return _probe_other(data)
+
+
+def _transcode_reasons(fmt: str, h: _Header, opts: CheckOptions) -> list[str]:
+    reasons = []
+    if fmt not in STORED_FORMATS:
+        if opts.transcode == "none":
+            raise Rejected("unsupported_format", f"{fmt.upper()} is not stored as is "
+                           "(only JPEG, PNG, GIF); pass --transcode png or --transcode jpeg")
+        if fmt.upper() in _PIL_NO_PIXELS:
+            raise Rejected("unsupported_format",
+                           f"{fmt.upper()} is {_PIL_NO_PIXELS[fmt.upper()]}; cannot transcode")
+        reasons.append("unsupported_format")
+    if h.frames > 1 and h.pil is not None and h.pil.format == "MPO":
+        h.frames = 1  # multi-picture JPEG (camera depth/preview): TF reads the primary image
+    if h.frames > 1:
+        if opts.animated == "reject":
+            raise Rejected("animated", f"{fmt.upper()} with {h.frames}"
+                           f"{'+' if fmt == 'gif' else ''} frames and --animated reject")
+        reasons.append("animated_first_frame")
+    if opts.apply_exif_orientation and h.orientation != 1:
+        reasons.append("exif_orientation")
+    if opts.max_side and max(h.width, h.height) > opts.max_side:
+        reasons.append("max_side")
+    return reasons
 
 
 def check_image(data: bytes, opts: CheckOptions, compute_stats: bool = False) -> ImageInfo:
-    """Validate one file's bytes by decoding them as training will.
+    """Validate one file's bytes by decoding them as training will, once.
+
+    Order: size, signature, header (dimensions refused before any pixel buffer exists), then
+    either one TensorFlow decode of the original bytes, or, when a transcode is needed, the
+    transcode and one TensorFlow decode of its output. Whatever is accepted decodes with
+    tf.io.decode_image(channels=3, expand_animations=False) (and decode_jpeg for JPEG): it was
+    decoded that way here.
+
+    Args:
+        data: the file's bytes.
+        opts: limits and transcode choices.
+        compute_stats: also return per-channel pixel sums over the stored image.
+
+    Returns:
+        What will be stored: format, size, channels, transcode reasons, stats.
 
     Raises:
         Rejected: with a reason from REASONS and a human detail.
     """
-    if not data:
-        raise Rejected("empty_file", "0 bytes")
-    if opts.max_file_mb and len(data) > opts.max_file_mb * 1e6:
-        raise Rejected("file_too_large", f"{len(data)} bytes > --max_file_mb {opts.max_file_mb}")
-    fmt = detect_format(data)
-    if fmt is None:
-        raise Rejected("not_an_image", f"unknown leading bytes {data[:8]!r}")
-    import tensorflow as tf
-
+    check_file_size(len(data), opts)
+    fmt, h = _probe(data)
+    if h.width or h.height:
+        _check_dims(h.width, h.height, opts, "header")
+    if h.jpeg_sof in _SOF_PROGRESSIVE:
+        scans = data.count(b"\xff\xda")
+        if scans > MAX_PROGRESSIVE_SCANS:
+            raise Rejected("too_many_scans", f"progressive JPEG with {scans} scans "
+                           f"(> {MAX_PROGRESSIVE_SCANS}): refused as a decoding-time bomb")
+    reasons = _transcode_reasons(fmt, h, opts)
+    if reasons:
+        stored, stored_fmt, channels = _transcode(data, fmt, h, reasons, opts)
+    else:
+        stored, stored_fmt, channels = data, fmt, h.channels
+    tf = _tf()
     try:
-        pixels = tf.io.decode_image(data, channels=3, expand_animations=False).numpy()
-    except (tf.errors.InvalidArgumentError, tf.errors.UnknownError) as e:
-        raise Rejected("corrupt", f"tf.io.decode_image: {e.message.splitlines()[0]}") from e
-    height, width = int(pixels.shape[0]), int(pixels.shape[1])
-    from PIL import Image
-
-    channels = {"L": 1, "LA": 2, "RGB": 3, "RGBA": 4}.get(Image.open(io.BytesIO(data)).mode, 3)
-    stats = _channel_stats(pixels) if compute_stats else None
-    return ImageInfo(fmt, fmt, height, width, channels, "", stats)
+        decoded = _tf_decode(stored_fmt, stored)
+    except tf.errors.InvalidArgumentError as e:
+        raise _decode_failure(stored_fmt, stored, h if stored is data else _Header(), e) from e
+    height, width = int(decoded.shape[0]), int(decoded.shape[1])
+    _check_dims(width, height, opts, "decoded image")
+    stats = _channel_stats(decoded.numpy()) if compute_stats else None
+    return ImageInfo(stored_fmt, fmt, height, width, channels, ",".join(reasons), stats)
 
 
 def encode_for_storage(data: bytes, info: ImageInfo, opts: CheckOptions) -> bytes:
-    """The bytes to store: the original unless `info.transcode` says otherwise (deterministic)."""
+    """The bytes to store: `data` itself unless `info.transcode`, else the same transcode that
+    check_image made and verified (a pure function of data and opts: same input, same bytes).
+
+    Raises:
+        Rejected: if the bytes no longer transcode (they changed since inspection).
+        ValueError: if opts differ from inspection so that the stored format would change.
+    """
     if not info.transcode:
         return data
-    raise NotImplementedError(info.transcode)
+    fmt, h = _probe(data)
+    stored, stored_fmt, _ = _transcode(data, fmt, h, info.transcode.split(","), opts)
+    if stored_fmt != info.format:
+        raise ValueError(f"transcode now yields {stored_fmt}, inspection said {info.format}: "
+                         "the options changed between inspection and writing")
+    return stored
+
+
+# ----------------------------------------------------------------------------- transcoding
+def _transcode(
+    data: bytes, fmt: str, h: _Header, reasons: list[str], opts: CheckOptions
+) -> tuple[bytes, str, int]:
+    """Re-encode: (stored bytes, stored format, channels). Deterministic for given inputs."""
+    from PIL import Image
+
+    image, icc = _source_pixels(data, fmt, h)
+    if "exif_orientation" in reasons:
+        image = image.transpose(getattr(Image.Transpose, _ORIENTATION_TRANSPOSE[h.orientation]))
+    if "max_side" in reasons:
+        scale = opts.max_side / max(image.size)
+        size = (max(1, round(image.width * scale)), max(1, round(image.height * scale)))
+        image = image.resize(size, Image.Resampling.LANCZOS)
+    if fmt == "jpeg":
+        target = "jpeg"
+    elif fmt in STORED_FORMATS:
+        target = "png"
+    else:
+        target = opts.transcode
+    if target == "jpeg" and image.mode in ("LA", "RGBA"):
+        image = image.convert(image.mode[:-1])  # JPEG has no alpha; TF's channels=3 drops it too
+    if icc and not _icc_matches(icc, image.mode):
+        icc = None
+    out = io.BytesIO()
+    extra = {"icc_profile": icc} if icc else {}
+    if target == "jpeg":
+        image.save(out, "JPEG", quality=opts.jpeg_quality, **extra)
+    else:
+        image.save(out, "PNG", compress_level=6, **extra)
+    return out.getvalue(), target, _MODE_CHANNELS[image.mode]
+
+
+def _icc_matches(icc: bytes, mode: str) -> bool:
+    space = icc[16:20] if len(icc) >= 20 else b""
+    return space == (b"GRAY" if mode in ("L", "LA") else b"RGB ")
+
+
+def _source_pixels(data: bytes, fmt: str, h: _Header):
+    """The source's (first frame) pixels as a Pillow image in L, LA, RGB or RGBA, and its ICC.
+
+    JPEG/PNG/still GIF are decoded by TensorFlow, so a file TF rejects is rejected here too
+    rather than "repaired" by a more lenient decoder. Animated GIFs and other formats are
+    decoded by Pillow (TF's GIF decoder would read every frame).
+    """
+    from PIL import Image
+
+    tf = _tf()
+    if fmt in STORED_FORMATS and not (fmt == "gif" and h.frames > 1):
+        try:
+            pixels = _tf_decode(fmt, data, channels=0, accurate=True).numpy()
+        except tf.errors.InvalidArgumentError as e:
+            raise _decode_failure(fmt, data, h, e) from e
+        image = Image.fromarray(pixels if pixels.shape[2] > 1 else pixels[:, :, 0])
+        return image, _pillow_icc(data)
+    im = h.pil if h.pil is not None else _pillow_open(data)
+    if im is None:
+        raise Rejected("not_an_image", _describe_non_image(data))
+    try:
+        im.seek(0)
+        im.load()
+    except Image.DecompressionBombError as e:
+        raise Rejected("too_many_pixels", f"Pillow ({im.format}): {e}") from e
+    except _PIL_HEADER_ERRORS as e:
+        reason = "truncated" if "truncated" in str(e) else "corrupt"
+        raise Rejected(reason, f"Pillow ({im.format}): {e}") from e
+    return _normalize_mode(im), im.info.get("icc_profile")
+
+
+def _pillow_icc(data: bytes) -> bytes | None:
+    im = _pillow_open(data)
+    return im.info.get("icc_profile") if im is not None else None
+
+
+def _normalize_mode(im):
+    """L, LA, RGB or RGBA: what TF's decoders produce; 16-bit gray keeps its top 8 bits."""
+    from PIL import Image
+
+    mode = im.mode
+    if mode in _MODE_CHANNELS:
+        return im
+    if mode.startswith("I;16"):
+        wide = np.asarray(im, dtype=np.uint16)
+        return Image.fromarray((wide >> 8).astype(np.uint8), "L")
+    if mode in ("I", "F"):
+        raise Rejected("unsupported_format", f"{im.format} with {mode} (32-bit) pixels has no "
+                       "defined 8-bit mapping; convert it before the run")
+    if mode in ("P", "PA"):
+        target = "RGBA" if mode == "PA" or "transparency" in im.info else "RGB"
+    elif mode == "1":
+        target = "L"
+    elif mode in ("La", "RGBa"):
+        target = mode.upper()
+    else:
+        target = "RGB"  # CMYK, YCbCr, RGBX, LAB, HSV
+    try:
+        return im.convert(target)
+    except ValueError as e:  # Pillow has no conversion for this mode (LAB, HSV, ...)
+        raise Rejected("unsupported_format", f"{im.format} {mode} pixels: {e}") from e
