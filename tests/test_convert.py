@@ -324,3 +324,32 @@ def test_verify_passes_then_names_a_corrupted_shard_and_record(converted, tmp_pa
     assert f"{shard}: record" in proc.stderr and "sha256 differs" in proc.stderr
     proc = run_cli("inspect", out)
     assert "written" in proc.stdout and str(info["num_written"]) in proc.stdout
+
+
+def test_analysis_adds_statistics_and_leaves_shards_unchanged(converted, corpus, tmp_path):
+    import numpy as np
+    import tensorflow as tf
+
+    out_plain, info_plain, _, _ = converted
+    src = corpus[0]
+    out = str(tmp_path / "analyzed")
+    run_cli("convert", "--input", f"{src}/*/*.jpg", "--output", out,
+            "--splits", "train=0.7,validation=0.2,test=0.1", "--target_shard_mb", "0.05")
+    assert shard_digests(out) == shard_digests(out_plain)  # --no_analyze changes nothing else.
+    info = json.load(open(os.path.join(out, schema.DATASET_INFO)))
+    stats = info["statistics"]
+    assert os.path.isdir(os.path.join(out, "transform_fn"))
+    assert os.path.isdir(os.path.join(out, "transformed_metadata"))
+    counts, pixels = {}, []
+    for shard in info["splits"]["train"]["shards"]:
+        for rec in read_records(os.path.join(out, shard["file"])):
+            ex = tf.io.parse_single_example(rec, schema.feature_spec())
+            text = ex[schema.LABEL_TEXT].numpy().decode()
+            counts[text] = counts.get(text, 0) + 1
+            img = tf.io.decode_image(ex[schema.ENCODED], channels=3, expand_animations=False)
+            pixels.append(img.numpy().reshape(-1, 3).astype(np.float64))
+    assert stats["label_counts"] == counts
+    assert sum(counts.values()) == info["splits"]["train"]["num_examples"]
+    allpix = np.concatenate(pixels)
+    np.testing.assert_allclose(stats["pixel_mean"], allpix.mean(axis=0), rtol=1e-6)
+    np.testing.assert_allclose(stats["pixel_std"], allpix.std(axis=0), rtol=1e-6)
