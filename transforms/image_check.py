@@ -194,6 +194,7 @@ class _Header:
     frames: int = 1
     orientation: int = 1
     complete: bool = False  # the parser reached the pixel data (JPEG SOS, PNG IDAT, GIF frame)
+    ran_out: bool = False  # the header parser hit the end of the data
     jpeg_sof: int = 0
     jpeg_precision: int = 8
     jpeg_sos_at: int = -1
@@ -286,6 +287,7 @@ def _probe_jpeg(data: bytes) -> _Header:
     h = _Header()
     n = len(data)
     i = 2
+    h.ran_out = True  # unless a SOS, an EOI or a broken segment length ends the walk
     while i + 4 <= n:
         if data[i] != 0xFF:
             i = data.find(b"\xff", i)
@@ -300,8 +302,12 @@ def _probe_jpeg(data: bytes) -> _Header:
         if marker in (0x01, 0xD8) or 0xD0 <= marker <= 0xD7:
             continue
         if marker == 0xD9:
+            h.ran_out = False
             break
         seg_end = i + _u16be(data, i)
+        if seg_end < i + 2:
+            h.ran_out = False  # a length below 2 is corruption, not truncation
+            break
         body = i + 2
         if marker in _SOF and not h.jpeg_sof and seg_end <= n and seg_end - body >= 6:
             h.jpeg_sof = marker
@@ -314,6 +320,7 @@ def _probe_jpeg(data: bytes) -> _Header:
         elif marker == 0xDA:
             h.jpeg_sos_at = i - 2
             h.complete = bool(h.jpeg_sof)
+            h.ran_out = False
             break
         i = seg_end
     return h
@@ -400,6 +407,23 @@ def _probe_gif(data: bytes) -> _Header:
     return h
 
 
+def _webp_size(data: bytes) -> tuple[int, int]:
+    """Canvas size from a WebP header, (0, 0) if unreadable. Read before Pillow: opening a WebP
+    in Pillow creates libwebp's animation decoder, which allocates the canvas at once."""
+    if len(data) < 30 or data[:4] != b"RIFF" or data[8:12] != b"WEBP":
+        return 0, 0
+    chunk = data[12:16]
+    if chunk == b"VP8X":
+        return 1 + int.from_bytes(data[24:27], "little"), 1 + int.from_bytes(data[27:30], "little")
+    if chunk == b"VP8 " and data[23:26] == b"\x9d\x01\x2a":
+        return (int.from_bytes(data[26:28], "little") & 0x3FFF,
+                int.from_bytes(data[28:30], "little") & 0x3FFF)
+    if chunk == b"VP8L" and data[20] == 0x2F:
+        bits = int.from_bytes(data[21:25], "little")
+        return 1 + (bits & 0x3FFF), 1 + ((bits >> 14) & 0x3FFF)
+    return 0, 0
+
+
 def _pillow_open(data: bytes):
     """Open lazily (header only) through Pillow's plugin registry, or None if no plugin accepts.
 
@@ -428,9 +452,20 @@ def _pillow_open(data: bytes):
     return None
 
 
+def _damaged_container(data: bytes) -> str | None:
+    """The format of a WebP/TIFF that Pillow could not even open (damaged or cut), else None."""
+    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
+        return "webp"
+    if data[:4] in (b"II*\x00", b"MM\x00*"):
+        return "tiff"
+    return None
+
+
 def _probe_other(data: bytes) -> tuple[str, _Header]:
     """A format we do not store: its name and header via Pillow; Rejected if it is none at all."""
     im = _pillow_open(data)
+    if im is None and _damaged_container(data):
+        return _damaged_container(data), _Header()
     if im is None:
         what = _undecodable_image(data)
         if what:
@@ -496,8 +531,7 @@ def _decode_failure(fmt: str, data: bytes, h: _Header, error) -> Rejected:
     elif fmt == "png":
         reason, why = _png_diagnosis(data)
     else:
-        reason, why = ("corrupt", "GIF data does not decode") if data.endswith(b";") else (
-            "truncated", f"GIF data ends at byte {len(data)} without its trailer")
+        reason, why = _gif_diagnosis(data)
     return Rejected(reason, f"{why}; {tf_says}")
 
 
@@ -507,13 +541,33 @@ def _jpeg_diagnosis(data: bytes, h: _Header) -> tuple[str, str]:
         return "unsupported_format", (f"{h.jpeg_precision}-bit {kind} JPEG (SOF {h.jpeg_sof:#x}): "
                                       "TensorFlow decodes 8-bit baseline/progressive JPEG only")
     if h.jpeg_sos_at < 0:
-        if not h.jpeg_sof and data.find(b"\xff\xd9") < 0:
+        if h.ran_out:
             return "truncated", f"the file ends at byte {len(data)} inside the JPEG header"
         return "corrupt", "the JPEG header is damaged (no frame or scan header found)"
     if data.find(b"\xff\xd9", h.jpeg_sos_at) < 0:
         return "truncated", (f"the compressed data ends at byte {len(data)} with no end-of-image "
                              "marker")
     return "corrupt", "the JPEG tables or compressed data are damaged"
+
+
+def _gif_diagnosis(data: bytes) -> tuple[str, str]:
+    n = len(data)
+    flags = data[10] if n > 10 else 0
+    i = 13 + (3 * (2 << (flags & 7)) if flags & 0x80 else 0)
+    while i < n:
+        block = data[i]
+        if block == 0x3B:
+            return "corrupt", "the GIF blocks are complete but the image data does not decode"
+        if block == 0x21:
+            i = _skip_gif_blocks(data, i + 2)
+        elif block == 0x2C and i + 10 <= n:
+            lflags = data[i + 9]
+            i = _skip_gif_blocks(data, i + 11 + (3 * (2 << (lflags & 7)) if lflags & 0x80 else 0))
+        elif block == 0x2C:
+            break
+        else:
+            return "corrupt", f"unknown GIF block {block:#04x} at byte {i}"
+    return "truncated", f"the GIF data ends at byte {n} inside a block, before its trailer"
 
 
 def _png_diagnosis(data: bytes) -> tuple[str, str]:
@@ -590,6 +644,17 @@ def _probe(data: bytes) -> tuple[str, _Header]:
     return _probe_other(data)
 
 
+def _probe_checked(data: bytes, opts: CheckOptions) -> tuple[str, _Header]:
+    """_probe, with the header's dimensions checked before any decoder allocates."""
+    width, height = _webp_size(data)
+    if width and height:
+        _check_dims(width, height, opts, "WebP header")
+    fmt, h = _probe(data)
+    if h.width or h.height:
+        _check_dims(h.width, h.height, opts, "header")
+    return fmt, h
+
+
 def _transcode_reasons(fmt: str, h: _Header, opts: CheckOptions) -> list[str]:
     reasons = []
     if fmt not in STORED_FORMATS:
@@ -635,9 +700,7 @@ def check_image(data: bytes, opts: CheckOptions, compute_stats: bool = False) ->
         Rejected: with a reason from REASONS and a human detail.
     """
     check_file_size(len(data), opts)
-    fmt, h = _probe(data)
-    if h.width or h.height:
-        _check_dims(h.width, h.height, opts, "header")
+    fmt, h = _probe_checked(data, opts)
     if h.jpeg_sof in _SOF_PROGRESSIVE:
         scans = data.count(b"\xff\xda")
         if scans > MAX_PROGRESSIVE_SCANS:
@@ -669,7 +732,7 @@ def encode_for_storage(data: bytes, info: ImageInfo, opts: CheckOptions) -> byte
     """
     if not info.transcode:
         return data
-    fmt, h = _probe(data)
+    fmt, h = _probe_checked(data, opts)
     stored, stored_fmt, _ = _transcode(data, fmt, h, info.transcode.split(","), opts)
     if stored_fmt != info.format:
         raise ValueError(f"transcode now yields {stored_fmt}, inspection said {info.format}: "
@@ -734,7 +797,11 @@ def _source_pixels(data: bytes, fmt: str, h: _Header):
         return image, _pillow_icc(data)
     im = h.pil if h.pil is not None else _pillow_open(data)
     if im is None:
-        raise Rejected("not_an_image", _describe_non_image(data))
+        if data[:4] == b"RIFF" and int.from_bytes(data[4:8], "little") + 8 > len(data):
+            raise Rejected("truncated", f"the RIFF header declares "
+                           f"{int.from_bytes(data[4:8], 'little') + 8} bytes; the file has "
+                           f"{len(data)}")
+        raise Rejected("corrupt", f"Pillow cannot open this {fmt.upper()} (damaged header)")
     try:
         im.seek(0)
         im.load()
