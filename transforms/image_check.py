@@ -67,13 +67,13 @@ MAX_PROGRESSIVE_SCANS = 500
 # PNG); a --max_pixels above that surfaces as too_many_pixels, not as a decoder error.
 _TF_MAX_OUTPUT = 1 << 29
 
-# Magic bytes, checked in this order; TensorFlow's own classifier (decode_image_op.cc) uses the
-# same prefixes for jpeg/png/gif, so "what we call a JPEG" is "what TensorFlow decodes as JPEG".
+# Magic bytes, checked in this order: exactly the prefixes TensorFlow's own classifier
+# (decode_image_op.cc) uses, so "what we call a GIF" is "what TensorFlow decodes as GIF" (TF
+# and giflib accept "GIF8" + any version bytes).
 _MAGIC = (
     (b"\xff\xd8\xff", "jpeg"),
     (b"\x89PNG\r\n\x1a\n", "png"),
-    (b"GIF87a", "gif"),
-    (b"GIF89a", "gif"),
+    (b"GIF8", "gif"),
 )
 
 # Signatures of formats nobody here can decode: named in the detail, always unsupported_format.
@@ -232,10 +232,12 @@ def _describe_non_image(data: bytes) -> str:
         return "XML/markup document"
     try:
         head.decode("utf-8")
-        return "text"
+        is_text = True
     except UnicodeDecodeError as e:
-        if e.start >= len(head) - 3:  # a multi-byte character cut by the 1024-byte window
-            return "text"
+        is_text = e.start >= len(head) - 3  # a multi-byte character cut by the 1024-byte window
+    if is_text:
+        snippet = head[:40].decode("utf-8", "replace")
+        return f"text ({len(data)} bytes, starting {snippet!r})"
     return f"unknown binary data (first bytes {data[:8].hex(' ')})"
 
 
@@ -526,7 +528,9 @@ def _decode_failure(fmt: str, data: bytes, h: _Header, error) -> Rejected:
     ):
         return Rejected("too_many_pixels", f"{h.width}x{h.height} is beyond what TensorFlow's "
                         f"{fmt.upper()} decoder accepts (2^29 output); {tf_says}")
-    if fmt == "jpeg":
+    if h.complete and not (h.width and h.height):
+        reason, why = "corrupt", f"the header declares a {h.width}x{h.height} image"
+    elif fmt == "jpeg":
         reason, why = _jpeg_diagnosis(data, h)
     elif fmt == "png":
         reason, why = _png_diagnosis(data)
@@ -650,7 +654,7 @@ def _probe_checked(data: bytes, opts: CheckOptions) -> tuple[str, _Header]:
     if width and height:
         _check_dims(width, height, opts, "WebP header")
     fmt, h = _probe(data)
-    if h.width or h.height:
+    if h.width and h.height:  # a 0 side is left to the decoder, which names the error
         _check_dims(h.width, h.height, opts, "header")
     return fmt, h
 

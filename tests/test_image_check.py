@@ -1,0 +1,435 @@
+"""Tests of transforms/image_check.py on generated hostile files: outcome, TF-equivalence, storage."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import io
+import os
+import random
+import struct
+import warnings
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from tests.hostile import encode, make_hostile_corpus, photo, png_chunk, tf_decodes
+from transforms import image_check
+from transforms.image_check import (
+    REASONS,
+    CheckOptions,
+    Rejected,
+    check_file_size,
+    check_image,
+    encode_for_storage,
+    sniff_format,
+)
+
+tf = pytest.importorskip("tensorflow")
+
+# Rejections that are a policy choice on an image TensorFlow could decode (never a decode verdict).
+_POLICY = {"too_many_pixels", "too_small", "too_many_scans", "animated", "file_too_large"}
+
+# Option sets the corpus is checked under; the first is the converter's default.
+_OPTION_SETS = {
+    "defaults": CheckOptions(),
+    "transcode_png_reject_animated": CheckOptions(transcode="png", animated="reject"),
+    "no_exif_min_side_20": CheckOptions(apply_exif_orientation=False, min_side=20),
+    "transcode_jpeg_max_side_100": CheckOptions(transcode="jpeg", max_side=100, jpeg_quality=90),
+}
+
+
+def _outcome(data: bytes, opts: CheckOptions):
+    try:
+        return check_image(data, opts, compute_stats=True)
+    except Rejected as e:
+        return e
+
+
+def _read(path: str) -> bytes:
+    with open(path, "rb") as f:
+        return f.read()
+
+
+@pytest.fixture(scope="module", params=list(_OPTION_SETS))
+def corpus(request, tmp_path_factory):
+    """(opts, {path: Expected}, {path: ImageInfo | Rejected}) for one option set."""
+    opts = _OPTION_SETS[request.param]
+    files = make_hostile_corpus(str(tmp_path_factory.mktemp(request.param)), 200, seed=5,
+                                opts=opts)
+    return opts, files, {p: _outcome(_read(p), opts) for p in files}
+
+
+@pytest.fixture(scope="module")
+def default_corpus(tmp_path_factory):
+    opts = CheckOptions()
+    files = make_hostile_corpus(str(tmp_path_factory.mktemp("default")), 200, seed=11)
+    return opts, files, {p: _outcome(_read(p), opts) for p in files}
+
+
+# ----------------------------------------------------------------------------- outcomes
+def test_corpus_is_large_and_mixed(default_corpus):
+    _, files, _ = default_corpus
+    outcomes = {e.outcome for e in files.values()}
+    assert len(files) >= 200
+    assert {"written", "truncated", "corrupt", "not_an_image", "unsupported_format",
+            "too_many_pixels", "empty_file"} <= outcomes
+    assert {e.transcode for e in files.values()} >= {"", "exif_orientation",
+                                                     "animated_first_frame"}
+
+
+def test_every_file_gets_its_expected_outcome(corpus):
+    opts, files, results = corpus
+    wrong = []
+    for path, want in files.items():
+        got = results[path]
+        if isinstance(got, Rejected):
+            summary = (got.reason, "", "")
+        else:
+            summary = ("written", got.format, got.transcode)
+        if summary != (want.outcome, want.format, want.transcode):
+            wrong.append(f"{os.path.basename(path)} ({want.case}): expected "
+                         f"{(want.outcome, want.format, want.transcode)}, got {summary} "
+                         f"{getattr(got, 'detail', '')}")
+    assert not wrong, "\n".join(wrong)
+
+
+def test_rejects_name_a_known_reason_and_explain_it(corpus):
+    _, _, results = corpus
+    for path, got in results.items():
+        if isinstance(got, Rejected):
+            assert got.reason in REASONS, path
+            assert got.detail and len(got.detail) > 5, path
+
+
+def test_decoder_failures_name_the_decoder_error(default_corpus):
+    _, files, results = default_corpus
+    for path, got in results.items():
+        if isinstance(got, Rejected) and got.reason in ("truncated", "corrupt"):
+            data = _read(path)
+            if sniff_format(data) and len(data) > 8:
+                assert "tf.io.decode_" in got.detail, (path, got.detail)
+
+
+# ----------------------------------------------------------------------------- TF equivalence
+def test_accepts_exactly_what_tensorflow_decodes_on_the_corpus(default_corpus):
+    """For bytes TensorFlow would decode as JPEG/PNG/GIF: stored unchanged => TF decodes them;
+    rejected as truncated/corrupt => TF does not; TF decodes them => any rejection is policy."""
+    _, files, results = default_corpus
+    checked = 0
+    for path, got in results.items():
+        data = _read(path)
+        if sniff_format(data) is None:
+            continue
+        checked += 1
+        ok = tf_decodes(data)
+        if isinstance(got, Rejected):
+            if got.reason in ("truncated", "corrupt"):
+                assert not ok, f"{path}: TF decodes it, but rejected as {got.reason}"
+            if ok:
+                assert got.reason in _POLICY, f"{path}: TF decodes it; rejected {got.reason}"
+        elif not got.transcode:
+            assert ok, f"{path}: stored as is, but TF does not decode it"
+        elif "animated_first_frame" not in got.transcode:
+            assert ok, f"{path}: transcoded from bytes TF does not decode ({got.transcode})"
+    assert checked > 120
+
+
+def _mutants(data: bytes, rng: random.Random, start: int, count: int):
+    """Truncations at many offsets, bit flips anywhere, and in the compressed data."""
+    for off in sorted(rng.sample(range(1, len(data)), min(count, len(data) - 1))):
+        yield f"cut@{off}", data[:off]
+    for _ in range(count):
+        off = rng.randrange(len(data))
+        yield f"flip@{off}", _flip(data, off, rng.randrange(8))
+    for _ in range(count):
+        off = rng.randrange(start, len(data))
+        yield f"dataflip@{off}", _flip(data, off, rng.randrange(8))
+
+
+def _flip(data: bytes, offset: int, bit: int) -> bytes:
+    out = bytearray(data)
+    out[offset] ^= 1 << bit
+    return bytes(out)
+
+
+@pytest.mark.parametrize("kind", ["jpeg", "progressive", "png", "gif", "cmyk"])
+def test_accept_iff_tensorflow_decodes_on_mutants(kind):
+    """Hundreds of damaged files: check_image accepts one exactly when TF's decoders do."""
+    rng = random.Random(sum(map(ord, kind)))
+    im = photo(rng, 96, 72)
+    data = {
+        "jpeg": lambda: encode(im, "JPEG", quality=85),
+        "progressive": lambda: encode(im, "JPEG", progressive=True),
+        "png": lambda: encode(im, "PNG"),
+        "gif": lambda: encode(im.convert("P"), "GIF"),
+        "cmyk": lambda: encode(im.convert("CMYK"), "JPEG"),
+    }[kind]()
+    if kind == "png":
+        start = data.index(b"IDAT") + 4
+    elif kind == "gif":
+        start = 13 + 3 * (2 << (data[10] & 7)) + 20  # past the global color table
+    else:
+        start = data.rfind(b"\xff\xda") + 14
+    opts = CheckOptions()
+    disagree = []
+    seen = {"accepted": 0, "rejected": 0}
+    for name, mutant in _mutants(data, rng, start, 60):
+        got = _outcome(mutant, opts)
+        accepted = not isinstance(got, Rejected)
+        seen["accepted" if accepted else "rejected"] += 1
+        if accepted != tf_decodes(mutant):
+            disagree.append(f"{name}: check {'accepts' if accepted else got.reason}")
+        if not accepted:
+            assert got.reason in ("truncated", "corrupt", "unsupported_format", "not_an_image"), (
+                name, got.reason, got.detail)
+    assert not disagree, "\n".join(disagree)
+    assert seen["rejected"] > 30, seen
+    if kind != "png":  # every PNG byte past the signature is under a CRC: no mutant decodes
+        assert seen["accepted"] > 10, seen
+
+
+def test_decode_jpeg_and_decode_image_agree_on_jpeg_mutants():
+    """One decode_jpeg call stands for both ops: same kernel, same flags, same verdict/pixels."""
+    rng = random.Random(3)
+    data = encode(photo(rng, 80, 64), "JPEG")
+    for name, mutant in _mutants(data, rng, data.rfind(b"\xff\xda") + 14, 40):
+        try:
+            a = tf.io.decode_jpeg(mutant, channels=3).numpy()
+        except tf.errors.InvalidArgumentError:
+            a = None
+        try:
+            b = tf.io.decode_image(mutant, channels=3, expand_animations=False).numpy()
+        except tf.errors.InvalidArgumentError:
+            b = None
+        if a is None or b is None:
+            assert a is None and b is None, name
+        else:
+            assert np.array_equal(a, b), name
+
+
+# ----------------------------------------------------------------------------- stored bytes
+def test_stored_bytes_decode_as_the_reader_decodes(corpus):
+    opts, files, results = corpus
+    rng = random.Random(0)
+    for path, info in results.items():
+        if isinstance(info, Rejected):
+            continue
+        data = _read(path)
+        stored = encode_for_storage(data, info, opts)
+        assert (stored is data) == (not info.transcode), path
+        assert sniff_format(stored) == info.format, path
+        image = tf.io.decode_image(stored, channels=3, expand_animations=False)
+        assert image.dtype == tf.uint8 and image.shape == (info.height, info.width, 3), path
+        native = tf.io.decode_image(stored, expand_animations=False)
+        assert native.shape[-1] == info.channels, path
+        if info.format == "jpeg":
+            assert np.array_equal(tf.io.decode_jpeg(stored, channels=3).numpy(), image.numpy())
+            # The reader's fused crop+decode, at full and reduced DCT scale.
+            h, w = info.height, info.width
+            ch, cw = rng.randint(1, h), rng.randint(1, w)
+            window = [rng.randint(0, h - ch), rng.randint(0, w - cw), ch, cw]
+            tf.io.decode_and_crop_jpeg(stored, [0, 0, h, w], channels=3)
+            tf.io.decode_and_crop_jpeg(stored, window, channels=3)
+            for ratio in (2, 4, 8):
+                small = [0, 0, max(1, h // ratio), max(1, w // ratio)]
+                tf.io.decode_and_crop_jpeg(stored, small, channels=3, ratio=ratio)
+
+
+def test_stats_are_exact_sums_over_the_stored_image(default_corpus):
+    opts, files, results = default_corpus
+    checked = 0
+    for path, info in results.items():
+        if isinstance(info, Rejected):
+            continue
+        stored = encode_for_storage(_read(path), info, opts)
+        pixels = tf.io.decode_image(stored, channels=3, expand_animations=False).numpy()
+        flat = pixels.reshape(-1, 3).astype(np.float64)
+        want = (*flat.sum(0), *(flat * flat).sum(0), flat.shape[0])
+        assert info.stats == pytest.approx(want, rel=0, abs=0), path
+        checked += 1
+    assert checked > 50
+
+
+def test_transcode_is_deterministic(default_corpus):
+    opts, files, results = default_corpus
+    transcoded = [(p, i) for p, i in results.items()
+                  if not isinstance(i, Rejected) and i.transcode]
+    assert len(transcoded) >= 8
+    for path, info in transcoded:
+        data = _read(path)
+        first = encode_for_storage(data, info, opts)
+        assert encode_for_storage(bytes(data), info, opts) == first, path
+        assert check_image(data, opts, compute_stats=True) == info, path
+
+
+def test_checking_from_many_threads_matches_serial(default_corpus):
+    opts, files, results = default_corpus
+    paths = list(files)[:120]
+
+    def summary(path):
+        got = _outcome(_read(path), opts)
+        return got.reason if isinstance(got, Rejected) else got
+
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        parallel = list(pool.map(summary, paths))
+    serial = [results[p].reason if isinstance(results[p], Rejected) else results[p] for p in paths]
+    assert parallel == serial
+
+
+# ----------------------------------------------------------------------------- specific cases
+def _rgb(seed: int = 0, w: int = 120, h: int = 90) -> Image.Image:
+    return photo(random.Random(seed), w, h)
+
+
+def _exif(orientation: int) -> bytes:
+    exif = Image.Exif()
+    exif[0x0112] = orientation
+    return exif.tobytes()
+
+
+@pytest.mark.parametrize("orientation", range(2, 9))
+def test_exif_orientation_stores_upright_pixels(orientation):
+    from PIL import ImageOps
+
+    im = _rgb(orientation)
+    data = encode(im, "JPEG", quality=95, exif=_exif(orientation))
+    info = check_image(data, CheckOptions())
+    assert info.transcode == "exif_orientation"
+    stored = encode_for_storage(data, info, CheckOptions())
+    got = tf.io.decode_jpeg(stored, channels=3).numpy().astype(int)
+    want = np.asarray(ImageOps.exif_transpose(Image.open(io.BytesIO(data))).convert("RGB"))
+    assert got.shape == want.shape
+    assert np.abs(got - want).mean() < 4  # one extra JPEG generation at quality 95
+    assert Image.open(io.BytesIO(stored)).getexif().get(0x0112) is None
+    kept = check_image(data, CheckOptions(apply_exif_orientation=False))
+    assert kept.transcode == "" and (kept.width, kept.height) == im.size
+
+
+def test_cmyk_jpeg_decodes_to_the_right_colours_so_it_is_stored_as_is():
+    im = _rgb(1)
+    data = encode(im.convert("CMYK"), "JPEG", quality=95)
+    info = check_image(data, CheckOptions())
+    assert (info.format, info.transcode, info.channels) == ("jpeg", "", 3)
+    got = tf.io.decode_jpeg(data, channels=3).numpy().astype(int)
+    assert np.abs(got - np.asarray(im)).mean() < 4
+
+
+def test_16bit_png_is_stored_and_decodes_to_its_top_byte():
+    wide = (np.arange(40 * 30, dtype=np.uint32).reshape(30, 40) * 53 % 65536).astype(np.uint16)
+    data = encode(Image.fromarray(wide), "PNG")
+    info = check_image(data, CheckOptions())
+    assert (info.format, info.channels, info.transcode) == ("png", 1, "")
+    got = tf.io.decode_image(data, channels=3, expand_animations=False).numpy()
+    assert got.dtype == np.uint8
+    assert np.array_equal(got[..., 0], (wide >> 8).astype(np.uint8))
+
+
+def test_animated_gif_keeps_its_first_frame_as_png():
+    frames = [_rgb(s).convert("P") for s in range(3)]
+    data = encode(frames[0], "GIF", save_all=True, append_images=frames[1:])
+    info = check_image(data, CheckOptions())
+    assert (info.format, info.source_format, info.transcode) == ("png", "gif",
+                                                                 "animated_first_frame")
+    stored = encode_for_storage(data, info, CheckOptions())
+    got = tf.io.decode_image(stored, channels=3, expand_animations=False).numpy()
+    assert np.array_equal(got, np.asarray(frames[0].convert("RGB")))
+    with pytest.raises(Rejected) as e:
+        check_image(data, CheckOptions(animated="reject"))
+    assert e.value.reason == "animated"
+
+
+def test_max_side_downscales_keeping_aspect():
+    data = encode(_rgb(2, 200, 100), "JPEG")
+    info = check_image(data, CheckOptions(max_side=50))
+    assert (info.width, info.height, info.transcode) == (50, 25, "max_side")
+
+
+def _bmp_header_only(width: int, height: int) -> bytes:
+    info = struct.pack("<IiiHHIIiiII", 40, width, height, 1, 24, 0, 0, 2835, 2835, 0, 0)
+    return b"BM" + struct.pack("<IHHI", 54 + 64, 0, 0, 54) + info + bytes(64)
+
+
+@pytest.mark.parametrize("make", [
+    lambda: _bmp_header_only(12_000, 12_000),  # 144 Mpx: between Pillow's warning and error
+    lambda: _bmp_header_only(30_000, 30_000),  # 900 Mpx: beyond Pillow's error threshold
+    lambda: b"\x89PNG\r\n\x1a\n" + png_chunk(b"IHDR", struct.pack(">IIBBBBB", 12_000, 12_000,
+                                                                  8, 2, 0, 0, 0)),
+])
+def test_bombs_are_refused_from_the_header_without_decoding_or_pillow_warnings(make, monkeypatch):
+    def no_decode(*args, **kwargs):
+        raise AssertionError("decoded a bomb")
+
+    monkeypatch.setattr(image_check, "_tf_decode", no_decode)
+    monkeypatch.setattr(image_check, "_source_pixels", no_decode)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with pytest.raises(Rejected) as e:
+            check_image(make(), CheckOptions(transcode="png"))
+    assert e.value.reason == "too_many_pixels"
+    assert "--max_pixels" in e.value.detail
+    assert not [w for w in caught if issubclass(w.category, Image.DecompressionBombWarning)]
+
+
+def test_size_limits():
+    with pytest.raises(Rejected) as e:
+        check_file_size(0, CheckOptions())
+    assert e.value.reason == "empty_file"
+    with pytest.raises(Rejected) as e:
+        check_image(b"x" * 2_000_001, CheckOptions(max_file_mb=2))
+    assert e.value.reason == "file_too_large" and "--max_file_mb 2" in e.value.detail
+    check_file_size(2_000_000, CheckOptions(max_file_mb=2))
+    with pytest.raises(Rejected) as e:
+        check_image(encode(_rgb(3, 40, 12), "PNG"), CheckOptions(min_side=16))
+    assert e.value.reason == "too_small" and "40x12" in e.value.detail
+
+
+@pytest.mark.parametrize("data, words", [
+    (b"<!doctype html><html><body>oops</body></html>", "HTML"),
+    (b"%PDF-1.4 ...", "PDF"),
+    (b"PK\x03\x04" + bytes(30), "ZIP"),
+    (b"plain words\n" * 5, "text"),
+])
+def test_non_images_say_what_they_look_like(data, words):
+    with pytest.raises(Rejected) as e:
+        check_image(data, CheckOptions())
+    assert e.value.reason == "not_an_image" and words in e.value.detail
+
+
+def test_truncated_jpeg_detail_names_the_offset_and_the_decoder():
+    data = encode(_rgb(4), "JPEG")
+    with pytest.raises(Rejected) as e:
+        check_image(data[: len(data) // 2], CheckOptions())
+    assert e.value.reason == "truncated"
+    assert f"byte {len(data) // 2}" in e.value.detail and "tf.io.decode_jpeg" in e.value.detail
+
+
+def test_png_crc_damage_names_the_chunk():
+    data = bytearray(encode(_rgb(5), "PNG"))
+    idat = data.index(b"IDAT")
+    data[idat + 40] ^= 0x10
+    with pytest.raises(Rejected) as e:
+        check_image(bytes(data), CheckOptions())
+    assert e.value.reason == "corrupt" and "'IDAT'" in e.value.detail and "CRC" in e.value.detail
+
+
+def test_options_are_validated_with_the_flag_name():
+    for kwargs, flag in [({"animated": "loop"}, "--animated"), ({"transcode": "gif"},
+                         "--transcode"), ({"jpeg_quality": 0}, "--jpeg_quality"),
+                         ({"max_pixels": 0}, "--max_pixels"), ({"min_side": 0}, "--min_side")]:
+        with pytest.raises(ValueError, match=flag):
+            CheckOptions(**kwargs)
+
+
+def test_reason_taxonomy_is_stable_and_documented():
+    # Renaming a reason breaks users' scripts over rejected.jsonl: extend this set, never edit it.
+    assert set(REASONS) >= {
+        "unreadable", "empty_file", "file_too_large", "not_an_image", "unsupported_format",
+        "truncated", "corrupt", "too_many_pixels", "too_many_scans", "too_small", "animated",
+        "changed_during_run",
+    }
+    doc = os.path.join(os.path.dirname(__file__), os.pardir, "docs", "README_rejects.md")
+    with open(doc, encoding="utf-8") as f:
+        text = f.read()
+    for key in (*REASONS, *image_check.TRANSCODE_REASONS):
+        assert f"`{key}`" in text, f"{key} is not documented in docs/README_rejects.md"
