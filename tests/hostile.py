@@ -502,10 +502,14 @@ def _other_formats(c: _Corpus) -> None:
         ("icon.ico", encode(im.resize((48, 48)), "ICO", sizes=[(48, 48)]), "ico"),
         ("rgb.jp2", encode(im, "JPEG2000"), "jpeg2000"),
         ("rgb.qoi", encode(im, "QOI"), "qoi"),
+        ("rgb.avif", encode(im, "AVIF", quality=70), "avif"),
     ]
     for name, data, fmt in simple:
         size = (48, 48) if fmt == "ico" else im.size
         c.add(name, data, c.unsupported(f"{fmt.upper()} {name}", fmt, size))
+    c.add("figure.eps", b"%!PS-Adobe-3.0 EPSF-3.0\n%%BoundingBox: 0 0 200 100\n"
+          b"newpath 0 0 moveto 20 10 lineto stroke\n%%EOF\n",
+          c.unsupported("EPS (needs Ghostscript)", "eps", (200, 100), decodable=False))
     c.add("float.tiff", encode(Image.fromarray(np.zeros((20, 30), np.float32)), "TIFF"),
           c.unsupported("32-bit float TIFF", "tiff", (30, 20), decodable=False))
     seq = [im, im.rotate(90), im.rotate(180)]

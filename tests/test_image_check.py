@@ -433,3 +433,20 @@ def test_reason_taxonomy_is_stable_and_documented():
         text = f.read()
     for key in (*REASONS, *image_check.TRANSCODE_REASONS):
         assert f"`{key}`" in text, f"{key} is not documented in docs/README_rejects.md"
+
+
+@pytest.mark.parametrize("fmt", ["JPEG", "PNG"])
+def test_transcodes_keep_a_matching_icc_profile_and_drop_a_mismatched_one(fmt):
+    from PIL import ImageCms
+
+    srgb = ImageCms.ImageCmsProfile(ImageCms.createProfile("sRGB")).tobytes()
+    im = _rgb(6)
+    data = encode(im, fmt, icc_profile=srgb, exif=_exif(3))
+    info = check_image(data, CheckOptions())
+    assert info.transcode == "exif_orientation"
+    stored = encode_for_storage(data, info, CheckOptions())
+    assert Image.open(io.BytesIO(stored)).info.get("icc_profile") == srgb
+    cmyk_tagged = srgb[:16] + b"CMYK" + srgb[20:]  # a profile for another colour space
+    data = encode(im, fmt, icc_profile=cmyk_tagged, exif=_exif(3))
+    stored = encode_for_storage(data, check_image(data, CheckOptions()), CheckOptions())
+    assert Image.open(io.BytesIO(stored)).info.get("icc_profile") is None

@@ -124,6 +124,9 @@ _PIL_HEADER_ERRORS = (
 # Pillow formats that open but whose pixels need an external program (Ghostscript, Windows GDI).
 _PIL_NO_PIXELS = {"EPS": "needs Ghostscript", "WMF": "a vector metafile", "EMF": "a vector metafile"}
 
+# ICC profiles are tens of KB (v4 with LUTs a few hundred); larger is junk or a zlib bomb.
+_MAX_ICC_BYTES = 4 << 20
+
 # The stored mode -> channels that tf.io.decode_image(channels=0) yields for it.
 _MODE_CHANNELS = {"L": 1, "LA": 2, "RGB": 3, "RGBA": 4}
 
@@ -195,6 +198,7 @@ class _Header:
     orientation: int = 1
     complete: bool = False  # the parser reached the pixel data (JPEG SOS, PNG IDAT, GIF frame)
     ran_out: bool = False  # the header parser hit the end of the data
+    icc: bytes | None = None  # the embedded ICC profile, kept on transcodes
     jpeg_sof: int = 0
     jpeg_precision: int = 8
     jpeg_sos_at: int = -1
@@ -290,6 +294,7 @@ def _probe_jpeg(data: bytes) -> _Header:
     n = len(data)
     i = 2
     h.ran_out = True  # unless a SOS, an EOI or a broken segment length ends the walk
+    icc_parts: list[tuple[int, bytes]] = []
     while i + 4 <= n:
         if data[i] != 0xFF:
             i = data.find(b"\xff", i)
@@ -319,12 +324,16 @@ def _probe_jpeg(data: bytes) -> _Header:
             h.channels = 1 if data[body + 5] == 1 else 3  # CMYK/YCCK decode to RGB in TF
         elif marker == 0xE1 and h.orientation == 1 and data.startswith(b"Exif\x00\x00", body):
             h.orientation = _exif_orientation(data[body + 6 : min(seg_end, n)])
+        elif marker == 0xE2 and data.startswith(b"ICC_PROFILE\x00", body) and seg_end <= n:
+            icc_parts.append((data[body + 12], data[body + 14 : seg_end]))
         elif marker == 0xDA:
             h.jpeg_sos_at = i - 2
             h.complete = bool(h.jpeg_sof)
             h.ran_out = False
             break
         i = seg_end
+    if icc_parts:  # APP2 chunks, numbered from 1, hold one profile in pieces
+        h.icc = b"".join(part for _, part in sorted(icc_parts))
     return h
 
 
@@ -352,6 +361,8 @@ def _probe_png(data: bytes) -> _Header:
         elif kind == b"eXIf":
             exif_seen = True
             h.orientation = _exif_orientation(data[i + 8 : min(i + 8 + length, n)])
+        elif kind == b"iCCP":
+            h.icc = _inflate_icc(data[i + 8 : min(i + 8 + length, n)])
         i += 12 + length
     if not exif_seen and h.complete:
         # eXIf after IDAT is legal; PNG has no other place where these 4 bytes mean this.
@@ -363,6 +374,19 @@ def _probe_png(data: bytes) -> _Header:
     # tf.io.decode_image(channels=0): palette + tRNS expands to RGBA; gray/RGB tRNS is ignored.
     h.channels = {0: 1, 2: 3, 3: 4 if trns else 3, 4: 2, 6: 4}.get(color_type, 3)
     return h
+
+
+def _inflate_icc(body: bytes) -> bytes | None:
+    """The profile of a PNG iCCP chunk body (name, 0, method 0, zlib data), or None."""
+    sep = body.find(b"\x00")
+    if sep < 0 or sep + 2 > len(body):
+        return None
+    try:
+        # A real profile is well under 1 MB; the cap keeps a zlib bomb in iCCP harmless.
+        profile = zlib.decompressobj().decompress(body[sep + 2 :], _MAX_ICC_BYTES)
+    except zlib.error:
+        return None
+    return profile if len(profile) < _MAX_ICC_BYTES else None
 
 
 def _skip_gif_blocks(data: bytes, i: int) -> int:
@@ -798,7 +822,7 @@ def _source_pixels(data: bytes, fmt: str, h: _Header):
         except tf.errors.InvalidArgumentError as e:
             raise _decode_failure(fmt, data, h, e) from e
         image = Image.fromarray(pixels if pixels.shape[2] > 1 else pixels[:, :, 0])
-        return image, _pillow_icc(data)
+        return image, h.icc
     im = h.pil if h.pil is not None else _pillow_open(data)
     if im is None:
         if data[:4] == b"RIFF" and int.from_bytes(data[4:8], "little") + 8 > len(data):
@@ -815,11 +839,6 @@ def _source_pixels(data: bytes, fmt: str, h: _Header):
         reason = "truncated" if "truncated" in str(e) else "corrupt"
         raise Rejected(reason, f"Pillow ({im.format}): {e}") from e
     return _normalize_mode(im), im.info.get("icc_profile")
-
-
-def _pillow_icc(data: bytes) -> bytes | None:
-    im = _pillow_open(data)
-    return im.info.get("icc_profile") if im is not None else None
 
 
 def _normalize_mode(im):
