@@ -28,7 +28,9 @@ def _image_bytes(index: int, fmt: str) -> tuple[bytes, int, int]:
     rng = np.random.default_rng(index)
     height, width = 30 + index % 17, 40 + index % 23
     base = rng.integers(0, 256, size=(1, 1, 3))
-    pixels = np.clip(base + rng.normal(0, 30, size=(height, width, 3)), 0, 255).astype(np.uint8)
+    pixels = np.clip(base + rng.normal(0, 30, size=(height, width, 3)), 0, 255).astype(
+        np.uint8
+    )
     out = io.BytesIO()
     Image.fromarray(pixels).save(out, format="JPEG" if fmt == "jpeg" else "PNG")
     return out.getvalue(), height, width
@@ -36,7 +38,11 @@ def _image_bytes(index: int, fmt: str) -> tuple[bytes, int, int]:
 
 def write_dataset(root: str, gzip: bool = False, splits: dict = SPLITS) -> str:
     """Write shards and a matching dataset_info.json under `root`; returns `root`."""
-    info = {"schema_version": schema.SCHEMA_VERSION, "label_names": LABELS, "splits": {}}
+    info = {
+        "schema_version": schema.SCHEMA_VERSION,
+        "label_names": LABELS,
+        "splits": {},
+    }
     options = tf.io.TFRecordOptions(compression_type="GZIP" if gzip else "")
     index = 0
     for split, (num_examples, num_shards) in splits.items():
@@ -92,14 +98,18 @@ def data_dir(tmp_path_factory) -> str:
 
 
 def _filenames(dataset) -> list[str]:
-    return [f.decode() for _, _, extras in dataset for f in extras[schema.FILENAME].numpy()]
+    return [
+        f.decode() for _, _, extras in dataset for f in extras[schema.FILENAME].numpy()
+    ]
 
 
 # ---------------------------------------------------------------- single pipeline, in process
 
 
 def test_training_batches_are_uint8_images_and_int64_labels(data_dir):
-    ds = reader.make_dataset(data_dir, "train", 8, training=True, image_size=IMAGE_SIZE, seed=1)
+    ds = reader.make_dataset(
+        data_dir, "train", 8, training=True, image_size=IMAGE_SIZE, seed=1
+    )
     images, labels = next(iter(ds))
     assert images.dtype == tf.uint8 and images.shape == (8, *IMAGE_SIZE, 3)
     assert labels.dtype == tf.int64 and labels.shape == (8,)
@@ -110,7 +120,11 @@ def test_training_batches_are_uint8_images_and_int64_labels(data_dir):
 
 def test_evaluation_epoch_yields_every_example_once_in_a_fixed_order(data_dir):
     ds = reader.make_dataset(
-        data_dir, "validation", 8, image_size=IMAGE_SIZE, extra_features=[schema.FILENAME]
+        data_dir,
+        "validation",
+        8,
+        image_size=IMAGE_SIZE,
+        extra_features=[schema.FILENAME],
     )
     names = _filenames(ds)
     assert len(names) == 21 and len(set(names)) == 21
@@ -122,7 +136,11 @@ def test_evaluation_epoch_yields_every_example_once_in_a_fixed_order(data_dir):
 
 def test_extra_features_return_label_text(data_dir):
     ds = reader.make_dataset(
-        data_dir, "validation", 21, image_size=IMAGE_SIZE, extra_features=[schema.LABEL_TEXT]
+        data_dir,
+        "validation",
+        21,
+        image_size=IMAGE_SIZE,
+        extra_features=[schema.LABEL_TEXT],
     )
     _, labels, extras = next(iter(ds))
     texts = [t.decode() for t in extras[schema.LABEL_TEXT].numpy()]
@@ -169,20 +187,33 @@ def test_centre_crop_is_the_middle_of_the_image():
 def test_seed_and_determinism_make_training_reproducible(data_dir):
     def first_batches(seed):
         ds = reader.make_dataset(
-            data_dir, "train", 8, training=True, image_size=IMAGE_SIZE, seed=seed,
+            data_dir,
+            "train",
+            8,
+            training=True,
+            image_size=IMAGE_SIZE,
+            seed=seed,
             deterministic=True,
         )
         return [(i.numpy(), l.numpy()) for i, l in ds.take(3)]
 
     a, b, c = first_batches(7), first_batches(7), first_batches(8)
-    assert all(np.array_equal(x[0], y[0]) and np.array_equal(x[1], y[1]) for x, y in zip(a, b))
+    assert all(
+        np.array_equal(x[0], y[0]) and np.array_equal(x[1], y[1]) for x, y in zip(a, b)
+    )
     assert not all(np.array_equal(x[0], y[0]) for x, y in zip(a, c))
 
 
 def test_training_epoch_without_repeat_drops_the_remainder_and_reshuffles(data_dir):
     ds = reader.make_dataset(
-        data_dir, "train", 16, training=True, repeat=False, image_size=IMAGE_SIZE,
-        extra_features=[schema.FILENAME], seed=3,
+        data_dir,
+        "train",
+        16,
+        training=True,
+        repeat=False,
+        image_size=IMAGE_SIZE,
+        extra_features=[schema.FILENAME],
+        seed=3,
     )
     first, second = _filenames(ds), _filenames(ds)
     assert len(first) == 16 * reader.steps_per_epoch(data_dir, "train", 16) == 48
@@ -196,8 +227,14 @@ def test_input_pipelines_split_files_without_overlap(data_dir):
             num_input_pipelines=2, input_pipeline_id=pipeline_id, num_replicas_in_sync=2
         )
         ds = reader.make_dataset(
-            data_dir, split, 4, input_context=ctx, training=training, repeat=False,
-            image_size=IMAGE_SIZE, extra_features=[schema.FILENAME],
+            data_dir,
+            split,
+            4,
+            input_context=ctx,
+            training=training,
+            repeat=False,
+            image_size=IMAGE_SIZE,
+            extra_features=[schema.FILENAME],
         )
         batch = next(iter(ds))
         assert batch[0].shape[0] == 2  # per-replica batch: 4 global / 2 replicas
@@ -206,14 +243,21 @@ def test_input_pipelines_split_files_without_overlap(data_dir):
     for split, training in (("validation", False), ("train", True)):
         a, b = names(split, training, 0), names(split, training, 1)
         assert not set(a) & set(b)
-        if not training:  # evaluation keeps partial batches: the union is the whole split
+        if (
+            not training
+        ):  # evaluation keeps partial batches: the union is the whole split
             assert len(a) + len(b) == 21 and len(set(a) | set(b)) == 21
 
 
 def test_gzip_shards_and_cache(tmp_path):
     root = write_dataset(str(tmp_path), gzip=True, splits={"validation": (10, 2)})
     ds = reader.make_dataset(
-        root, "validation", 4, image_size=IMAGE_SIZE, cache=True, extra_features=[schema.FILENAME]
+        root,
+        "validation",
+        4,
+        image_size=IMAGE_SIZE,
+        cache=True,
+        extra_features=[schema.FILENAME],
     )
     assert sorted(_filenames(ds)) == sorted(_filenames(ds))
     assert len(set(_filenames(ds))) == 10
@@ -232,10 +276,14 @@ def test_postprocess_runs_per_example_before_batching(data_dir):
 
 
 def test_dct_scaling_decodes_large_jpegs_at_reduced_scale(tmp_path):
-    pixels = np.random.default_rng(0).integers(0, 256, size=(200, 240, 3), dtype=np.uint8)
+    pixels = np.random.default_rng(0).integers(
+        0, 256, size=(200, 240, 3), dtype=np.uint8
+    )
     out = io.BytesIO()
     Image.fromarray(pixels).save(out, format="JPEG")
-    image = reader._decode_and_crop_scaled(tf.constant(out.getvalue()), (10, 20, 160, 200), (40, 40))
+    image = reader._decode_and_crop_scaled(
+        tf.constant(out.getvalue()), (10, 20, 160, 200), (40, 40)
+    )
     assert image.shape == (40, 50, 3)  # ratio 4: the 160x200 window at quarter scale
 
 
@@ -264,7 +312,9 @@ def test_directory_without_dataset_info(tmp_path):
 
 
 def test_unknown_split_names_the_known_ones(data_dir):
-    with pytest.raises(ValueError, match=r"unknown split 'test'.*\['train', 'validation'\]"):
+    with pytest.raises(
+        ValueError, match=r"unknown split 'test'.*\['train', 'validation'\]"
+    ):
         reader.make_dataset(data_dir, "test", 8)
     with pytest.raises(ValueError, match="unknown split 'test'"):
         reader.steps_per_epoch(data_dir, "test", 8)
@@ -273,13 +323,17 @@ def test_unknown_split_names_the_known_ones(data_dir):
 def test_missing_shard_is_named(tmp_path):
     root = write_dataset(str(tmp_path), splits={"validation": (6, 2)})
     os.remove(os.path.join(root, schema.shard_name("validation", 1, 2)))
-    with pytest.raises(FileNotFoundError, match=r"missing: .*validation-00001-of-00002\.tfrecord"):
+    with pytest.raises(
+        FileNotFoundError, match=r"missing: .*validation-00001-of-00002\.tfrecord"
+    ):
         reader.make_dataset(root, "validation", 2)
 
 
 def test_batch_not_divisible_by_replicas(data_dir):
     ctx = tf.distribute.InputContext(num_replicas_in_sync=2)
-    with pytest.raises(ValueError, match="global_batch_size 7 is not divisible by the 2 replicas"):
+    with pytest.raises(
+        ValueError, match="global_batch_size 7 is not divisible by the 2 replicas"
+    ):
         reader.make_dataset(data_dir, "train", 7, input_context=ctx)
 
 
@@ -292,7 +346,9 @@ def test_corrupt_shard_fails_with_its_name(tmp_path):
         f.seek(200)
         f.write(bytes([byte[0] ^ 0xFF]))
     ds = reader.make_dataset(root, "validation", 4, image_size=IMAGE_SIZE)
-    with pytest.raises(tf.errors.OpError, match=r"validation-00002-of-00003\.tfrecord is corrupt"):
+    with pytest.raises(
+        tf.errors.OpError, match=r"validation-00002-of-00003\.tfrecord is corrupt"
+    ):
         list(ds)
 
 
@@ -353,14 +409,24 @@ _MIRRORED_SCRIPT = textwrap.dedent(
 @pytest.fixture(scope="module")
 def mirrored(data_dir) -> dict:
     """Run the MirroredStrategy scenario with two logical CPUs in a fresh process."""
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="0", PYTHONPATH=REPO, CUDA_VISIBLE_DEVICES="")
+    env = dict(
+        os.environ, TF_CPP_MIN_LOG_LEVEL="0", PYTHONPATH=REPO, CUDA_VISIBLE_DEVICES=""
+    )
     proc = subprocess.run(
         [sys.executable, "-c", _MIRRORED_SCRIPT, data_dir],
-        capture_output=True, text=True, env=env, cwd=REPO, timeout=180,
+        check=False,
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO,
+        timeout=180,
     )
     assert proc.returncode == 0, proc.stderr[-4000:]
     line = [l for l in proc.stdout.splitlines() if l.startswith("RESULT ")][-1]
-    return {"result": json.loads(line[len("RESULT "):]), "log": proc.stdout + proc.stderr}
+    return {
+        "result": json.loads(line[len("RESULT ") :]),
+        "log": proc.stdout + proc.stderr,
+    }
 
 
 def test_mirrored_each_replica_gets_half_the_global_batch(mirrored):
@@ -382,6 +448,37 @@ def test_mirrored_model_fit_runs_steps_per_epoch(mirrored):
     assert "ran out of data" not in mirrored["log"]
 
 
+def test_example_trains_with_mirrored_strategy(data_dir):
+    env = dict(os.environ, PYTHONPATH=REPO, CUDA_VISIBLE_DEVICES="")
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "examples/train_mirrored.py",
+            "--data_dir",
+            data_dir,
+            "--epochs",
+            "2",
+            "--batch_size",
+            "8",
+            "--image_size",
+            "32",
+            "--seed",
+            "0",
+        ],
+        check=False,
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO,
+        timeout=180,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert "replicas in sync: 2" in proc.stdout
+    assert proc.stdout.count("val_accuracy") >= 2  # evaluation ran after both epochs
+
+
 def test_mirrored_logs_no_auto_shard_warning(mirrored):
     log = mirrored["log"].lower()
-    assert "auto_shard" not in log and "autoshard" not in log and "unshardable" not in log
+    assert (
+        "auto_shard" not in log and "autoshard" not in log and "unshardable" not in log
+    )
