@@ -25,7 +25,7 @@ from PIL import Image
 
 from transforms.image_check import CheckOptions
 
-__all__ = ["Expected", "make_hostile_corpus", "photo", "encode", "tf_decodes", "png_chunk"]
+__all__ = ["Expected", "encode", "make_hostile_corpus", "photo", "png_chunk", "tf_decodes"]
 
 # Photos that ship with scikit-image (no download): the crops below are real photographic
 # content, so JPEG entropy data and PNG filters behave as they do on a real corpus.
@@ -80,8 +80,8 @@ def png_chunk(kind: bytes, body: bytes) -> bytes:
 
 def _raw_png(width: int, height: int, bit_depth: int, color_type: int, rows: bytes) -> bytes:
     ihdr = struct.pack(">IIBBBBB", width, height, bit_depth, color_type, 0, 0, 0)
-    return (b"\x89PNG\r\n\x1a\n" + png_chunk(b"IHDR", ihdr) + png_chunk(b"IDAT", zlib.compress(rows))
-            + png_chunk(b"IEND", b""))
+    idat = png_chunk(b"IDAT", zlib.compress(rows))
+    return b"\x89PNG\r\n\x1a\n" + png_chunk(b"IHDR", ihdr) + idat + png_chunk(b"IEND", b"")
 
 
 def tf_decodes(data: bytes) -> bool:
@@ -559,8 +559,7 @@ def _bombs(c: _Corpus) -> None:
     ifd = struct.unpack("<I", tiff[4:8])[0]
     for k in range(struct.unpack("<H", tiff[ifd : ifd + 2])[0]):
         e = ifd + 2 + 12 * k
-        tag, kind = struct.unpack("<HH", tiff[e : e + 4])
-        if tag in (256, 257):
+        if struct.unpack("<H", tiff[e : e + 2])[0] in (256, 257):
             big[e + 2 : e + 4] = struct.pack("<H", 4)
             big[e + 8 : e + 12] = struct.pack("<I", 60000)
     c.add("bomb.tiff", bytes(big), Expected("too_many_pixels", "TIFF 60000x60000 IFD"))

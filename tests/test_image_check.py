@@ -1,4 +1,4 @@
-"""Tests of transforms/image_check.py on generated hostile files: outcome, TF-equivalence, storage."""
+"""Tests of image_check on generated hostile files: outcomes, TF-equivalence, stored bytes."""
 
 from __future__ import annotations
 
@@ -79,7 +79,7 @@ def test_corpus_is_large_and_mixed(default_corpus):
 
 
 def test_every_file_gets_its_expected_outcome(corpus):
-    opts, files, results = corpus
+    _, files, results = corpus
     wrong = []
     for path, want in files.items():
         got = results[path]
@@ -103,7 +103,7 @@ def test_rejects_name_a_known_reason_and_explain_it(corpus):
 
 
 def test_decoder_failures_name_the_decoder_error(default_corpus):
-    _, files, results = default_corpus
+    _, _, results = default_corpus
     for path, got in results.items():
         if isinstance(got, Rejected) and got.reason in ("truncated", "corrupt"):
             data = _read(path)
@@ -115,7 +115,7 @@ def test_decoder_failures_name_the_decoder_error(default_corpus):
 def test_accepts_exactly_what_tensorflow_decodes_on_the_corpus(default_corpus):
     """For bytes TensorFlow would decode as JPEG/PNG/GIF: stored unchanged => TF decodes them;
     rejected as truncated/corrupt => TF does not; TF decodes them => any rejection is policy."""
-    _, files, results = default_corpus
+    _, _, results = default_corpus
     checked = 0
     for path, got in results.items():
         data = _read(path)
@@ -210,7 +210,7 @@ def test_decode_jpeg_and_decode_image_agree_on_jpeg_mutants():
 
 # ----------------------------------------------------------------------------- stored bytes
 def test_stored_bytes_decode_as_the_reader_decodes(corpus):
-    opts, files, results = corpus
+    opts, _, results = corpus
     rng = random.Random(0)
     for path, info in results.items():
         if isinstance(info, Rejected):
@@ -237,7 +237,7 @@ def test_stored_bytes_decode_as_the_reader_decodes(corpus):
 
 
 def test_stats_are_exact_sums_over_the_stored_image(default_corpus):
-    opts, files, results = default_corpus
+    opts, _, results = default_corpus
     checked = 0
     for path, info in results.items():
         if isinstance(info, Rejected):
@@ -252,7 +252,7 @@ def test_stats_are_exact_sums_over_the_stored_image(default_corpus):
 
 
 def test_transcode_is_deterministic(default_corpus):
-    opts, files, results = default_corpus
+    opts, _, results = default_corpus
     transcoded = [(p, i) for p, i in results.items()
                   if not isinstance(i, Rejected) and i.transcode]
     assert len(transcoded) >= 8

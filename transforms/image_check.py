@@ -1,4 +1,4 @@
-"""Decide, for one file's bytes, whether TensorFlow can train on it: format, limits, decode, transcode."""
+"""Decide, for one file's bytes, whether TensorFlow can train on it: limits, decode, transcode."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ from typing import Any
 import numpy as np
 
 __all__ = [
-    "REASONS",
-    "TRANSCODE_REASONS",
-    "STORED_FORMATS",
     "MAX_PROGRESSIVE_SCANS",
+    "REASONS",
+    "STORED_FORMATS",
+    "TRANSCODE_REASONS",
     "CheckOptions",
     "ImageInfo",
     "Rejected",
@@ -122,7 +122,9 @@ _PIL_HEADER_ERRORS = (
     ZeroDivisionError, OSError, NotImplementedError,
 )
 # Pillow formats that open but whose pixels need an external program (Ghostscript, Windows GDI).
-_PIL_NO_PIXELS = {"EPS": "needs Ghostscript", "WMF": "a vector metafile", "EMF": "a vector metafile"}
+_PIL_NO_PIXELS = {
+    "EPS": "needs Ghostscript", "WMF": "a vector metafile", "EMF": "a vector metafile",
+}
 
 # ICC profiles are tens of KB (v4 with LUTs a few hundred); larger is junk or a zlib bomb.
 _MAX_ICC_BYTES = 4 << 20
@@ -232,7 +234,7 @@ def _describe_non_image(data: bytes) -> str:
     text = head.lstrip(b"\xef\xbb\xbf \t\r\n").lower()
     if text.startswith((b"<!doctype html", b"<html")) or b"<html" in text or b"<body" in text:
         return "HTML document (an error page saved as an image?)"
-    if text.startswith(b"<?xml") or text.startswith(b"<"):
+    if text.startswith(b"<"):
         return "XML/markup document"
     try:
         head.decode("utf-8")
