@@ -450,3 +450,16 @@ def test_transcodes_keep_a_matching_icc_profile_and_drop_a_mismatched_one(fmt):
     data = encode(im, fmt, icc_profile=cmyk_tagged, exif=_exif(3))
     stored = encode_for_storage(data, check_image(data, CheckOptions()), CheckOptions())
     assert Image.open(io.BytesIO(stored)).info.get("icc_profile") is None
+
+
+@pytest.mark.parametrize("fmt", ["TIFF", "WEBP"])
+def test_exif_orientation_of_transcoded_formats(fmt):
+    """Pillow turns TIFFs upright by itself on load; WebP is turned here. Either way, once."""
+    im = _rgb(7, 60, 40)
+    data = encode(im, fmt, exif=_exif(6), **({"lossless": True} if fmt == "WEBP" else {}))
+    opts = CheckOptions(transcode="png")
+    info = check_image(data, opts)
+    assert (info.width, info.height) == (40, 60)
+    assert info.transcode == "unsupported_format,exif_orientation"
+    got = tf.io.decode_image(encode_for_storage(data, info, opts), channels=3).numpy()
+    assert np.array_equal(got, np.asarray(im.transpose(Image.Transpose.ROTATE_270)))

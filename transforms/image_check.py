@@ -201,6 +201,7 @@ class _Header:
     complete: bool = False  # the parser reached the pixel data (JPEG SOS, PNG IDAT, GIF frame)
     ran_out: bool = False  # the header parser hit the end of the data
     icc: bytes | None = None  # the embedded ICC profile, kept on transcodes
+    upright_on_load: bool = False  # Pillow applies the orientation itself (TIFF) when loading
     jpeg_sof: int = 0
     jpeg_precision: int = 8
     jpeg_sos_at: int = -1
@@ -503,12 +504,14 @@ def _probe_other(data: bytes) -> tuple[str, _Header]:
     fmt = (im.format or "unknown").lower()
     h = _Header(width=im.size[0], height=im.size[1], complete=True, pil=im)
     h.frames = int(getattr(im, "n_frames", 1) or 1)
-    try:
-        h.orientation = int(im.getexif().get(0x0112, 1))
-    except _PIL_HEADER_ERRORS:
-        h.orientation = 1  # unreadable EXIF: the pixels are still fine
-    if h.orientation not in _ORIENTATION_TRANSPOSE:
-        h.orientation = 1
+    # Our own EXIF reader: Pillow's getexif() warns on damaged EXIF, and it must stay quiet.
+    if isinstance(im.info.get("exif"), bytes):
+        h.orientation = _exif_orientation(im.info["exif"])
+    elif hasattr(im, "tag_v2"):  # TIFF: Orientation is a tag of the image's own IFD
+        value = im.tag_v2.get(0x0112, 1)
+        h.orientation = value if value in _ORIENTATION_TRANSPOSE else 1
+        # Pillow (>= 8) transposes TIFFs on load, always; its size is already the upright one.
+        h.upright_on_load = True
     return fmt, h
 
 
@@ -695,14 +698,12 @@ def _transcode_reasons(fmt: str, h: _Header, opts: CheckOptions) -> list[str]:
             raise Rejected("unsupported_format",
                            f"{fmt.upper()} is {_PIL_NO_PIXELS[fmt.upper()]}; cannot transcode")
         reasons.append("unsupported_format")
-    if h.frames > 1 and h.pil is not None and h.pil.format == "MPO":
-        h.frames = 1  # multi-picture JPEG (camera depth/preview): TF reads the primary image
     if h.frames > 1:
         if opts.animated == "reject":
             raise Rejected("animated", f"{fmt.upper()} with {h.frames}"
                            f"{'+' if fmt == 'gif' else ''} frames and --animated reject")
         reasons.append("animated_first_frame")
-    if opts.apply_exif_orientation and h.orientation != 1:
+    if h.orientation != 1 and (opts.apply_exif_orientation or h.upright_on_load):
         reasons.append("exif_orientation")
     if opts.max_side and max(h.width, h.height) > opts.max_side:
         reasons.append("max_side")
@@ -778,7 +779,7 @@ def _transcode(
     from PIL import Image
 
     image, icc = _source_pixels(data, fmt, h)
-    if "exif_orientation" in reasons:
+    if "exif_orientation" in reasons and not h.upright_on_load:
         image = image.transpose(getattr(Image.Transpose, _ORIENTATION_TRANSPOSE[h.orientation]))
     if "max_side" in reasons:
         scale = opts.max_side / max(image.size)
