@@ -32,16 +32,10 @@ def build_model(image_size: tuple[int, int], num_classes: int):
 def main(argv: list[str] | None = None) -> int:
     """Parse flags, build the input pipelines and the model under the strategy, fit."""
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument(
-        "--data_dir", default="out/demo", help="imgrec convert --output DIR"
-    )
+    parser.add_argument("--data_dir", default="out/demo", help="imgrec convert --output DIR")
     parser.add_argument("--train_split", default="train")
-    parser.add_argument(
-        "--eval_split", default="validation", help="'' to skip evaluation"
-    )
-    parser.add_argument(
-        "--batch_size", type=int, default=32, help="global, over all replicas"
-    )
+    parser.add_argument("--eval_split", default="validation", help="'' to skip evaluation")
+    parser.add_argument("--batch_size", type=int, default=32, help="global, over all replicas")
     parser.add_argument("--image_size", type=int, default=128)
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--seed", type=int, default=None)
@@ -60,9 +54,7 @@ def main(argv: list[str] | None = None) -> int:
         # oneDNN. Must be set before TensorFlow is imported.
         os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
 
-    os.environ.setdefault(
-        "TF_CPP_MIN_LOG_LEVEL", "1"
-    )  # TF's C++ INFO lines drown the progress bar
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")  # TF's C++ INFO lines drown the progress bar
     import tensorflow as tf
 
     gpus = tf.config.list_physical_devices("GPU")

@@ -104,17 +104,11 @@ class _Config:
 
     def __post_init__(self) -> None:
         if self.global_batch_size <= 0:
-            raise ValueError(
-                f"global_batch_size must be positive, got {self.global_batch_size}"
-            )
+            raise ValueError(f"global_batch_size must be positive, got {self.global_batch_size}")
         if min(self.image_size) <= 0:
-            raise ValueError(
-                f"image_size must be positive (height, width), got {self.image_size}"
-            )
+            raise ValueError(f"image_size must be positive (height, width), got {self.image_size}")
         if not 0.0 < self.crop_fraction <= 1.0:
-            raise ValueError(
-                f"crop_fraction must be in (0, 1], got {self.crop_fraction}"
-            )
+            raise ValueError(f"crop_fraction must be in (0, 1], got {self.crop_fraction}")
         known = set(schema.FEATURE_SPEC_JSON)
         unknown = [key for key in self.extra_features if key not in known]
         if unknown:
@@ -155,9 +149,7 @@ def _load_split(data_dir: str, split: str) -> tuple[dict, dict, tuple[ShardFile,
     split_info = splits[split]
     listed = split_info.get("shards") or []
     if not listed:
-        raise ValueError(
-            f"split {split!r} in {info_path} lists no shards; re-run the conversion"
-        )
+        raise ValueError(f"split {split!r} in {info_path} lists no shards; re-run the conversion")
     shards = []
     for entry in listed:
         rel = entry["file"]
@@ -252,8 +244,7 @@ def make_dataset(
     crop_fraction: float = _DEFAULT_CROP_FRACTION,
     jpeg_dct_scaling: bool | None = None,
     extra_features: Sequence[str] = (),
-    postprocess: Callable[[tf.Tensor, tf.Tensor], tuple[tf.Tensor, tf.Tensor]]
-    | None = None,
+    postprocess: Callable[[tf.Tensor, tf.Tensor], tuple[tf.Tensor, tf.Tensor]] | None = None,
 ) -> tf.data.Dataset | tf.distribute.DistributedDataset:
     """The input pipeline of a converted split, batched per replica and prefetched.
 
@@ -304,9 +295,7 @@ def make_dataset(
     with `tf.errors.InvalidArgumentError` naming the shard.
     """
     info, split_info, shards = _load_split(data_dir, split)
-    num_examples = int(
-        split_info.get("num_examples", sum(s.num_examples for s in shards))
-    )
+    num_examples = int(split_info.get("num_examples", sum(s.num_examples for s in shards)))
     num_bytes = int(split_info.get("num_bytes", 0))
     if isinstance(image_size, int):
         image_size = (image_size, image_size)
@@ -322,9 +311,7 @@ def make_dataset(
         )
     avg_record = max(1, num_bytes // max(1, num_examples))
     if jpeg_dct_scaling is None:
-        jpeg_dct_scaling = _typical_min_side(info, shards[0]) >= _DCT_MIN_SCALE * max(
-            image_size
-        )
+        jpeg_dct_scaling = _typical_min_side(info, shards[0]) >= _DCT_MIN_SCALE * max(image_size)
     config = _Config(
         shards=shards,
         num_examples=num_examples,
@@ -336,9 +323,7 @@ def make_dataset(
         repeat=training if repeat is None else repeat,
         deterministic=(not training) if deterministic is None else deterministic,
         cache=_want_cache(cache, split, num_bytes),
-        shuffle_records=max(
-            _MIN_SHUFFLE_RECORDS, int(shuffle_buffer_mb * 2**20 / avg_record)
-        ),
+        shuffle_records=max(_MIN_SHUFFLE_RECORDS, int(shuffle_buffer_mb * 2**20 / avg_record)),
         crop_fraction=crop_fraction,
         dct_scaling=bool(jpeg_dct_scaling),
         extra_features=tuple(extra_features),
@@ -457,9 +442,7 @@ def _pipeline_dataset(
         files = files.repeat()  # Repeat names, not records: no drain between epochs.
     check_counts = all(s.num_examples >= 0 for s in shards)
     records = files.interleave(
-        lambda path, compression, expected: _read_shard(
-            path, compression, expected, check_counts
-        ),
+        lambda path, compression, expected: _read_shard(path, compression, expected, check_counts),
         cycle_length=max(1, min(_MAX_PARALLEL_SHARDS, files_per_pipeline)),
         block_length=1,
         num_parallel_calls=AUTOTUNE,
@@ -506,9 +489,7 @@ def _options(config: _Config, multi_device: bool) -> tf.data.Options:
     options.deterministic = config.deterministic
     # We shard by file ourselves (per InputContext); auto-sharding would shard again, or warn
     # that the source is unshardable.
-    options.experimental_distribute.auto_shard_policy = (
-        tf.data.experimental.AutoShardPolicy.OFF
-    )
+    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
     # Parallelism comes from many images at once (parallel map); per-op thread pools only add
     # contention. TF official models' image readers set the same.
     options.threading.max_intra_op_parallelism = 1
@@ -538,9 +519,7 @@ def _read_shard(
         return records
     batches = records.ignore_errors(log_warning=True).batch(_COUNT_BATCH)
     # One empty batch marks the end of the shard.
-    batches = batches.concatenate(
-        tf.data.Dataset.from_tensors(tf.constant([], tf.string))
-    )
+    batches = batches.concatenate(tf.data.Dataset.from_tensors(tf.constant([], tf.string)))
 
     def count(n: tf.Tensor, batch: tf.Tensor):
         size = tf.shape(batch, out_type=tf.int64)[0]
@@ -600,9 +579,7 @@ def _decode_example(config: _Config, record: tf.Tensor, seed: tf.Tensor | None):
     return image, label
 
 
-def _crop_window(
-    config: _Config, height: tf.Tensor, width: tf.Tensor, seed: tf.Tensor | None
-):
+def _crop_window(config: _Config, height: tf.Tensor, width: tf.Tensor, seed: tf.Tensor | None):
     """(top, left, crop_height, crop_width) int32: random-resized crop in training, else centre."""
     height = tf.cast(height, tf.int32)
     width = tf.cast(width, tf.int32)
@@ -628,9 +605,7 @@ def _crop_window(
     return (height - crop_h) // 2, (width - crop_w) // 2, crop_h, crop_w
 
 
-def _decode_and_crop_scaled(
-    encoded: tf.Tensor, window, image_size: tuple[int, int]
-) -> tf.Tensor:
+def _decode_and_crop_scaled(encoded: tf.Tensor, window, image_size: tuple[int, int]) -> tf.Tensor:
     """Fused crop+decode at the largest DCT scale that keeps the crop >= image_size."""
     top, left, h, w = window
     out_h, out_w = image_size
@@ -642,9 +617,7 @@ def _decode_and_crop_scaled(
     def branch(ratio: int) -> Callable[[], tf.Tensor]:
         # libjpeg's crop window is in scaled coordinates.
         scaled = tf.stack([top // ratio, left // ratio, h // ratio, w // ratio])
-        return lambda: tf.io.decode_and_crop_jpeg(
-            encoded, scaled, channels=3, ratio=ratio
-        )
+        return lambda: tf.io.decode_and_crop_jpeg(encoded, scaled, channels=3, ratio=ratio)
 
     return tf.switch_case(index, [branch(r) for r in _DCT_RATIOS])
 

@@ -28,9 +28,7 @@ def _image_bytes(index: int, fmt: str) -> tuple[bytes, int, int]:
     rng = np.random.default_rng(index)
     height, width = 30 + index % 17, 40 + index % 23
     base = rng.integers(0, 256, size=(1, 1, 3))
-    pixels = np.clip(base + rng.normal(0, 30, size=(height, width, 3)), 0, 255).astype(
-        np.uint8
-    )
+    pixels = np.clip(base + rng.normal(0, 30, size=(height, width, 3)), 0, 255).astype(np.uint8)
     out = io.BytesIO()
     Image.fromarray(pixels).save(out, format="JPEG" if fmt == "jpeg" else "PNG")
     return out.getvalue(), height, width
@@ -98,18 +96,14 @@ def data_dir(tmp_path_factory) -> str:
 
 
 def _filenames(dataset) -> list[str]:
-    return [
-        f.decode() for _, _, extras in dataset for f in extras[schema.FILENAME].numpy()
-    ]
+    return [f.decode() for _, _, extras in dataset for f in extras[schema.FILENAME].numpy()]
 
 
 # ---------------------------------------------------------------- single pipeline, in process
 
 
 def test_training_batches_are_uint8_images_and_int64_labels(data_dir):
-    ds = reader.make_dataset(
-        data_dir, "train", 8, training=True, image_size=IMAGE_SIZE, seed=1
-    )
+    ds = reader.make_dataset(data_dir, "train", 8, training=True, image_size=IMAGE_SIZE, seed=1)
     images, labels = next(iter(ds))
     assert images.dtype == tf.uint8 and images.shape == (8, *IMAGE_SIZE, 3)
     assert labels.dtype == tf.int64 and labels.shape == (8,)
@@ -198,9 +192,7 @@ def test_seed_and_determinism_make_training_reproducible(data_dir):
         return [(i.numpy(), l.numpy()) for i, l in ds.take(3)]
 
     a, b, c = first_batches(7), first_batches(7), first_batches(8)
-    assert all(
-        np.array_equal(x[0], y[0]) and np.array_equal(x[1], y[1]) for x, y in zip(a, b)
-    )
+    assert all(np.array_equal(x[0], y[0]) and np.array_equal(x[1], y[1]) for x, y in zip(a, b))
     assert not all(np.array_equal(x[0], y[0]) for x, y in zip(a, c))
 
 
@@ -243,9 +235,7 @@ def test_input_pipelines_split_files_without_overlap(data_dir):
     for split, training in (("validation", False), ("train", True)):
         a, b = names(split, training, 0), names(split, training, 1)
         assert not set(a) & set(b)
-        if (
-            not training
-        ):  # evaluation keeps partial batches: the union is the whole split
+        if not training:  # evaluation keeps partial batches: the union is the whole split
             assert len(a) + len(b) == 21 and len(set(a) | set(b)) == 21
 
 
@@ -267,18 +257,14 @@ def test_postprocess_runs_per_example_before_batching(data_dir):
     def to_float(image, label):
         return tf.cast(image, tf.float32) / 255.0, label + 10
 
-    ds = reader.make_dataset(
-        data_dir, "validation", 5, image_size=IMAGE_SIZE, postprocess=to_float
-    )
+    ds = reader.make_dataset(data_dir, "validation", 5, image_size=IMAGE_SIZE, postprocess=to_float)
     images, labels = next(iter(ds))
     assert images.dtype == tf.float32 and float(tf.reduce_max(images)) <= 1.0
     assert set(labels.numpy()) <= {10, 11, 12}
 
 
 def test_dct_scaling_decodes_large_jpegs_at_reduced_scale(tmp_path):
-    pixels = np.random.default_rng(0).integers(
-        0, 256, size=(200, 240, 3), dtype=np.uint8
-    )
+    pixels = np.random.default_rng(0).integers(0, 256, size=(200, 240, 3), dtype=np.uint8)
     out = io.BytesIO()
     Image.fromarray(pixels).save(out, format="JPEG")
     image = reader._decode_and_crop_scaled(
@@ -292,6 +278,15 @@ def test_auto_sharding_is_off_because_the_reader_shards_itself(data_dir):
         ds = reader.make_dataset(data_dir, "validation", 4, training=training)
         policy = ds.options().experimental_distribute.auto_shard_policy
         assert policy == tf.data.experimental.AutoShardPolicy.OFF
+
+
+def test_dct_scaling_in_the_pipeline(data_dir):
+    for training in (True, False):
+        ds = reader.make_dataset(
+            data_dir, "validation", 7, training=training, image_size=(8, 8), jpeg_dct_scaling=True
+        )
+        images, _ = next(iter(ds))
+        assert images.shape == (7, 8, 8, 3) and images.dtype == tf.uint8
 
 
 def test_steps_per_epoch_is_exact(data_dir):
@@ -312,9 +307,7 @@ def test_directory_without_dataset_info(tmp_path):
 
 
 def test_unknown_split_names_the_known_ones(data_dir):
-    with pytest.raises(
-        ValueError, match=r"unknown split 'test'.*\['train', 'validation'\]"
-    ):
+    with pytest.raises(ValueError, match=r"unknown split 'test'.*\['train', 'validation'\]"):
         reader.make_dataset(data_dir, "test", 8)
     with pytest.raises(ValueError, match="unknown split 'test'"):
         reader.steps_per_epoch(data_dir, "test", 8)
@@ -323,17 +316,13 @@ def test_unknown_split_names_the_known_ones(data_dir):
 def test_missing_shard_is_named(tmp_path):
     root = write_dataset(str(tmp_path), splits={"validation": (6, 2)})
     os.remove(os.path.join(root, schema.shard_name("validation", 1, 2)))
-    with pytest.raises(
-        FileNotFoundError, match=r"missing: .*validation-00001-of-00002\.tfrecord"
-    ):
+    with pytest.raises(FileNotFoundError, match=r"missing: .*validation-00001-of-00002\.tfrecord"):
         reader.make_dataset(root, "validation", 2)
 
 
 def test_batch_not_divisible_by_replicas(data_dir):
     ctx = tf.distribute.InputContext(num_replicas_in_sync=2)
-    with pytest.raises(
-        ValueError, match="global_batch_size 7 is not divisible by the 2 replicas"
-    ):
+    with pytest.raises(ValueError, match="global_batch_size 7 is not divisible by the 2 replicas"):
         reader.make_dataset(data_dir, "train", 7, input_context=ctx)
 
 
@@ -346,9 +335,7 @@ def test_corrupt_shard_fails_with_its_name(tmp_path):
         f.seek(200)
         f.write(bytes([byte[0] ^ 0xFF]))
     ds = reader.make_dataset(root, "validation", 4, image_size=IMAGE_SIZE)
-    with pytest.raises(
-        tf.errors.OpError, match=r"validation-00002-of-00003\.tfrecord is corrupt"
-    ):
+    with pytest.raises(tf.errors.OpError, match=r"validation-00002-of-00003\.tfrecord is corrupt"):
         list(ds)
 
 
@@ -364,9 +351,10 @@ _MIRRORED_SCRIPT = textwrap.dedent(
     import keras
     from pipeline import reader, schema
 
+    out0 = {"beam_imported": "apache_beam" in sys.modules}
     data_dir = sys.argv[1]
     strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
-    out = {"replicas": strategy.num_replicas_in_sync}
+    out = {"replicas": strategy.num_replicas_in_sync, **out0}
 
     train = reader.make_dataset(data_dir, "train", 8, strategy=strategy, training=True,
                                 image_size=(24, 32), seed=0)
@@ -409,9 +397,7 @@ _MIRRORED_SCRIPT = textwrap.dedent(
 @pytest.fixture(scope="module")
 def mirrored(data_dir) -> dict:
     """Run the MirroredStrategy scenario with two logical CPUs in a fresh process."""
-    env = dict(
-        os.environ, TF_CPP_MIN_LOG_LEVEL="0", PYTHONPATH=REPO, CUDA_VISIBLE_DEVICES=""
-    )
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="0", PYTHONPATH=REPO, CUDA_VISIBLE_DEVICES="")
     proc = subprocess.run(
         [sys.executable, "-c", _MIRRORED_SCRIPT, data_dir],
         check=False,
@@ -433,6 +419,10 @@ def test_mirrored_each_replica_gets_half_the_global_batch(mirrored):
     result = mirrored["result"]
     assert result["replicas"] == 2
     assert result["train_shapes"] == [[4, 24, 32, 3], [4, 24, 32, 3]]
+
+
+def test_reader_imports_without_beam(mirrored):
+    assert mirrored["result"]["beam_imported"] is False
 
 
 def test_mirrored_evaluation_epoch_yields_every_example_once(mirrored):
@@ -479,6 +469,4 @@ def test_example_trains_with_mirrored_strategy(data_dir):
 
 def test_mirrored_logs_no_auto_shard_warning(mirrored):
     log = mirrored["log"].lower()
-    assert (
-        "auto_shard" not in log and "autoshard" not in log and "unshardable" not in log
-    )
+    assert "auto_shard" not in log and "autoshard" not in log and "unshardable" not in log
