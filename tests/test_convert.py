@@ -353,3 +353,21 @@ def test_analysis_adds_statistics_and_leaves_shards_unchanged(converted, corpus,
     allpix = np.concatenate(pixels)
     np.testing.assert_allclose(stats["pixel_mean"], allpix.mean(axis=0), rtol=1e-6)
     np.testing.assert_allclose(stats["pixel_std"], allpix.std(axis=0), rtol=1e-6)
+    # The exported transform, applied by the reader in a fresh process, standardises the split.
+    script = (
+        "import sys, numpy as np\n"
+        "from pipeline.reader import make_dataset\n"
+        "ds = make_dataset(sys.argv[1], 'train', 8, training=False, image_size=(96, 96),"
+        " normalize=True)\n"
+        "x = np.concatenate([b[0].numpy().reshape(-1, 3) for b in ds])\n"
+        "assert 'apache_beam' not in sys.modules, 'normalize must not import Beam'\n"
+        "print(' '.join(f'{v:.4f}' for v in [*x.mean(0), *x.std(0)]))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", script, out], capture_output=True, text=True,
+                          env=dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="2"),
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    values = [float(v) for v in proc.stdout.split()]
+    # Centre crop and resize shift the pixel distribution a little from the full images'.
+    np.testing.assert_allclose(values[:3], 0.0, atol=0.1)
+    np.testing.assert_allclose(values[3:], 1.0, atol=0.1)

@@ -12,7 +12,7 @@ from apache_beam.metrics import Metrics
 from apache_beam.transforms import window
 
 from pipeline import storage
-from transforms.image_check import CheckOptions, Rejected, check_image
+from transforms.image_check import CheckOptions, Rejected, check_file_size, check_image
 from transforms.keys import unit_hash
 
 __all__ = ["InspectImages", "check_options", "inspect_bytes"]
@@ -88,6 +88,11 @@ class _InspectFn(beam.DoFn):
         )
 
     def _inspect(self, item: dict):
+        try:
+            if item["size"] >= 0:  # Known from the listing: refuse empty/huge files unread.
+                check_file_size(item["size"], self._opts)
+        except Rejected as e:
+            return self.REJECTED, {"path": item["path"], "reason": e.reason, "detail": e.detail}
         try:
             data = storage.read_bytes(item["path"])
         except storage.ReadError as e:
