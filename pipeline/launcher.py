@@ -58,7 +58,7 @@ def _config_to_argv(path: str, parser: argparse.ArgumentParser, cli_dests: set[s
     try:
         with FileSystems.open(resolve_local(path), compression_type="uncompressed") as f:
             data = yaml.safe_load(f.read().decode("utf-8")) or {}
-    except (OSError, IOError) as e:
+    except OSError as e:
         raise OptionError(f"--config {path}: cannot read it ({e}); check the path") from e
     except yaml.YAMLError as e:
         raise OptionError(f"--config {path}: not valid YAML ({e})") from e
@@ -150,7 +150,7 @@ def _versions() -> dict:
 def _match_count(pattern: str, limit: int | None = None) -> int:
     try:
         result = FileSystems.match([pattern], limits=[limit] if limit else None)[0]
-    except (OSError, IOError, ValueError) as e:
+    except (OSError, ValueError) as e:
         detail = str(e).splitlines()[0][:300]
         if "No files found" in detail or "matched no files" in detail:
             return 0
@@ -305,7 +305,7 @@ def run_convert(argv: list[str]) -> int:
         "versions": _versions(),
         "argv": _redact(argv),
         "runner": options.view_as(StandardOptions).runner,
-        "started": datetime.datetime.fromtimestamp(started, datetime.timezone.utc).isoformat(),
+        "started": datetime.datetime.fromtimestamp(started, datetime.UTC).isoformat(),
     }
     from pipeline.builder import build_pipeline  # Heavy transforms only once options are good.
 

@@ -199,7 +199,7 @@ class ConvertConfig:
         return "train" if "train" in names else names[0]
 
     @classmethod
-    def from_options(cls, options: PipelineOptions) -> "ConvertConfig":
+    def from_options(cls, options: PipelineOptions) -> ConvertConfig:
         """Build from parsed pipeline options; raises OptionError on bad values."""
         o = options.view_as(ConvertOptions)
         return cls(

@@ -94,7 +94,7 @@ def test_every_record_parses_and_decodes(converted, corpus):
     out, info, summary, _ = converted
     spec = schema.feature_spec()
     seen_png = False
-    for split, entry in info["splits"].items():
+    for entry in info["splits"].values():
         count = 0
         for shard in entry["shards"]:
             path = os.path.join(out, shard["file"])

@@ -189,11 +189,11 @@ def test_seed_and_determinism_make_training_reproducible(data_dir):
             seed=seed,
             deterministic=True,
         )
-        return [(i.numpy(), l.numpy()) for i, l in ds.take(3)]
+        return [(i.numpy(), lab.numpy()) for i, lab in ds.take(3)]
 
     a, b, c = first_batches(7), first_batches(7), first_batches(8)
-    assert all(np.array_equal(x[0], y[0]) and np.array_equal(x[1], y[1]) for x, y in zip(a, b))
-    assert not all(np.array_equal(x[0], y[0]) for x, y in zip(a, c))
+    assert all(np.array_equal(x[0], y[0]) and np.array_equal(x[1], y[1]) for x, y in zip(a, b, strict=True))
+    assert not all(np.array_equal(x[0], y[0]) for x, y in zip(a, c, strict=True))
 
 
 def test_training_epoch_without_repeat_drops_the_remainder_and_reshuffles(data_dir):
@@ -408,7 +408,7 @@ def mirrored(data_dir) -> dict:
         timeout=180,
     )
     assert proc.returncode == 0, proc.stderr[-4000:]
-    line = [l for l in proc.stdout.splitlines() if l.startswith("RESULT ")][-1]
+    line = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")][-1]
     return {
         "result": json.loads(line[len("RESULT ") :]),
         "log": proc.stdout + proc.stderr,

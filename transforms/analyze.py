@@ -5,8 +5,7 @@ from __future__ import annotations
 import os
 import tempfile
 import uuid
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 import apache_beam as beam
 import numpy as np
@@ -173,7 +172,7 @@ def _to_record_batch(items: list[dict]):
     """[InspectedImage] -> one Arrow RecordBatch of the analyzers' per-image features."""
     import pyarrow as pa
 
-    columns = list(zip(*(_stats_columns(item) for item in items)))
+    columns = list(zip(*(_stats_columns(item) for item in items), strict=True))
     schema = _arrow_schema()
     arrays = [
         pa.array(columns[0], schema.field(_PIXEL_SUM).type),

@@ -94,7 +94,7 @@ class _DescribeFn(beam.DoFn):
             "statistics": statistics,
             "provenance": {
                 **self._provenance,
-                "finished": datetime.datetime.now(datetime.timezone.utc).isoformat(),
+                "finished": datetime.datetime.now(datetime.UTC).isoformat(),
             },
         }
         if num_listed != info["num_written"] + info["num_rejected"] + info["num_duplicates"]:

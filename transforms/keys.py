@@ -13,7 +13,7 @@ def int_hash(purpose: str, seed: int, key: str) -> int:
     sha256 rather than Python's hash(): hash() is salted per process (PYTHONHASHSEED), so it would
     break "same input, same shards" across runs and workers.
     """
-    digest = hashlib.sha256(f"{purpose}\0{seed}\0{key}".encode("utf-8")).digest()
+    digest = hashlib.sha256(f"{purpose}\0{seed}\0{key}".encode()).digest()
     return int.from_bytes(digest[:8], "big")
 
 

@@ -70,7 +70,7 @@ def read_manifest_rows(manifest: str):
     try:
         with FileSystems.open(manifest, compression_type="uncompressed") as f:
             text = f.read().decode("utf-8-sig")
-    except (OSError, IOError, UnicodeDecodeError) as e:
+    except (OSError, UnicodeDecodeError) as e:
         raise ManifestError(
             f"--manifest {manifest}: cannot read it ({type(e).__name__}: {e}); "
             "check the path and that it is UTF-8 CSV or JSONL"
@@ -100,7 +100,7 @@ def read_manifest_rows(manifest: str):
             header = [c.strip().lower() for c in cells]
             continue
         names = header or ["path", "label", "split"][: len(cells)]
-        yield lineno, dict(zip(names, (c.strip() for c in cells)))
+        yield lineno, dict(zip(names, (c.strip() for c in cells), strict=False))
 
 
 class _MatchPatternFn(beam.DoFn):
