@@ -1,0 +1,194 @@
+"""Shared bench helpers: cached corpora under bench/_work/, child-process timing with peak RSS, tables."""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import threading
+import time
+
+__all__ = [
+    "REPO",
+    "WORK",
+    "corpus",
+    "clean_view",
+    "run_child",
+    "ChildResult",
+    "median",
+    "print_table",
+    "load_average",
+]
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+WORK = os.path.join(REPO, "bench", "_work")  # git-ignored cache of corpora and outputs
+
+
+def load_average() -> str:
+    """`uptime`'s 1/5/15-minute load: the bench machine is shared, so every table records it."""
+    one, five, fifteen = os.getloadavg()
+    return f"load {one:.2f} {five:.2f} {fifteen:.2f} on {os.cpu_count()} cores"
+
+
+def corpus(num_images: int, seed: int = 0, broken: bool = True) -> tuple[str, dict]:
+    """Build (once) and return (dir, summary) of a real-photo corpus of `num_images` JPEGs.
+
+    The summary (pipeline.demo.build_corpus's return value) is cached next to the images, so a
+    second call with the same arguments costs nothing.
+    """
+    name = f"corpus-{num_images}-s{seed}{'' if broken else '-clean'}"
+    out = os.path.join(WORK, name)
+    done = os.path.join(WORK, name + ".json")
+    if os.path.exists(done):
+        with open(done) as f:
+            return out, json.load(f)
+    from pipeline.demo import build_corpus
+
+    t0 = time.perf_counter()
+    print(f"[bench] building {name} ({num_images} images) ...", file=sys.stderr, flush=True)
+    summary = build_corpus(out, num_images=num_images, seed=seed, broken=broken)
+    print(f"[bench] built {name} in {time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
+    with open(done, "w") as f:
+        json.dump(summary, f)
+    return out, summary
+
+
+def clean_view(corpus_dir: str, summary: dict) -> str:
+    """A hard-linked copy of a corpus without its broken/odd files (for readers that crash on them).
+
+    image_dataset_from_directory raises on the truncated/text/empty files; this view holds the
+    healthy JPEGs only (same bytes, no copy).
+    """
+    out = corpus_dir.rstrip("/") + "-healthy"
+    done = out + ".done"
+    if os.path.exists(done):
+        return out
+    odd = set(summary.get("broken", {})) | {summary.get("png_as_jpg"), summary.get("duplicate")}
+    for label in sorted(os.listdir(corpus_dir)):
+        src_dir = os.path.join(corpus_dir, label)
+        if not os.path.isdir(src_dir):
+            continue
+        os.makedirs(os.path.join(out, label), exist_ok=True)
+        for name in os.listdir(src_dir):
+            if f"{label}/{name}" in odd:
+                continue
+            dst = os.path.join(out, label, name)
+            if not os.path.exists(dst):
+                os.link(os.path.join(src_dir, name), dst)
+    open(done, "w").close()
+    return out
+
+
+def healthy_files(corpus_dir: str, summary: dict) -> list[str]:
+    """Paths of the corpus's healthy images (sorted), the ones every reader can decode."""
+    odd = set(summary.get("broken", {})) | {summary.get("png_as_jpg"), summary.get("duplicate")}
+    paths = []
+    for label in sorted(os.listdir(corpus_dir)):
+        d = os.path.join(corpus_dir, label)
+        if os.path.isdir(d):
+            paths += [
+                os.path.join(d, n) for n in sorted(os.listdir(d)) if f"{label}/{n}" not in odd
+            ]
+    return paths
+
+
+class ChildResult(dict):
+    """{"wall_s", "rc", "cpu_s" (user+sys of the child and its waited-for descendants),
+    "maxrss_mb" (largest single process, kernel), "tree_rss_mb" (polled sum), "stdout", "stderr"}.
+
+    cpu_s is the noise-robust number on a shared machine: other people's load stretches wall
+    time but barely changes the CPU seconds a run needs.
+    """
+
+
+def _tree_rss_kb(root: int) -> int:
+    """Sum of VmRSS over `root` and its descendants, read from /proc (no psutil needed)."""
+    children: dict[int, list[int]] = {}
+    rss: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        pid = int(entry)
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                stat = f.read()
+            ppid = int(stat[stat.rindex(")") + 2 :].split()[1])
+            with open(f"/proc/{pid}/statm") as f:
+                rss[pid] = int(f.read().split()[1]) * (os.sysconf("SC_PAGE_SIZE") // 1024)
+        except (OSError, ValueError, IndexError):
+            continue
+        children.setdefault(ppid, []).append(pid)
+    total, stack = 0, [root]
+    while stack:
+        pid = stack.pop()
+        total += rss.get(pid, 0)
+        stack += children.get(pid, [])
+    return total
+
+
+def run_child(argv: list[str], env: dict | None = None, poll_s: float = 0.05) -> ChildResult:
+    """Run `argv`, returning wall time (incl. interpreter start-up) and peak memory.
+
+    Peak memory two ways: `maxrss_mb` from os.wait4's rusage (the kernel's peak RSS of the largest
+    single process among the child and its waited-for descendants: exact, but not a sum), and
+    `tree_rss_mb`, the largest sum of RSS over the whole process tree seen by polling /proc every
+    `poll_s` (catches DirectRunner multi_processing workers; may miss a very short spike).
+    """
+    full_env = dict(os.environ)
+    full_env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    full_env["PYTHONPATH"] = REPO + os.pathsep + full_env.get("PYTHONPATH", "")
+    full_env.update(env or {})
+    out_path = os.path.join(WORK, f".child-{os.getpid()}.out")
+    err_path = os.path.join(WORK, f".child-{os.getpid()}.err")
+    os.makedirs(WORK, exist_ok=True)
+    peak = [0]
+    with open(out_path, "wb") as out, open(err_path, "wb") as err:
+        t0 = time.perf_counter()
+        proc = subprocess.Popen(argv, stdout=out, stderr=err, env=full_env, cwd=REPO)
+        stop = threading.Event()
+
+        def poll():
+            while not stop.is_set():
+                peak[0] = max(peak[0], _tree_rss_kb(proc.pid))
+                stop.wait(poll_s)
+
+        poller = threading.Thread(target=poll, daemon=True)
+        poller.start()
+        _, status, usage = os.wait4(proc.pid, 0)
+        wall = time.perf_counter() - t0
+        stop.set()
+        poller.join()
+        proc.returncode = os.waitstatus_to_exitcode(status)
+    with open(out_path, errors="replace") as f:
+        stdout = f.read()
+    with open(err_path, errors="replace") as f:
+        stderr = f.read()
+    return ChildResult(
+        wall_s=wall,
+        rc=proc.returncode,
+        maxrss_mb=usage.ru_maxrss / 1024,
+        cpu_s=usage.ru_utime + usage.ru_stime,
+        tree_rss_mb=peak[0] / 1024,
+        stdout=stdout,
+        stderr=stderr,
+    )
+
+
+def median(values):
+    return statistics.median(values) if values else float("nan")
+
+
+def print_table(title: str, header: list[str], rows: list[list], file=None) -> str:
+    """Print a GitHub-markdown table (also returned) so it pastes straight into the README."""
+    cells = [[str(c) for c in header]] + [[str(c) for c in r] for r in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
+    lines = [f"### {title}", ""]
+    for n, r in enumerate(cells):
+        lines.append("| " + " | ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) + " |")
+        if n == 0:
+            lines.append("|" + "|".join("-" * (w + 2) for w in widths) + "|")
+    text = "\n".join(lines) + "\n"
+    print(text, file=file or sys.stdout, flush=True)
+    return text
