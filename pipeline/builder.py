@@ -16,8 +16,21 @@ from transforms.write_shards import WriteShards
 __all__ = ["build_pipeline", "add_convert"]
 
 
-def _sorted_labels(labels):
-    return sorted(set(labels) - {""})
+class _LabelSetFn(beam.CombineFn):
+    """Label texts -> their sorted set without "" (files without a label)."""
+
+    def create_accumulator(self):
+        return set()
+
+    def add_input(self, acc, label):
+        acc.add(label)
+        return acc
+
+    def merge_accumulators(self, accumulators):
+        return set().union(*accumulators)
+
+    def extract_output(self, acc):
+        return sorted(acc - {""})
 
 
 def add_convert(p: beam.Pipeline, config: ConvertConfig, provenance: dict) -> beam.PCollection:
@@ -34,9 +47,8 @@ def add_convert(p: beam.Pipeline, config: ConvertConfig, provenance: dict) -> be
     label_names = (
         listed
         | "Labels" >> beam.Map(lambda r: r["label"])
-        | "DistinctLabels" >> beam.Distinct()
-        | "SortedLabels" >> beam.combiners.ToList()
-        | "Sort" >> beam.Map(_sorted_labels)
+        # A set-union combine, pre-combined per bundle: no shuffle element per file.
+        | "LabelSet" >> beam.CombineGlobally(_LabelSetFn())
     )
 
     inspection = listed | "Inspect" >> InspectImages(config)

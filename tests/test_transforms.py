@@ -101,7 +101,7 @@ def test_inspect_counts_outcomes_and_tags_rejects(tmp_path):
 
 def test_drop_duplicates_keeps_smallest_key():
     rows = [{"path": f"/d/{k}", "key": k, "sha256": s}
-            for k, s in (("b.jpg", "h1"), ("a.jpg", "h1"), ("c.jpg", "h2"), ("z.jpg", "h1"))]
+            for k, s in (("b.jpg", "a1"), ("a.jpg", "a1"), ("c.jpg", "b2"), ("z.jpg", "a1"))]
     with TestPipeline() as p:
         out = p | beam.Create(rows) | DropDuplicates()
         assert_that(out["unique"] | beam.Map(lambda r: r["key"]), equal_to(["a.jpg", "c.jpg"]))

@@ -8,36 +8,75 @@ from apache_beam.metrics import Metrics
 
 __all__ = ["DropDuplicates"]
 
+# Content hashes are spread over this many combine keys. Few keys let Beam pre-combine inside
+# each bundle (one shuffle element per key per bundle instead of one per file); 64 keeps each
+# key's final merge at 1/64 of the listing and still spreads the merge over workers.
+_BUCKETS = 64
 
-class _KeepFirstFn(beam.DoFn):
-    """(sha256, [InspectedImage]) -> the one with the smallest (key, path); the rest DUPLICATES."""
 
-    DUPLICATES = "duplicates"
+class _DuplicatesCombineFn(beam.CombineFn):
+    """(sha256, key, path) -> [Duplicate]: for every hash seen twice, all but the smallest key.
 
+    The accumulator maps sha256 -> [(key, path)], so only names and hashes are held.
+    """
+
+    def create_accumulator(self):
+        return {}
+
+    def add_input(self, acc, entry):
+        sha256, key, path = entry
+        acc.setdefault(sha256, []).append((key, path))
+        return acc
+
+    def merge_accumulators(self, accumulators):
+        accumulators = iter(accumulators)
+        merged = next(accumulators)
+        for acc in accumulators:
+            for sha256, entries in acc.items():
+                merged.setdefault(sha256, []).extend(entries)
+        return merged
+
+    def extract_output(self, acc):
+        duplicates = []
+        for sha256, entries in acc.items():
+            if len(entries) < 2:
+                continue
+            # Deterministic survivor whatever order the shuffle delivers in: the smallest key.
+            entries.sort()
+            survivor = entries[0][1]
+            duplicates += [{"path": path, "duplicate_of": survivor, "sha256": sha256}
+                           for _, path in entries[1:]]
+        return duplicates
+
+
+class _DropFn(beam.DoFn):
     def __init__(self):
         self._dropped = Metrics.counter("imgrec", "duplicates")
 
-    def process(self, element):
-        sha256, items = element
-        # Deterministic survivor whatever order the shuffle delivers in: the smallest key.
-        ordered = sorted(items, key=lambda r: (r["key"], r["path"]))
-        yield ordered[0]
-        for dup in ordered[1:]:
+    def process(self, record, dropped):
+        if record["path"] in dropped:
             self._dropped.inc()
-            yield pvalue.TaggedOutput(self.DUPLICATES, {
-                "path": dup["path"], "duplicate_of": ordered[0]["path"], "sha256": sha256})
+            return
+        yield record
 
 
 class DropDuplicates(beam.PTransform):
-    """InspectedImage -> {"unique": InspectedImage, "duplicates": Duplicate}."""
+    """InspectedImage -> {"unique": InspectedImage, "duplicates": Duplicate}.
+
+    Hashes and names go through a pre-combined shuffle; the (usually short) list of duplicates
+    comes back as a side input that filters the images where they are.
+    """
 
     def expand(self, inspected):
-        out = (
+        duplicates = (
             inspected
-            | "KeyBySha256" >> beam.Map(lambda r: (r["sha256"], r))
-            # (sha256, [InspectedImage]): names and metadata only, never bytes.
-            | "GroupBySha256" >> beam.GroupByKey()
-            | "KeepFirst" >> beam.ParDo(_KeepFirstFn()).with_outputs(
-                _KeepFirstFn.DUPLICATES, main="unique")
+            | "HashKeyPath" >> beam.Map(
+                lambda r: (int(r["sha256"][:8], 16) % _BUCKETS, (r["sha256"], r["key"], r["path"])))
+            # (bucket, (sha256, key, path)) -> (bucket, [Duplicate])
+            | "FindDuplicates" >> beam.CombinePerKey(_DuplicatesCombineFn())
+            | "Flatten" >> beam.FlatMap(lambda kv: kv[1])
         )
-        return {"unique": out.unique, "duplicates": out[_KeepFirstFn.DUPLICATES]}
+        dropped = duplicates | "DroppedPaths" >> beam.Map(lambda d: (d["path"], d["duplicate_of"]))
+        unique = inspected | "DropDuplicates" >> beam.ParDo(
+            _DropFn(), dropped=pvalue.AsDict(dropped))
+        return {"unique": unique, "duplicates": duplicates}

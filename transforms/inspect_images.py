@@ -70,6 +70,10 @@ class _InspectFn(beam.DoFn):
         self._transcoded = Metrics.counter("imgrec", "inspected_needs_transcode")
 
     def setup(self):
+        # Import the decoder once here: otherwise every pool thread's first check waits on
+        # Python's import lock while one of them imports TensorFlow.
+        import tensorflow  # noqa: F401
+
         self._pool = concurrent.futures.ThreadPoolExecutor(
             max_workers=self._concurrency, thread_name_prefix="imgrec-inspect"
         )

@@ -73,7 +73,9 @@ class PlanShards(beam.PTransform):
         groups = (
             images
             | "AssignShard" >> beam.Map(assign, beam.pvalue.AsSingleton(plan))
-            # ((split, index), [record]): names and metadata only, never bytes.
-            | "GroupByShard" >> beam.GroupByKey()
+            # ((split, index), [record]): names and metadata only, never bytes. A combine
+            # rather than a GroupByKey: Beam pre-combines each bundle's records per shard, so
+            # the shuffle carries one list per shard per bundle instead of one element per file.
+            | "GroupByShard" >> beam.CombinePerKey(beam.combiners.ToListCombineFn())
         )
         return {"groups": groups, "plan": plan}
