@@ -17,13 +17,13 @@ __all__ = ["build_pipeline", "add_convert"]
 
 
 class _LabelSetFn(beam.CombineFn):
-    """Label texts -> their sorted set without "" (files without a label)."""
+    """Sets of label texts -> their sorted union without "" (files without a label)."""
 
     def create_accumulator(self):
         return set()
 
-    def add_input(self, acc, label):
-        acc.add(label)
+    def add_input(self, acc, labels):
+        acc |= labels
         return acc
 
     def merge_accumulators(self, accumulators):
@@ -36,23 +36,26 @@ class _LabelSetFn(beam.CombineFn):
 def add_convert(p: beam.Pipeline, config: ConvertConfig, provenance: dict) -> beam.PCollection:
     """Add the whole conversion to `p`; returns the PCollection holding the dataset_info dict."""
     listing = p | "List" >> ListImages(config)
-    listed = listing["listed"]  # ListedFile
+    listed = listing["listed"]  # [ListedFile]: batches of names, never bytes
 
     num_listed = (
-        (listed, listing["rejected"])
+        (
+            listed | "BatchSizes" >> beam.Map(len),
+            listing["rejected"] | "OnePerReject" >> beam.Map(lambda _: 1),
+        )
         | "AllListed" >> beam.Flatten()
-        | "CountListed" >> beam.combiners.Count.Globally()
+        | "CountListed" >> beam.CombineGlobally(sum)
     )
     # Label map: the sorted set of names over everything listed, stable across runs.
     label_names = (
         listed
-        | "Labels" >> beam.Map(lambda r: r["label"])
+        | "Labels" >> beam.Map(lambda batch: {r["label"] for r in batch})
         # A set-union combine, pre-combined per bundle: no shuffle element per file.
         | "LabelSet" >> beam.CombineGlobally(_LabelSetFn())
     )
 
     inspection = listed | "Inspect" >> InspectImages(config)
-    # InspectedImage
+    # [InspectedImage]
     deduped = (
         inspection["inspected"] | "Dedupe" >> DropDuplicates()
         if config.dedupe
@@ -67,9 +70,14 @@ def add_convert(p: beam.Pipeline, config: ConvertConfig, provenance: dict) -> be
     if config.analyze:
         from transforms.analyze import AnalyzeDataset  # TFT import only when it is used.
 
-        # InspectedImage of every split: AnalyzeDataset keeps only the training split's.
-        statistics = unique | "Analyze" >> AnalyzeDataset(
-            config.output, label_names=label_names, train_split=config.train_split
+        train = config.train_split
+        statistics = (
+            unique
+            # InspectedImage of the training split: only it feeds the statistics.
+            | "TrainImages" >> beam.FlatMap(lambda batch: [r for r in batch if r["split"] == train])
+            | "Analyze" >> AnalyzeDataset(
+                config.output, label_names=label_names, train_split=config.train_split
+            )
         )
     else:
         statistics = p | "NoStatistics" >> beam.Create([None])

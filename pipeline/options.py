@@ -87,6 +87,9 @@ class ConvertOptions(PipelineOptions):
                        help="Quality of JPEG re-encodes.")
         g.add_argument("--read_concurrency", type=int, default=8,
                        help="Files read at once per worker (hides bucket latency).")
+        g.add_argument("--decode_threads", type=int, default=0,
+                       help="Threads decoding images per worker (default: cores / local "
+                            "workers on DirectRunner, 1 on distributed runners).")
         g.add_argument("--no_analyze", action="store_true",
                        help="Skip the tensorflow-transform statistics phase.")
         g.add_argument("--stats_sample_fraction", type=float, default=1.0,
@@ -151,6 +154,7 @@ class ConvertConfig:
     max_side: int = 0
     jpeg_quality: int = 95
     read_concurrency: int = 8
+    decode_threads: int = 1
     analyze: bool = True
     stats_sample_fraction: float = 1.0
 
@@ -181,6 +185,8 @@ class ConvertConfig:
             raise OptionError(f"--max_side must be >= 0 (0: keep size), got {self.max_side}")
         if not 1 <= self.jpeg_quality <= 100:
             raise OptionError(f"--jpeg_quality must be in 1..100, got {self.jpeg_quality}")
+        if self.decode_threads < 1:
+            raise OptionError(f"--decode_threads must be >= 1, got {self.decode_threads}")
         if self.read_concurrency < 1:
             raise OptionError(f"--read_concurrency must be >= 1, got {self.read_concurrency}")
         if not 0.0 < self.stats_sample_fraction <= 1.0:
@@ -227,6 +233,7 @@ class ConvertConfig:
             max_side=o.max_side,
             jpeg_quality=o.jpeg_quality,
             read_concurrency=o.read_concurrency,
+            decode_threads=o.decode_threads or 1,
             analyze=not o.no_analyze,
             stats_sample_fraction=o.stats_sample_fraction,
         )

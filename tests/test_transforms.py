@@ -64,7 +64,8 @@ def test_list_images_keys_labels_and_overlapping_patterns(tmp_path):
                      splits=(("train", 1.0),))
     with TestPipeline() as p:
         out = p | ListImages(config)
-        keys = out["listed"] | beam.Map(lambda r: (r["key"], r["label"], r["split"], r["size"]))
+        keys = out["listed"] | beam.FlatMap(
+            lambda batch: [(r["key"], r["label"], r["split"], r["size"]) for r in batch])
         assert_that(keys, equal_to(
             [(f"{lab}/{i}.jpg", lab, "train", i + 1) for lab in ("cat", "dog") for i in range(3)]
         ))
@@ -82,9 +83,9 @@ def test_inspect_counts_outcomes_and_tags_rejects(tmp_path):
     listed.append({"path": str(tmp_path / "in" / "a" / "gone.jpg"), "key": "a/gone.jpg",
                    "label": "a", "split": "train", "size": -1})
     p = TestPipeline()
-    out = p | beam.Create(listed) | InspectImages(config)
-    assert_that(out["inspected"] | beam.Map(lambda r: (r["key"], r["format"], r["height"],
-                                                       r["width"], r["size"] > 0)),
+    out = p | beam.Create([listed[:2], listed[2:]]) | InspectImages(config)
+    assert_that(out["inspected"] | beam.FlatMap(lambda b: [(r["key"], r["format"], r["height"],
+                                                            r["width"], r["size"] > 0) for r in b]),
                 equal_to([("a/good.jpg", "jpeg", 16, 24, True)]))
     assert_that(out["rejected"] | beam.Map(lambda r: (os.path.basename(r["path"]), r["reason"])),
                 equal_to([("empty.jpg", "empty_file"), ("text.png", "not_an_image"),
@@ -103,8 +104,9 @@ def test_drop_duplicates_keeps_smallest_key():
     rows = [{"path": f"/d/{k}", "key": k, "sha256": s}
             for k, s in (("b.jpg", "a1"), ("a.jpg", "a1"), ("c.jpg", "b2"), ("z.jpg", "a1"))]
     with TestPipeline() as p:
-        out = p | beam.Create(rows) | DropDuplicates()
-        assert_that(out["unique"] | beam.Map(lambda r: r["key"]), equal_to(["a.jpg", "c.jpg"]))
+        out = p | beam.Create([rows[:2], rows[2:]]) | DropDuplicates()
+        assert_that(out["unique"] | beam.FlatMap(lambda b: [r["key"] for r in b]),
+                    equal_to(["a.jpg", "c.jpg"]))
         assert_that(out["duplicates"] | beam.Map(lambda r: (r["path"], r["duplicate_of"])),
                     equal_to([("/d/b.jpg", "/d/a.jpg"), ("/d/z.jpg", "/d/a.jpg")]),
                     label="Dups")
@@ -119,7 +121,7 @@ def test_plan_shards_groups_by_split_and_hash(tmp_path):
                      "sha256": str(i), "format": "jpeg", "source_format": "jpeg", "height": 1,
                      "width": 1, "channels": 3, "transcode": "", "stats": [1.0] * 7})
     with TestPipeline() as p:
-        out = p | beam.Create(rows) | PlanShards(config)
+        out = p | beam.Create([rows[i:i + 7] for i in range(0, len(rows), 7)]) | PlanShards(config)
         assert_that(out["plan"], equal_to([{"train": 3, "validation": 1}]))
         sizes = out["groups"] | beam.MapTuple(lambda key, recs: (key[0], len(list(recs))))
         totals = sizes | beam.CombinePerKey(sum)

@@ -50,18 +50,21 @@ class _DuplicatesCombineFn(beam.CombineFn):
 
 
 class _DropFn(beam.DoFn):
+    """[InspectedImage] -> the batch without the files named in `dropped`."""
+
     def __init__(self):
         self._dropped = Metrics.counter("imgrec", "duplicates")
 
-    def process(self, record, dropped):
-        if record["path"] in dropped:
-            self._dropped.inc()
-            return
-        yield record
+    def process(self, batch, dropped):
+        kept = [r for r in batch if r["path"] not in dropped]
+        if len(kept) < len(batch):
+            self._dropped.inc(len(batch) - len(kept))
+        if kept:
+            yield kept
 
 
 class DropDuplicates(beam.PTransform):
-    """InspectedImage -> {"unique": InspectedImage, "duplicates": Duplicate}.
+    """[InspectedImage] -> {"unique": [InspectedImage], "duplicates": Duplicate}.
 
     Hashes and names go through a pre-combined shuffle; the (usually short) list of duplicates
     comes back as a side input that filters the images where they are.
@@ -70,8 +73,9 @@ class DropDuplicates(beam.PTransform):
     def expand(self, inspected):
         duplicates = (
             inspected
-            | "HashKeyPath" >> beam.Map(
-                lambda r: (int(r["sha256"][:8], 16) % _BUCKETS, (r["sha256"], r["key"], r["path"])))
+            | "HashKeyPath" >> beam.FlatMap(
+                lambda batch: [(int(r["sha256"][:8], 16) % _BUCKETS,
+                                (r["sha256"], r["key"], r["path"])) for r in batch])
             # (bucket, (sha256, key, path)) -> (bucket, [Duplicate])
             | "FindDuplicates" >> beam.CombinePerKey(_DuplicatesCombineFn())
             | "Flatten" >> beam.FlatMap(lambda kv: kv[1])

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import collections
 import concurrent.futures
 import hashlib
 
 import apache_beam as beam
 from apache_beam import pvalue
 from apache_beam.metrics import Metrics
-from apache_beam.transforms import window
 
 from pipeline import storage
 from transforms.image_check import CheckOptions, Rejected, check_file_size, check_image
@@ -50,11 +48,11 @@ def inspect_bytes(item: dict, data: bytes, opts: CheckOptions, compute_stats: bo
 
 
 class _InspectFn(beam.DoFn):
-    """ListedFile -> InspectedImage, or a Reject on the REJECTED output.
+    """[ListedFile] -> [InspectedImage], and a Reject per bad file on the REJECTED output.
 
-    Files are read and checked on a small thread pool so that per-object latency on a bucket
-    does not serialise the bundle; decoders release the GIL, so local files gain too. Outputs
-    keep input order within a bundle.
+    Files are read on a small thread pool so that per-object latency on a bucket does not
+    serialise the batch, and checked on `decode_threads` threads (decoders release the GIL).
+    Outputs keep input order.
     """
 
     REJECTED = "rejected"
@@ -62,6 +60,7 @@ class _InspectFn(beam.DoFn):
     def __init__(self, config):
         self._opts = check_options(config)
         self._concurrency = config.read_concurrency
+        self._decode_threads = config.decode_threads
         self._stats_split = config.train_split if config.analyze else None
         self._stats_fraction = config.stats_sample_fraction
         self._seed = config.seed
@@ -75,14 +74,18 @@ class _InspectFn(beam.DoFn):
         import tensorflow  # noqa: F401
 
         self._pool = concurrent.futures.ThreadPoolExecutor(
-            max_workers=self._concurrency, thread_name_prefix="imgrec-inspect"
+            max_workers=self._concurrency, thread_name_prefix="imgrec-read"
+        )
+        self._decode_pool = (
+            concurrent.futures.ThreadPoolExecutor(
+                max_workers=self._decode_threads, thread_name_prefix="imgrec-decode")
+            if self._decode_threads > 1 else None
         )
 
     def teardown(self):
         self._pool.shutdown(wait=False, cancel_futures=True)
-
-    def start_bundle(self):
-        self._pending = collections.deque()
+        if self._decode_pool is not None:
+            self._decode_pool.shutdown(wait=False, cancel_futures=True)
 
     def _wants_stats(self, item: dict) -> bool:
         if item["split"] != self._stats_split:
@@ -91,49 +94,58 @@ class _InspectFn(beam.DoFn):
             unit_hash("stats", self._seed, item["key"]) < self._stats_fraction
         )
 
-    def _inspect(self, item: dict):
+    def _read(self, item: dict):
+        """Runs on the I/O pool: (bytes, None), or (None, Reject) for an unreadable file."""
         try:
             if item["size"] >= 0:  # Known from the listing: refuse empty/huge files unread.
                 check_file_size(item["size"], self._opts)
+            return storage.read_bytes(item["path"]), None
         except Rejected as e:
-            return self.REJECTED, {"path": item["path"], "reason": e.reason, "detail": e.detail}
-        try:
-            data = storage.read_bytes(item["path"])
+            return None, {"path": item["path"], "reason": e.reason, "detail": e.detail}
         except storage.ReadError as e:
-            return self.REJECTED, {"path": item["path"], "reason": "unreadable", "detail": e.detail}
-        try:
-            return None, inspect_bytes(item, data, self._opts, self._wants_stats(item))
-        except Rejected as e:
-            return self.REJECTED, {"path": item["path"], "reason": e.reason, "detail": e.detail}
+            return None, {"path": item["path"], "reason": "unreadable", "detail": e.detail}
 
-    def _emit(self, future):
-        tag, value = future.result()
-        if tag is None:
+    def _check(self, item: dict, read: concurrent.futures.Future):
+        """(InspectedImage, None) or (None, Reject) once the file's read completes."""
+        data, reject = read.result()
+        if reject is not None:
+            return None, reject
+        try:
+            return inspect_bytes(item, data, self._opts, self._wants_stats(item)), None
+        except Rejected as e:
+            return None, {"path": item["path"], "reason": e.reason, "detail": e.detail}
+
+    def process(self, batch: list[dict]):
+        # Reads overlap on the I/O pool (bucket latency). Decoding runs on `decode_threads`
+        # threads: one per core this worker may use. More decoding threads than cores measured
+        # 30 % more CPU per image (contention) for no gain in throughput.
+        reads = [self._pool.submit(self._read, item) for item in batch]
+        if self._decode_pool is None:
+            results = (self._check(item, read) for item, read in zip(batch, reads, strict=True))
+        else:
+            checks = [self._decode_pool.submit(self._check, item, read)
+                      for item, read in zip(batch, reads, strict=True)]
+            results = (check.result() for check in checks)
+        inspected = []
+        for value, reject in results:
+            if reject is not None:
+                Metrics.counter("imgrec", f"rejected_{reject['reason']}").inc()
+                yield pvalue.TaggedOutput(self.REJECTED, reject)
+                continue
             self._ok.inc()
             self._bytes.inc(value["size"])
             if value["transcode"]:
                 self._transcoded.inc()
-            return value
-        Metrics.counter("imgrec", f"rejected_{value['reason']}").inc()
-        return pvalue.TaggedOutput(tag, value)
-
-    def process(self, item: dict):
-        self._pending.append(self._pool.submit(self._inspect, item))
-        # Keep a few tasks per thread in flight; beyond that, hand results downstream.
-        while len(self._pending) > 2 * self._concurrency:
-            yield self._emit(self._pending.popleft())
-
-    def finish_bundle(self):
-        while self._pending:
-            out = self._emit(self._pending.popleft())
-            if isinstance(out, pvalue.TaggedOutput):
-                yield pvalue.TaggedOutput(out.tag, window.GlobalWindows.windowed_value(out.value))
-            else:
-                yield window.GlobalWindows.windowed_value(out)
+            inspected.append(value)
+        if inspected:
+            yield inspected
 
 
 class InspectImages(beam.PTransform):
-    """ListedFile -> {"inspected": InspectedImage, "rejected": Reject}."""
+    """[ListedFile] -> {"inspected": [InspectedImage], "rejected": Reject}.
+
+    Batches in, batches out: Beam's per-element cost is paid per batch, not per file.
+    """
 
     def __init__(self, config):
         super().__init__()

@@ -196,7 +196,7 @@ class _ReadManifestFn(beam.DoFn):
 
 
 class _LabelAndSplitFn(beam.DoFn):
-    """[ListedFile] -> one ListedFile with label and split per file; or a reject."""
+    """[ListedFile] -> the same batch with label and split set; files without -> REJECTED."""
 
     REJECTED = "rejected"
 
@@ -207,8 +207,15 @@ class _LabelAndSplitFn(beam.DoFn):
         self._splits = splits
 
     def process(self, batch):
+        listed = []
         for item in batch:
-            yield from self._one(item)
+            for out in self._one(item):
+                if isinstance(out, pvalue.TaggedOutput):
+                    yield out
+                else:
+                    listed.append(out)
+        if listed:
+            yield listed
 
     def _one(self, item):
         path, key = item["path"], item["key"]
@@ -244,7 +251,8 @@ class ListImages(beam.PTransform):
     """Match --input patterns (or read a --manifest) into ListedFile dicts, one per distinct file.
 
     Returns:
-        {"listed": PCollection[ListedFile], "rejected": PCollection[Reject]}.
+        {"listed": PCollection[[ListedFile]] (batches of up to LIST_BATCH files),
+         "rejected": PCollection[Reject]}.
     """
 
     def __init__(self, config):

@@ -23,13 +23,13 @@ def num_shards_for(total_bytes: int, num_files: int, target_shard_mb: float, min
 
 
 class _SplitTotals(beam.CombineFn):
-    """InspectedImage sizes -> (bytes, files)."""
+    """(bytes, files) per batch -> (bytes, files)."""
 
     def create_accumulator(self):
         return (0, 0)
 
-    def add_input(self, acc, size):
-        return acc[0] + size, acc[1] + 1
+    def add_input(self, acc, totals):
+        return acc[0] + totals[0], acc[1] + totals[1]
 
     def merge_accumulators(self, accs):
         accs = list(accs)
@@ -39,8 +39,38 @@ class _SplitTotals(beam.CombineFn):
         return acc
 
 
+def _batch_totals(batch):
+    """[InspectedImage] -> (split, (bytes, files)) per split in the batch."""
+    totals = {}
+    for r in batch:
+        b, n = totals.get(r["split"], (0, 0))
+        totals[r["split"]] = (b + r["size"], n + 1)
+    return totals.items()
+
+
+class _ConcatFn(beam.CombineFn):
+    """Lists of records -> one list (the shard's records, in no particular order)."""
+
+    def create_accumulator(self):
+        return []
+
+    def add_input(self, acc, records):
+        acc.extend(records)
+        return acc
+
+    def merge_accumulators(self, accumulators):
+        accumulators = iter(accumulators)
+        merged = next(accumulators)
+        for acc in accumulators:
+            merged.extend(acc)
+        return merged
+
+    def extract_output(self, acc):
+        return acc
+
+
 class PlanShards(beam.PTransform):
-    """InspectedImage -> {"groups": ((split, index), [record]), "plan": {split: num_shards}}.
+    """[InspectedImage] -> {"groups": ((split, index), [record]), "plan": {split: num_shards}}.
 
     A file's shard is a salted hash of its key modulo the split's shard count: no global sort,
     no single worker holding the listing, and the same key lands in the same shard wherever the
@@ -57,7 +87,7 @@ class PlanShards(beam.PTransform):
         target_mb, min_shards, seed = self._target_mb, self._min_shards, self._seed
         plan = (
             images
-            | "SizeBySplit" >> beam.Map(lambda r: (r["split"], r["size"]))
+            | "SizeBySplit" >> beam.FlatMap(_batch_totals)
             | "SumBySplit" >> beam.CombinePerKey(_SplitTotals())
             # (split, (bytes, files))
             | "ShardCount" >> beam.Map(
@@ -65,17 +95,20 @@ class PlanShards(beam.PTransform):
             | "PlanDict" >> beam.combiners.ToDict()
         )
 
-        def assign(record, plan_dict):
-            n = plan_dict[record["split"]]
-            index = int_hash("shard", seed, record["key"]) % n
-            return (record["split"], index), {f: record[f] for f in _WRITER_FIELDS}
+        def assign(batch, plan_dict):
+            by_shard = {}
+            for record in batch:
+                n = plan_dict[record["split"]]
+                key = (record["split"], int_hash("shard", seed, record["key"]) % n)
+                by_shard.setdefault(key, []).append({f: record[f] for f in _WRITER_FIELDS})
+            return by_shard.items()
 
         groups = (
             images
-            | "AssignShard" >> beam.Map(assign, beam.pvalue.AsSingleton(plan))
+            | "AssignShard" >> beam.FlatMap(assign, beam.pvalue.AsSingleton(plan))
             # ((split, index), [record]): names and metadata only, never bytes. A combine
             # rather than a GroupByKey: Beam pre-combines each bundle's records per shard, so
             # the shuffle carries one list per shard per bundle instead of one element per file.
-            | "GroupByShard" >> beam.CombinePerKey(beam.combiners.ToListCombineFn())
+            | "GroupByShard" >> beam.CombinePerKey(_ConcatFn())
         )
         return {"groups": groups, "plan": plan}
