@@ -54,7 +54,7 @@ def add_convert(p: beam.Pipeline, config: ConvertConfig, provenance: dict) -> be
         | "LabelSet" >> beam.CombineGlobally(_LabelSetFn())
     )
 
-    inspection = listed | "Inspect" >> InspectImages(config)
+    inspection = listed | "Inspect" >> InspectImages(config, num_listed if config.analyze else None)
     # [InspectedImage]
     deduped = (
         inspection["inspected"] | "Dedupe" >> DropDuplicates()

@@ -371,3 +371,14 @@ def test_analysis_adds_statistics_and_leaves_shards_unchanged(converted, corpus,
     # Centre crop and resize shift the pixel distribution a little from the full images'.
     np.testing.assert_allclose(values[:3], 0.0, atol=0.1)
     np.testing.assert_allclose(values[3:], 1.0, atol=0.1)
+
+
+def test_stats_max_images_samples_pixel_statistics_only(corpus, tmp_path):
+    src, _ = corpus
+    out = tmp_path / "o"
+    run_cli("convert", "--input", f"{src}/*/*.jpg", "--output", str(out), "--splits", "train=1.0",
+            "--stats_max_images", "20")
+    stats = json.load(open(out / schema.DATASET_INFO))["statistics"]
+    n_train = sum(stats["label_counts"].values())
+    assert n_train > 50  # Label counts cover every training image ...
+    assert 5 <= stats["num_stats_images"] <= 40  # ... pixel statistics about 20 of them.
