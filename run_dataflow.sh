@@ -85,9 +85,6 @@ if [ -n "$staging_location" ] && [[ "$staging_location" != gs://?* ]]; then
   die "--staging_location $staging_location: must be a gs://BUCKET/PATH"
 fi
 [[ "$max_num_workers" =~ ^[1-9][0-9]*$ ]] || die "--max_num_workers $max_num_workers: expected a positive integer"
-if $dry_run && $overwrite; then
-  die "--dry_run with --overwrite would delete the dataset in --output before building the job; drop --overwrite for the dry run"
-fi
 
 beam=(--project="$project" --region="$region" --temp_location="$temp_location"
       --job_name="$job_name" --max_num_workers="$max_num_workers" --machine_type="$machine_type"

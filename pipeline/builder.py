@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import tempfile
+
 import apache_beam as beam
-from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.options.pipeline_options import PipelineOptions, TestOptions
 
 from pipeline.options import ConvertConfig
 from transforms.dedupe import DropDuplicates
@@ -70,13 +72,17 @@ def add_convert(p: beam.Pipeline, config: ConvertConfig, provenance: dict) -> be
     if config.analyze:
         from transforms.analyze import AnalyzeDataset  # TFT import only when it is used.
 
+        # A dry run only builds the job: keep TFT's scratch folder local, not in --temp_location.
+        dry_run = bool(p.options.view_as(TestOptions).dry_run)
+        temp_dir = tempfile.mkdtemp(prefix="imgrec-dry-run-") if dry_run else None
         train = config.train_split
         statistics = (
             unique
             # InspectedImage of the training split: only it feeds the statistics.
             | "TrainImages" >> beam.FlatMap(lambda batch: [r for r in batch if r["split"] == train])
             | "Analyze" >> AnalyzeDataset(
-                config.output, label_names=label_names, train_split=config.train_split
+                config.output, label_names=label_names, train_split=config.train_split,
+                temp_dir=temp_dir,
             )
         )
     else:

@@ -15,8 +15,10 @@ import time
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import (
     DirectOptions,
+    GoogleCloudOptions,
     PipelineOptions,
     StandardOptions,
+    TestOptions,
     _BeamArgumentParser,
 )
 
@@ -307,8 +309,9 @@ def run_convert(argv: list[str]) -> int:
     started = time.time()
     try:
         options, config, argv = parse_convert_args(argv)
+        dry_run = bool(options.view_as(TestOptions).dry_run)
         preflight(config)
-        if config.overwrite:
+        if config.overwrite and not dry_run:  # A dry run builds the job and touches nothing.
             _delete_dataset(config.output)
         config = _configure_runner(options, argv, config)
     except (OptionError, PreflightError, ManifestError) as e:
@@ -323,11 +326,24 @@ def run_convert(argv: list[str]) -> int:
     from pipeline.builder import build_pipeline  # Heavy transforms only once options are good.
 
     pipeline = build_pipeline(config, options, provenance)
+    runner = str(options.view_as(StandardOptions).runner or "")
+    remote = "Dataflow" in runner
     try:
         result = pipeline.run()
+        if dry_run:
+            return 0  # The runner reported the job it built; nothing ran, nothing to summarise.
+        if remote and hasattr(result, "job_id"):
+            gcp = options.view_as(GoogleCloudOptions)
+            print(f"imgrec: Dataflow job {result.job_id()}: https://console.cloud.google.com/"
+                  f"dataflow/jobs/{gcp.region}/{result.job_id()}?project={gcp.project}")
         result.wait_until_finish()
     except KeyboardInterrupt:
-        print("imgrec: interrupted; rerun with --resume to keep finished shards", file=sys.stderr)
+        if remote:
+            print("imgrec: stopped waiting; the Dataflow job keeps running (cancel it with "
+                  "`gcloud dataflow jobs cancel JOB_ID --region REGION`)", file=sys.stderr)
+        else:
+            print("imgrec: interrupted; rerun with --resume to keep finished shards",
+                  file=sys.stderr)
         return 130
     except Exception as e:  # noqa: BLE001 - any pipeline failure becomes one clear line
         print(f"imgrec: {_beam_error_line(e)}", file=sys.stderr)
