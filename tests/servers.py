@@ -1,0 +1,656 @@
+"""Test fixtures that run real storage servers on 127.0.0.1: a GCS emulator and moto's S3 server.
+
+Each server runs as a subprocess on a free port behind a `Relay`, a small TCP relay the tests
+use to inject faults (refused connections, reset connections, HTTP 429/503 answers) without
+mocking any client library. Clients (Beam, google-cloud-storage, boto3) talk to the relay; the
+`put`/`get`/`keys` helpers talk to the server directly, so they keep working while a fault is on.
+
+Use from a test module::
+
+    from tests.servers import cloud_env, gcs, s3, store  # noqa: F401  (pytest fixtures)
+
+How the clients are pointed at the servers (the same settings work for a whole conversion,
+DirectRunner worker subprocesses included, because they inherit the environment):
+  * GCS: `STORAGE_EMULATOR_HOST=http://127.0.0.1:PORT` (google-cloud-storage, hence Beam's
+    GCSFileSystem). Beam looks up Application Default Credentials before every GCS client and,
+    when none exist, retries for ~20 s before going anonymous; `GOOGLE_APPLICATION_CREDENTIALS`
+    therefore points at a fake `authorized_user` file whose token is valid until 2099, which
+    google-auth accepts without any network call.
+  * S3: Beam pipeline options `--s3_endpoint_url=http://127.0.0.1:PORT --s3_region_name=us-east-1`
+    (`S3Server.beam_args`); keys come from boto3's chain (`AWS_ACCESS_KEY_ID`/`..._SECRET_...`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+__all__ = [
+    "Relay",
+    "ServerProcess",
+    "GcsServer",
+    "S3Server",
+    "cloud_env",
+    "gcs",
+    "s3",
+    "store",
+    "beam_filesystems",
+]
+
+HOST = "127.0.0.1"
+# Both servers start in 1-5 s on an idle machine; 60 s leaves room for a loaded 2-core CI box.
+STARTUP_TIMEOUT_S = 60.0
+S3_REGION = "us-east-1"
+# moto accepts any key pair; boto3 still refuses to sign without one.
+FAKE_AWS_KEY = "testing"
+TEST_PROJECT = "imgrec-test"
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((HOST, 0))
+        return s.getsockname()[1]
+
+
+def _venv_bin(name: str) -> str:
+    """The console script `name` next to the running interpreter (the project's venv)."""
+    candidate = Path(sys.executable).parent / name
+    return str(candidate) if candidate.exists() else name
+
+
+# ---------------------------------------------------------------------------------------------
+# Fault-injecting relay
+# ---------------------------------------------------------------------------------------------
+
+
+def _reset(sock: socket.socket) -> None:
+    """Kill `sock` as a crashed peer would: RST on close (SO_LINGER 0). The shutdown comes first
+    because closing a socket another thread is blocked on does nothing on Linux until that
+    call returns, and the peer would wait forever."""
+    with contextlib.suppress(OSError):
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+    with contextlib.suppress(OSError):
+        sock.shutdown(socket.SHUT_RDWR)
+    with contextlib.suppress(OSError):
+        sock.close()
+
+
+class Relay:
+    """A TCP relay in front of a server, with switches that make the server look faulty.
+
+    States: `up()` relays bytes both ways; `down()` closes the listening port (new connections
+    are refused) and resets every open connection; `reset_connections()` resets open ones only;
+    `fail_next(n, status)` answers the next `n` HTTP requests with `status` itself (after
+    resetting open keep-alive connections so that the next requests arrive on fresh ones).
+    """
+
+    def __init__(self, target_port: int, error_body: Callable[[int], tuple[str, bytes]]):
+        self.target_port = target_port
+        self.port = free_port()
+        self._error_body = error_body
+        self._lock = threading.Lock()
+        self._conns: set[socket.socket] = set()
+        self._listener: socket.socket | None = None
+        self._fail_left = 0
+        self._fail_status = 503
+        self._fail_match: bytes | None = None
+        self._cut_after: int | None = None
+        self.uploaded = 0  # bytes relayed client -> server since the last cut_after()
+        self.injected = 0  # HTTP error answers sent so far
+        self.accepted = 0  # connections relayed so far
+        self.up()
+
+    @property
+    def url(self) -> str:
+        return f"http://{HOST}:{self.port}"
+
+    def up(self) -> None:
+        """(Re)open the listening port and relay again."""
+        with self._lock:
+            if self._listener is not None:
+                return
+            listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            listener.bind((HOST, self.port))
+            listener.listen(64)
+            self._listener = listener
+        threading.Thread(target=self._accept_loop, args=(listener,), daemon=True).start()
+
+    def down(self) -> None:
+        """Refuse new connections and reset open ones: the server looks stopped."""
+        with self._lock:
+            listener, self._listener = self._listener, None
+        if listener is not None:
+            with contextlib.suppress(OSError):
+                listener.shutdown(socket.SHUT_RDWR)
+            listener.close()
+        self.reset_connections()
+
+    def reset_connections(self) -> None:
+        with self._lock:
+            conns, self._conns = list(self._conns), set()
+        for c in conns:
+            _reset(c)
+
+    def fail_next(self, n: int, status: int = 503, match: bytes | None = None) -> None:
+        """Answer the next `n` HTTP requests with `status` (429, 500, 503, ...); with `match`,
+        only requests whose first bytes (request line, headers) contain it."""
+        with self._lock:
+            self._fail_left = n
+            self._fail_status = status
+            self._fail_match = match
+        self.reset_connections()
+
+    def heal(self) -> None:
+        """Cancel every pending fault and relay again."""
+        with self._lock:
+            self._fail_left = 0
+            self._cut_after = None
+        self.up()
+
+    def cut_after(self, nbytes: int) -> None:
+        """Go `down()` once `nbytes` more bytes have gone from clients to the server: the server
+        dies in the middle of an upload."""
+        with self._lock:
+            self.uploaded = 0
+            self._cut_after = nbytes
+
+    @property
+    def failing(self) -> int:
+        with self._lock:
+            return self._fail_left
+
+    def _accept_loop(self, listener: socket.socket) -> None:
+        while True:
+            try:
+                client, _ = listener.accept()
+            except OSError:
+                return  # listener closed by down()
+            with self._lock:
+                if self._listener is not listener:
+                    _reset(client)
+                    return
+                self.accepted += 1
+                self._conns.add(client)
+            threading.Thread(target=self._relay, args=(client,), daemon=True).start()
+
+    def _relay(self, client: socket.socket) -> None:
+        """Connect upstream only once the client has sent its first bytes: the GCS emulator serves
+        one connection at a time, so an idle pooled connection would otherwise block it."""
+        try:
+            first = client.recv(1 << 16)
+        except OSError:
+            first = b""
+        if not first:
+            self._drop(client)
+            return
+        with self._lock:
+            status = 0
+            if self._fail_left > 0 and (self._fail_match is None or self._fail_match in first):
+                self._fail_left -= 1
+                status = self._fail_status
+        if status:
+            self._answer_error(client, status, first)
+            return
+        try:
+            upstream = socket.create_connection((HOST, self.target_port), timeout=10)
+            upstream.settimeout(None)
+        except OSError:
+            self._drop(client)
+            return
+        with self._lock:
+            if client not in self._conns:  # reset by down() meanwhile
+                _reset(upstream)
+                return
+            self._conns.add(upstream)
+        done = [0]
+        threading.Thread(
+            target=self._pump, args=(upstream, client, done, False), daemon=True
+        ).start()
+        self._pump(client, upstream, done, True, first)
+
+    def _drop(self, sock: socket.socket) -> None:
+        with self._lock:
+            self._conns.discard(sock)
+        _reset(sock)
+
+    def _pump(
+        self, src: socket.socket, dst: socket.socket, done: list[int], up: bool, data: bytes = b""
+    ) -> None:
+        try:
+            while True:
+                data = data or src.recv(1 << 16)
+                if not data:
+                    break
+                if up and self._count_upload(len(data)):
+                    threading.Thread(target=self.down, daemon=True).start()
+                    break
+                dst.sendall(data)
+                data = b""
+        except OSError:
+            pass
+        with contextlib.suppress(OSError):
+            dst.shutdown(socket.SHUT_WR)
+        with self._lock:
+            done[0] += 1
+            last = done[0] == 2
+            if last:
+                self._conns.difference_update((src, dst))
+        if last:  # both directions ended: close the pair
+            for s in (src, dst):
+                with contextlib.suppress(OSError):
+                    s.close()
+
+    def _count_upload(self, n: int) -> bool:
+        """Count uploaded bytes; True when a pending cut_after() is due."""
+        with self._lock:
+            self.uploaded += n
+            if self._cut_after is not None and self.uploaded >= self._cut_after:
+                self._cut_after = None
+                return True
+            return False
+
+    def _answer_error(self, client: socket.socket, status: int, head: bytes) -> None:
+        client.settimeout(10)
+        try:
+            while b"\r\n\r\n" not in head and len(head) < 1 << 16:
+                chunk = client.recv(1 << 16)
+                if not chunk:
+                    return
+                head += chunk
+            header, _, body = head.partition(b"\r\n\r\n")
+            length = 0
+            for line in header.split(b"\r\n")[1:]:
+                name, _, value = line.partition(b":")
+                if name.strip().lower() == b"content-length":
+                    length = int(value.strip() or 0)
+            while len(body) < length:  # drain the request body so the client sees the answer
+                chunk = client.recv(min(1 << 16, length - len(body)))
+                if not chunk:
+                    break
+                body += chunk
+            content_type, payload = self._error_body(status)
+            reason = {
+                429: "Too Many Requests",
+                500: "Internal Server Error",
+                502: "Bad Gateway",
+                503: "Service Unavailable",
+                504: "Gateway Timeout",
+            }.get(status, "Error")
+            client.sendall(
+                f"HTTP/1.1 {status} {reason}\r\nContent-Type: {content_type}\r\n"
+                f"Content-Length: {len(payload)}\r\nConnection: close\r\n\r\n".encode()
+                + payload
+            )
+            with self._lock:
+                self.injected += 1
+        except OSError:
+            pass
+        finally:
+            with self._lock:
+                self._conns.discard(client)
+            with contextlib.suppress(OSError):
+                client.shutdown(socket.SHUT_WR)  # a graceful close: the answer must arrive
+            with contextlib.suppress(OSError):
+                client.close()
+
+
+def _gcs_error(status: int) -> tuple[str, bytes]:
+    body = {
+        "error": {
+            "code": status,
+            "message": f"injected by the test relay ({status})",
+            "errors": [{"reason": "backendError", "message": "injected"}],
+        }
+    }
+    return "application/json", json.dumps(body).encode()
+
+
+def _s3_error(status: int) -> tuple[str, bytes]:
+    code = "SlowDown" if status in (429, 503) else "InternalError"
+    return "application/xml", (
+        f'<?xml version="1.0" encoding="UTF-8"?><Error><Code>{code}</Code>'
+        f"<Message>injected by the test relay ({status})</Message></Error>"
+    ).encode()
+
+
+# ---------------------------------------------------------------------------------------------
+# Server processes
+# ---------------------------------------------------------------------------------------------
+
+
+class ServerProcess:
+    """A server subprocess on a fixed 127.0.0.1 port that can be stopped and started again."""
+
+    def __init__(self, name: str, argv: list[str], port: int, ready_path: str, log: Path):
+        self.name = name
+        self.argv = argv
+        self.port = port
+        self.ready_path = ready_path
+        self.log = log
+        self._proc: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://{HOST}:{self.port}"
+
+    def start(self) -> None:
+        if self._proc is not None and self._proc.poll() is None:
+            return
+        with open(self.log, "ab") as log:
+            self._proc = subprocess.Popen(
+                self.argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+            )
+        self._wait_ready()
+
+    def _wait_ready(self) -> None:
+        deadline = time.monotonic() + STARTUP_TIMEOUT_S
+        last = ""
+        while time.monotonic() < deadline:
+            if self._proc is not None and self._proc.poll() is not None:
+                break
+            try:
+                with urllib.request.urlopen(self.url + self.ready_path, timeout=2) as r:
+                    if r.status == 200:
+                        return
+            except (urllib.error.URLError, OSError) as e:
+                last = str(e)
+            time.sleep(0.2)
+        tail = self.log.read_text(errors="replace")[-2000:] if self.log.exists() else ""
+        self.stop()
+        raise RuntimeError(f"{self.name} did not come up on {self.url} ({last}); log:\n{tail}")
+
+    def stop(self) -> None:
+        """Stop the process (SIGTERM, then SIGKILL after 10 s)."""
+        proc, self._proc = self._proc, None
+        if proc is None or proc.poll() is not None:
+            return
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+
+    def restart(self) -> None:
+        self.stop()
+        self.start()
+
+
+@dataclasses.dataclass
+class _Store:
+    """What the tests share about one storage server; subclasses add the client helpers."""
+
+    scheme: str
+    server: ServerProcess
+    relay: Relay
+
+    def new_bucket(self, prefix: str = "imgrec") -> str:
+        """Create a bucket with a fresh name and return the name."""
+        name = f"{prefix}-{uuid.uuid4().hex[:12]}"
+        self._create_bucket(name)
+        return name
+
+    def uri(self, bucket: str, key: str = "") -> str:
+        return f"{self.scheme}://{bucket}/{key}"
+
+    def put(self, uri: str, data: bytes) -> None:
+        raise NotImplementedError
+
+    def get(self, uri: str) -> bytes:
+        raise NotImplementedError
+
+    def keys(self, bucket: str, prefix: str = "") -> list[str]:
+        """Every object key in `bucket` under `prefix`, sorted, read from the server directly."""
+        raise NotImplementedError
+
+    def _create_bucket(self, name: str) -> None:
+        raise NotImplementedError
+
+    @property
+    def beam_args(self) -> list[str]:
+        """Beam pipeline options that point Beam's filesystem for this scheme at the relay."""
+        return []
+
+
+def _split(uri: str) -> tuple[str, str]:
+    _, _, rest = uri.partition("://")
+    bucket, _, key = rest.partition("/")
+    return bucket, key
+
+
+class GcsServer(_Store):
+    """gcp-storage-emulator, reached by clients through `STORAGE_EMULATOR_HOST` (the relay).
+
+    The emulator stores each object's `mediaLink` (the URL clients download from) with the
+    Host header of the upload request; the helpers send the relay's address as Host so that
+    objects they put are downloaded through the relay too.
+    """
+
+    @property
+    def _client(self):
+        from google.auth.credentials import AnonymousCredentials
+        from google.cloud import storage
+
+        return storage.Client(
+            project=TEST_PROJECT,
+            credentials=AnonymousCredentials(),
+            client_options={"api_endpoint": self.server.url},
+            extra_headers={"Host": f"{HOST}:{self.relay.port}"},
+        )
+
+    def _create_bucket(self, name: str) -> None:
+        self._client.create_bucket(name)
+
+    def put(self, uri: str, data: bytes) -> None:
+        bucket, key = _split(uri)
+        self._client.bucket(bucket).blob(key).upload_from_string(data)
+
+    def get(self, uri: str) -> bytes:
+        bucket, key = _split(uri)
+        return self._client.bucket(bucket).blob(key).download_as_bytes()
+
+    def keys(self, bucket: str, prefix: str = "") -> list[str]:
+        return sorted(b.name for b in self._client.list_blobs(bucket, prefix=prefix or None))
+
+
+class S3Server(_Store):
+    """moto's S3 server; Beam reaches it through `beam_args` (the relay)."""
+
+    @property
+    def _client(self):
+        import boto3
+
+        return boto3.client(
+            "s3",
+            endpoint_url=self.server.url,
+            region_name=S3_REGION,
+            aws_access_key_id=FAKE_AWS_KEY,
+            aws_secret_access_key=FAKE_AWS_KEY,
+        )
+
+    def _create_bucket(self, name: str) -> None:
+        self._client.create_bucket(Bucket=name)
+
+    def put(self, uri: str, data: bytes) -> None:
+        bucket, key = _split(uri)
+        self._client.put_object(Bucket=bucket, Key=key, Body=data)
+
+    def get(self, uri: str) -> bytes:
+        bucket, key = _split(uri)
+        return self._client.get_object(Bucket=bucket, Key=key)["Body"].read()
+
+    def keys(self, bucket: str, prefix: str = "") -> list[str]:
+        out: list[str] = []
+        for page in self._client.get_paginator("list_objects_v2").paginate(
+            Bucket=bucket, Prefix=prefix
+        ):
+            out.extend(o["Key"] for o in page.get("Contents", []))
+        return sorted(out)
+
+    def multipart_uploads(self, bucket: str) -> list[str]:
+        """Keys of multipart uploads begun and neither completed nor aborted."""
+        r = self._client.list_multipart_uploads(Bucket=bucket)
+        return sorted(u["Key"] for u in r.get("Uploads", []))
+
+    @property
+    def beam_args(self) -> list[str]:
+        return [f"--s3_endpoint_url={self.relay.url}", f"--s3_region_name={S3_REGION}"]
+
+
+# ---------------------------------------------------------------------------------------------
+# Fixtures
+# ---------------------------------------------------------------------------------------------
+
+# A Google `authorized_user` credential whose access token google-auth takes as valid until
+# 2099, so neither Beam nor google-cloud-storage ever asks Google for one. The emulator ignores
+# the Authorization header.
+_FAKE_ADC = {
+    "type": "authorized_user",
+    "client_id": "imgrec-test",
+    "client_secret": "imgrec-test",
+    "refresh_token": "imgrec-test",
+    "token": "imgrec-test-token",
+    "expiry": "2099-01-01T00:00:00Z",
+    "quota_project_id": TEST_PROJECT,
+}
+
+
+@pytest.fixture(scope="session")
+def cloud_env(tmp_path_factory) -> Iterator[Path]:
+    """Environment for cloud clients that can only ever reach 127.0.0.1 (fake credentials)."""
+    root = tmp_path_factory.mktemp("cloud_env")
+    adc = root / "fake_adc.json"
+    adc.write_text(json.dumps(_FAKE_ADC))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("GOOGLE_APPLICATION_CREDENTIALS", str(adc))
+        mp.setenv("GOOGLE_CLOUD_PROJECT", TEST_PROJECT)
+        mp.setenv("AWS_ACCESS_KEY_ID", FAKE_AWS_KEY)
+        mp.setenv("AWS_SECRET_ACCESS_KEY", FAKE_AWS_KEY)
+        mp.setenv("AWS_DEFAULT_REGION", S3_REGION)
+        mp.setenv("AWS_EC2_METADATA_DISABLED", "true")
+        for var in (
+            "AWS_PROFILE",
+            "AWS_SESSION_TOKEN",
+            "AWS_ENDPOINT_URL",
+            "AWS_ENDPOINT_URL_S3",
+            "AWS_CONFIG_FILE",
+            "AWS_SHARED_CREDENTIALS_FILE",
+        ):
+            mp.delenv(var, raising=False)
+        mp.setenv("AWS_CONFIG_FILE", str(root / "no_aws_config"))
+        mp.setenv("AWS_SHARED_CREDENTIALS_FILE", str(root / "no_aws_credentials"))
+        # Keep any retry budgets short and predictable: botocore's default "legacy" mode retries
+        # 4 times; "standard" does the same with a documented backoff.
+        mp.setenv("AWS_RETRY_MODE", "standard")
+        yield root
+
+
+@pytest.fixture(scope="session")
+def gcs(cloud_env, tmp_path_factory) -> Iterator[GcsServer]:
+    """A running GCS emulator (data on disk, so it survives `server.restart()`)."""
+    root = tmp_path_factory.mktemp("gcs")
+    port = free_port()
+    server = ServerProcess(
+        "gcp-storage-emulator",
+        [
+            _venv_bin("gcp-storage-emulator"),
+            "-d",
+            str(root / "data"),
+            "start",
+            "--host",
+            HOST,
+            "--port",
+            str(port),
+            "--project-number",
+            "1234",
+        ],
+        port,
+        "/",
+        root / "server.log",
+    )
+    server.start()
+    relay = Relay(port, _gcs_error)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("STORAGE_EMULATOR_HOST", relay.url)
+        try:
+            yield GcsServer("gs", server, relay)
+        finally:
+            relay.down()
+            server.stop()
+
+
+@pytest.fixture(scope="session")
+def s3(cloud_env, tmp_path_factory) -> Iterator[S3Server]:
+    """A running moto S3 server (state in memory: `server.restart()` loses it; use the relay)."""
+    root = tmp_path_factory.mktemp("s3")
+    port = free_port()
+    server = ServerProcess(
+        "moto_server",
+        [_venv_bin("moto_server"), "-H", HOST, "-p", str(port)],
+        port,
+        "/",
+        root / "server.log",
+    )
+    server.start()
+    relay = Relay(port, _s3_error)
+    try:
+        yield S3Server("s3", server, relay)
+    finally:
+        relay.down()
+        server.stop()
+
+
+@pytest.fixture
+def beam_filesystems(request) -> Iterator[list[str]]:
+    """Point Beam's FileSystems at the servers the test uses; restore the old options after.
+
+    Yields the Beam arguments it set (append them to a pipeline's argv as well).
+    """
+    from apache_beam.io.filesystems import FileSystems
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    args: list[str] = []
+    for name in ("s3", "store"):
+        if name in request.fixturenames:
+            args += request.getfixturevalue(name).beam_args
+    previous = FileSystems._pipeline_options  # noqa: SLF001 - restored below
+    FileSystems.set_options(PipelineOptions(args))
+    try:
+        yield args
+    finally:
+        FileSystems._pipeline_options = previous  # noqa: SLF001
+
+
+@pytest.fixture(params=["gs", "s3"])
+def store(request) -> Iterator[_Store]:
+    """Each test that takes `store` runs once against the GCS emulator and once against S3."""
+    server = request.getfixturevalue("gcs" if request.param == "gs" else "s3")
+    server.relay.heal()
+    yield server
+    server.relay.heal()  # a test that left the link down must not break the next one
+
+
+def wait_until(predicate: Callable[[], bool], timeout: float = 30.0, every: float = 0.05) -> bool:
+    """Poll `predicate` until it is true or `timeout` seconds have passed."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(every)
+    return predicate()

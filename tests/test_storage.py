@@ -1,0 +1,296 @@
+"""pipeline/storage.py against real servers: local disk, the GCS emulator and moto's S3 server."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+import pytest
+from apache_beam.io.filesystems import FileSystems
+
+from pipeline import storage
+from tests.servers import beam_filesystems, cloud_env, gcs, s3, store  # noqa: F401 - fixtures
+
+# 9 MB: above boto3's 8 MB multipart threshold (copies) and Beam's 5 MB S3 part size.
+BIG = 9 * 1024 * 1024 + 7
+
+
+def _payload(n: int) -> bytes:
+    return os.urandom(n)
+
+
+@pytest.fixture
+def bucket(store):
+    return store.new_bucket()
+
+
+@pytest.fixture
+def short_gcs_client_deadline(monkeypatch):
+    """Let Beam's GCS reads retry a failing download for 3 s instead of 120 s (the default).
+
+    (Only the download takes Beam's retry object; the metadata lookup before it always uses
+    the library's 120 s default, so tests fail downloads only.)"""
+    from apache_beam.io.gcp import gcsio_retry
+
+    monkeypatch.setattr(
+        gcsio_retry,
+        "DEFAULT_RETRY_WITH_THROTTLING_COUNTER",
+        gcsio_retry.DEFAULT_RETRY_WITH_THROTTLING_COUNTER.with_timeout(3.0),
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Reads
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("size", [0, 5, BIG])
+def test_read_bytes_returns_the_object(store, bucket, beam_filesystems, size):
+    data = _payload(size)
+    uri = store.uri(bucket, f"cat/{size}.bin")
+    store.put(uri, data)
+    assert storage.read_bytes(uri) == data
+
+
+def test_read_missing_object_is_permanent_and_not_retried(store, bucket, beam_filesystems):
+    uri = store.uri(bucket, "cat/missing_503.jpg")  # a status-like number in the name
+    started = time.monotonic()
+    with pytest.raises(storage.ReadError) as info:
+        storage.read_bytes(uri)
+    assert info.value.transient is False
+    assert info.value.attempts == 1
+    assert info.value.path == uri
+    assert time.monotonic() - started < 10
+
+
+@pytest.mark.parametrize("status", [429, 503])
+def test_read_rides_out_throttling_and_server_errors(store, bucket, beam_filesystems, status):
+    data = _payload(1000)
+    uri = store.uri(bucket, "dog/a.jpg")
+    store.put(uri, data)
+    store.relay.fail_next(2, status)
+    assert storage.read_bytes(uri) == data
+    assert store.relay.injected >= 2 and store.relay.failing == 0
+
+
+def test_read_survives_a_server_outage(store, bucket, beam_filesystems):
+    data = _payload(2000)
+    uri = store.uri(bucket, "dog/b.jpg")
+    store.put(uri, data)
+    store.relay.down()
+    threading.Timer(2.0, store.relay.up).start()
+    assert storage.read_bytes(uri) == data
+
+
+def test_read_gives_up_on_a_persistent_transient_error_and_says_so(
+    gcs, beam_filesystems, short_gcs_client_deadline
+):
+    bucket = gcs.new_bucket()
+    uri = gcs.uri(bucket, "cat/c.jpg")
+    gcs.put(uri, b"abc")
+    gcs.relay.fail_next(10_000, 503, match=b"alt=media")
+    try:
+        with pytest.raises(storage.ReadError) as info:
+            storage.read_bytes(uri)
+    finally:
+        gcs.relay.heal()
+    assert info.value.transient is True
+    assert "transient error" in info.value.detail
+    assert "503" in info.value.detail
+
+
+def test_read_many_keeps_order_and_yields_errors(store, bucket, beam_filesystems):
+    uris = [store.uri(bucket, f"cls/{i}.jpg") for i in range(6)]
+    blobs = {u: _payload(100 + i) for i, u in enumerate(uris)}
+    for u, d in blobs.items():
+        store.put(u, d)
+    missing = store.uri(bucket, "cls/missing.jpg")
+    order = uris[:3] + [missing] + uris[3:]
+    got = list(storage.read_many(order, concurrency=4))
+    assert [p for p, _ in got] == order
+    for path, result in got:
+        if path == missing:
+            assert isinstance(result, storage.ReadError) and not result.transient
+        else:
+            assert result == blobs[path]
+
+
+def test_read_many_on_local_files(tmp_path):
+    paths = []
+    for i in range(5):
+        p = tmp_path / f"{i}.bin"
+        p.write_bytes(bytes([i]) * i)
+        paths.append(str(p))
+    assert [d for _, d in storage.read_many(paths, concurrency=3)] == [
+        bytes([i]) * i for i in range(5)
+    ]
+
+
+# ---------------------------------------------------------------------------------------------
+# Writes
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("size", [0, 5, BIG])
+def test_write_bytes_atomic_writes_whole_object_and_no_temp(store, bucket, beam_filesystems, size):
+    data = _payload(size)
+    uri = store.uri(bucket, "out/rejected.jsonl")
+    storage.write_bytes_atomic(uri, data)
+    assert store.get(uri) == data
+    assert store.keys(bucket) == ["out/rejected.jsonl"]
+    if store.scheme == "s3":
+        assert store.multipart_uploads(bucket) == []
+
+
+def test_write_bytes_atomic_replaces_existing(store, bucket, beam_filesystems):
+    uri = store.uri(bucket, "out/dataset_info.json")
+    store.put(uri, b'{"old": true}')
+    storage.write_bytes_atomic(uri, b'{"new": true}')
+    assert store.get(uri) == b'{"new": true}'
+    assert store.keys(bucket) == ["out/dataset_info.json"]
+
+
+def test_delete_quietly_ignores_missing_objects(store, bucket, beam_filesystems, tmp_path):
+    here = store.uri(bucket, "a/x")
+    store.put(here, b"1")
+    local = tmp_path / "y"
+    local.write_bytes(b"2")
+    storage.delete_quietly(
+        [here, store.uri(bucket, "a/never"), str(local), str(tmp_path / "never")]
+    )
+    assert store.keys(bucket) == [] and not local.exists()
+
+
+def test_write_bytes_atomic_local(tmp_path):
+    path = str(tmp_path / "sub" / "x.json")
+    os.makedirs(tmp_path / "sub")
+    storage.write_bytes_atomic(path, b"")
+    storage.write_bytes_atomic(path, b"12345")
+    assert open(path, "rb").read() == b"12345"
+    assert os.listdir(tmp_path / "sub") == ["x.json"]
+
+
+def test_write_through_an_outage_never_shows_a_partial_object(store, bucket, beam_filesystems):
+    """The server dies halfway through the upload and comes back 3 s later; a watcher reading
+    the final name directly from the server sees nothing, then the whole object."""
+    data = _payload(BIG)
+    uri = store.uri(bucket, "train/train-00000-of-00001.tfrecord")
+    seen: set[int] = set()
+    stop = threading.Event()
+
+    def watch() -> None:
+        while not stop.is_set():
+            try:
+                seen.add(len(store.get(uri)))
+            except Exception:  # noqa: BLE001 - absent (404) is an observation too
+                seen.add(-1)
+            time.sleep(0.05)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    store.relay.cut_after(BIG // 2)
+    threading.Timer(3.0, store.relay.heal).start()
+    try:
+        storage.write_bytes_atomic(uri, data)
+    finally:
+        stop.set()
+        watcher.join()
+    assert store.relay.uploaded >= BIG // 2, "the cut never happened"
+    assert seen <= {-1, len(data)}, f"partial sizes observed: {sorted(seen)}"
+    assert store.get(uri) == data
+    leftovers = [k for k in store.keys(bucket) if k != "train/train-00000-of-00001.tfrecord"]
+    assert leftovers == []
+
+
+def test_write_to_a_dead_s3_server_fails_transient_and_leaves_nothing(s3, beam_filesystems):
+    bucket = s3.new_bucket()
+    uri = s3.uri(bucket, "out/dataset_info.json")
+    s3.relay.down()
+    try:
+        with pytest.raises(storage.ReadError) as info:
+            storage.write_bytes_atomic(uri, b"{}", attempts=2)
+    finally:
+        s3.relay.heal()
+    assert info.value.transient is True and info.value.attempts == 2
+    assert "gave up after 2 attempts" in info.value.detail
+    assert s3.keys(bucket) == []
+
+
+# ---------------------------------------------------------------------------------------------
+# What Beam itself does (each test pins a finding the code above works around or relies on;
+# when one fails after a Beam upgrade, revisit the workaround it names).
+# ---------------------------------------------------------------------------------------------
+
+
+def test_beam_s3_cannot_write_an_empty_object(s3, beam_filesystems):
+    """Why write_bytes_atomic puts empty S3 objects itself."""
+    bucket = s3.new_bucket()
+    with pytest.raises(Exception, match="MalformedXML"):  # noqa: PT011 - Beam's own S3ClientError
+        with FileSystems.create(s3.uri(bucket, "empty.jsonl")):
+            pass
+    assert s3.keys(bucket) == []
+
+
+def test_beam_s3_publishes_partial_object_when_writer_raises(s3, beam_filesystems):
+    """Why writers must not stream into the final name: on S3 an exception inside
+    `with FileSystems.create(...)` still completes the upload."""
+    bucket = s3.new_bucket()
+    uri = s3.uri(bucket, "train/shard")
+    with pytest.raises(ValueError):
+        with FileSystems.create(uri) as f:
+            f.write(b"x" * 1000)
+            raise ValueError("writer failed halfway")
+    assert s3.get(uri) == b"x" * 1000
+
+
+def test_beam_gcs_does_not_publish_partial_object_when_writer_raises(gcs, beam_filesystems):
+    bucket = gcs.new_bucket()
+    uri = gcs.uri(bucket, "train/shard")
+    with pytest.raises(ValueError):
+        with FileSystems.create(uri) as f:
+            f.write(b"x" * 1000)
+            raise ValueError("writer failed halfway")
+    assert gcs.keys(bucket) == []
+
+
+def test_match_double_star_semantics(store, bucket, beam_filesystems, tmp_path):
+    """`root/**` matches every file below root; `root/**/*.jpg` only files at least one
+    directory below root (the same on local disk, GCS and S3)."""
+    keys = ["root/top.jpg", "root/cat/a.jpg", "root/cat/deep/b.jpg", "other/c.jpg"]
+    for k in keys:
+        store.put(store.uri(bucket, k), b"x")
+        (tmp_path / k).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / k).write_bytes(b"x")
+
+    def match(base: str, pattern: str) -> list[str]:
+        found = FileSystems.match([base + pattern])[0].metadata_list
+        return sorted(m.path[len(base) :] for m in found)
+
+    for base in (store.uri(bucket), str(tmp_path) + "/"):
+        assert match(base, "root/**") == ["root/cat/a.jpg", "root/cat/deep/b.jpg", "root/top.jpg"]
+        assert match(base, "root/**/*.jpg") == ["root/cat/a.jpg", "root/cat/deep/b.jpg"]
+        assert match(base, "root/*") == ["root/top.jpg"]
+        assert match(base, "nothing/**") == []
+
+
+# ---------------------------------------------------------------------------------------------
+# Classification and names
+# ---------------------------------------------------------------------------------------------
+
+
+def test_is_transient_ignores_numbers_in_paths():
+    assert not storage.is_transient(FileNotFoundError(2, "Not found: gs://b/img_503.jpg"))
+    assert not storage.is_transient(ValueError("bad header in s3://b/429/x.png"))
+    assert storage.is_transient(ConnectionResetError(104, "Connection reset by peer"))
+    assert storage.is_transient(TimeoutError("read timed out"))
+
+
+def test_temp_sibling_is_hidden_next_to_the_target():
+    for base in ("gs://b/out/train", "s3://b/out/train", "/tmp/out/train"):
+        tmp = storage.temp_sibling(base + "/train-00000-of-00004.tfrecord")
+        head, _, tail = tmp.rpartition("/")
+        assert head == base
+        assert tail.startswith(storage.TEMP_PREFIX + "train-00000-of-00004.tfrecord-")
+    assert storage.join("gs://b/out", "train", "x") == "gs://b/out/train/x"
+    assert storage.join("s3://b/out/", "x") == "s3://b/out/x"
