@@ -7,6 +7,8 @@ import math
 
 from apache_beam.options.pipeline_options import PipelineOptions
 
+from transforms.image_check import CheckOptions
+
 __all__ = ["ConvertOptions", "ConvertConfig", "OptionError", "parse_splits"]
 
 # Shards near 128 MB keep TFRecord reads sequential and large on GCS/S3 while leaving enough
@@ -183,16 +185,7 @@ class ConvertConfig:
             raise OptionError(f"--min_shards must be >= 1, got {self.min_shards}")
         if not 0.0 <= self.max_bad_fraction <= 1.0:
             raise OptionError(f"--max_bad_fraction must be in [0, 1], got {self.max_bad_fraction}")
-        if self.max_pixels < 1:
-            raise OptionError(f"--max_pixels must be >= 1, got {self.max_pixels}")
-        if self.min_side < 1:
-            raise OptionError(f"--min_side must be >= 1, got {self.min_side}")
-        if self.max_file_mb < 0:
-            raise OptionError(f"--max_file_mb must be >= 0 (0: no limit), got {self.max_file_mb}")
-        if self.max_side < 0:
-            raise OptionError(f"--max_side must be >= 0 (0: keep size), got {self.max_side}")
-        if not 1 <= self.jpeg_quality <= 100:
-            raise OptionError(f"--jpeg_quality must be in 1..100, got {self.jpeg_quality}")
+        self.check_options()  # The per-image limits validate themselves.
         if self.decode_threads < 1:
             raise OptionError(f"--decode_threads must be >= 1, got {self.decode_threads}")
         if self.read_concurrency < 1:
@@ -203,6 +196,18 @@ class ConvertConfig:
             raise OptionError(
                 f"--stats_sample_fraction must be in (0, 1], got {self.stats_sample_fraction}"
             )
+
+    def check_options(self) -> CheckOptions:
+        """The per-image limits and transcode choices, validated.
+
+        Raises:
+            OptionError: naming the option.
+        """
+        try:
+            return CheckOptions(**{f.name: getattr(self, f.name)
+                                   for f in dataclasses.fields(CheckOptions)})
+        except ValueError as e:
+            raise OptionError(str(e)) from e
 
     @property
     def split_names(self) -> tuple[str, ...]:

@@ -18,16 +18,7 @@ __all__ = ["InspectImages", "check_options", "inspect_bytes"]
 
 def check_options(config) -> CheckOptions:
     """The per-image limits of a ConvertConfig."""
-    return CheckOptions(
-        max_pixels=config.max_pixels,
-        min_side=config.min_side,
-        max_file_mb=config.max_file_mb,
-        apply_exif_orientation=config.apply_exif_orientation,
-        animated=config.animated,
-        transcode=config.transcode,
-        max_side=config.max_side,
-        jpeg_quality=config.jpeg_quality,
-    )
+    return config.check_options()
 
 
 def inspect_bytes(item: dict, data: bytes, opts: CheckOptions, compute_stats: bool) -> dict:
