@@ -9,6 +9,14 @@ Use from a test module::
 
     from tests.servers import cloud_env, gcs, s3, store  # noqa: F401  (pytest fixtures)
 
+TensorFlow's own GCS filesystem (what pipeline/reader.py uses for gs://) has its endpoints
+compiled in (https://storage.googleapis.com, https://www.googleapis.com) and no emulator
+setting. `tensorflow_gcs_env` therefore starts `GoogleApisFront`: an HTTPS proxy on 127.0.0.1
+whose certificate (for *.googleapis.com, from a throw-away test CA) TensorFlow's libcurl trusts
+through CURL_CA_BUNDLE, and which hands each request to the emulator. TensorFlow reaches it
+through HTTPS_PROXY and authenticates with GOOGLE_AUTH_TOKEN_FOR_TESTING; give the returned
+variables to a subprocess (TensorFlow reads them when its filesystem starts).
+
 How the clients are pointed at the servers (the same settings work for a whole conversion,
 DirectRunner worker subprocesses included, because they inherit the environment):
   * GCS: `STORAGE_EMULATOR_HOST=http://127.0.0.1:PORT` (google-cloud-storage, hence Beam's
@@ -49,6 +57,8 @@ __all__ = [
     "s3",
     "store",
     "beam_filesystems",
+    "GoogleApisFront",
+    "tensorflow_gcs_env",
 ]
 
 HOST = "127.0.0.1"
@@ -514,6 +524,152 @@ class S3Server(_Store):
 
 
 # ---------------------------------------------------------------------------------------------
+# HTTPS front for TensorFlow's GCS filesystem
+# ---------------------------------------------------------------------------------------------
+
+# The hosts TensorFlow's GCS filesystem calls: JSON API (stat, list) and media downloads.
+GOOGLE_API_HOSTS = ("www.googleapis.com", "storage.googleapis.com")
+
+
+def _write_test_ca(directory: Path) -> tuple[Path, Path, Path]:
+    """A throw-away CA and a server certificate it signed for *.googleapis.com (valid 2 days).
+
+    Returns:
+        (CA certificate PEM, server certificate chain PEM, server key PEM).
+    """
+    import datetime
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+    now = datetime.datetime.now(datetime.UTC)
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "imgrec test CA")])
+    ca = (
+        x509.CertificateBuilder()
+        .subject_name(ca_name)
+        .issuer_name(ca_name)
+        .public_key(ca_key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(hours=1))
+        .not_valid_after(now + datetime.timedelta(days=2))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+        .sign(ca_key, hashes.SHA256())
+    )
+    key = ec.generate_private_key(ec.SECP256R1())
+    names = [x509.DNSName(h) for h in (*GOOGLE_API_HOSTS, "*.googleapis.com")]
+    leaf = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, GOOGLE_API_HOSTS[0])]))
+        .issuer_name(ca_name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(hours=1))
+        .not_valid_after(now + datetime.timedelta(days=2))
+        .add_extension(x509.SubjectAlternativeName(names), critical=False)
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+        .sign(ca_key, hashes.SHA256())
+    )
+    pem = serialization.Encoding.PEM
+    paths = (directory / "ca.pem", directory / "server.pem", directory / "server.key")
+    paths[0].write_bytes(ca.public_bytes(pem))
+    paths[1].write_bytes(leaf.public_bytes(pem) + ca.public_bytes(pem))
+    paths[2].write_bytes(
+        key.private_bytes(pem, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
+    return paths
+
+
+class GoogleApisFront:
+    """An HTTPS proxy (CONNECT) that answers for *.googleapis.com with the GCS emulator.
+
+    Each tunnel is opened with TLS as the requested Google host, then its requests go, one per
+    upstream connection, to `upstream_port` (the emulator answers HTTP/1.0 and closes).
+    """
+
+    def __init__(self, upstream_port: int, directory: Path):
+        import ssl
+
+        self.ca, cert, key = _write_test_ca(directory)
+        self._ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        self._ctx.load_cert_chain(cert, key)
+        self.upstream_port = upstream_port
+        self.port = free_port()
+        self.tunnels: list[str] = []  # "host:port" of every CONNECT, in order
+        self._listener = socket.create_server((HOST, self.port))
+        threading.Thread(target=self._accept_loop, daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        return f"http://{HOST}:{self.port}"
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self._listener.shutdown(socket.SHUT_RDWR)
+        self._listener.close()
+
+    def _accept_loop(self) -> None:
+        while True:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._tunnel, args=(client,), daemon=True).start()
+
+    @staticmethod
+    def _read_head(f) -> bytes | None:
+        head = b""
+        while not head.endswith(b"\r\n\r\n"):
+            line = f.readline(1 << 16)
+            if not line:
+                return None
+            head += line
+        return head
+
+    def _tunnel(self, client: socket.socket) -> None:
+        import ssl
+
+        client.settimeout(30)
+        try:
+            head = self._read_head(client.makefile("rb"))
+            if head is None:
+                return
+            method, target = head.split(b" ", 2)[:2]
+            host = target.decode().rsplit(":", 1)[0]
+            if method != b"CONNECT" or host not in GOOGLE_API_HOSTS:
+                client.sendall(b"HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\n\r\n")
+                return
+            self.tunnels.append(target.decode())
+            client.sendall(b"HTTP/1.1 200 Connection established\r\n\r\n")
+            tls = self._ctx.wrap_socket(client, server_side=True)
+            stream = tls.makefile("rb")
+            while True:  # requests on this tunnel, each to a fresh upstream connection
+                request = self._read_head(stream)
+                if request is None:
+                    break
+                length = 0
+                for line in request.split(b"\r\n")[1:]:
+                    name, _, value = line.partition(b":")
+                    if name.strip().lower() == b"content-length":
+                        length = int(value.strip() or 0)
+                body = stream.read(length) if length else b""
+                with socket.create_connection((HOST, self.upstream_port), timeout=30) as up:
+                    up.sendall(request + body)
+                    answer = b"".join(iter(lambda: up.recv(1 << 16), b""))
+                tls.sendall(answer)
+                if not answer.startswith(b"HTTP/1.1") or b"connection: close" in answer.lower():
+                    break  # an HTTP/1.0 answer ends the connection for the client too
+            tls.close()
+        except (OSError, ssl.SSLError, ValueError):
+            pass  # the client gave up or the emulator is down: the client sees a dead link
+        finally:
+            with contextlib.suppress(OSError):
+                client.close()
+
+
+# ---------------------------------------------------------------------------------------------
 # Fixtures
 # ---------------------------------------------------------------------------------------------
 
@@ -614,6 +770,24 @@ def s3(cloud_env, tmp_path_factory) -> Iterator[S3Server]:
     finally:
         relay.down()
         server.stop()
+
+
+@pytest.fixture(scope="session")
+def tensorflow_gcs_env(gcs, tmp_path_factory) -> Iterator[dict[str, str]]:
+    """Environment variables that let TensorFlow's GCS filesystem (tf.io.gfile, tf.data) read
+    and write gs:// on the emulator; pass them to a subprocess."""
+    front = GoogleApisFront(gcs.relay.port, tmp_path_factory.mktemp("googleapis_front"))
+    try:
+        yield {
+            "HTTPS_PROXY": front.url,
+            "https_proxy": front.url,
+            "CURL_CA_BUNDLE": str(front.ca),
+            "GOOGLE_AUTH_TOKEN_FOR_TESTING": "imgrec-test-token",
+            "NO_PROXY": "",
+            "no_proxy": "",
+        }
+    finally:
+        front.close()
 
 
 @pytest.fixture

@@ -23,7 +23,7 @@ import pytest
 
 from pipeline import schema
 from pipeline.demo import build_corpus
-from tests.servers import cloud_env, gcs, s3, store  # noqa: F401 - pytest fixtures
+from tests.servers import cloud_env, gcs, s3, store, tensorflow_gcs_env  # noqa: F401 - fixtures
 
 ROOT = Path(__file__).resolve().parent.parent
 # Small images and a tiny shard target: several shards per split from a 2-core-friendly corpus.
@@ -191,12 +191,21 @@ def test_bucket_to_bucket_matches_local_placement(store, corpus, reference):
     assert placement == reference
 
 
-def test_local_to_gcs_and_back_to_local_keep_placement(gcs, corpus, reference, tmp_path):
-    src, _, listed = corpus
+@pytest.fixture(scope="module")
+def gcs_dataset(gcs, corpus) -> tuple[str, str]:
+    """A local corpus converted into a bucket: (bucket, prefix of the dataset)."""
+    src, _, _ = corpus
     dest = gcs.new_bucket("dst")
     _ok(run_cli("--input", f"{src}/**", "--output", gcs.uri(dest, "from-local")))
+    return dest, "from-local/"
+
+
+def test_local_to_gcs_and_back_to_local_keep_placement(gcs, gcs_dataset, corpus, reference,
+                                                       tmp_path):  # fmt: skip
+    src, _, listed = corpus
+    dest, prefix = gcs_dataset
     placement = check_dataset(
-        *_bucket_reader(gcs, dest, "from-local/"), input_root=f"{src}/", expected_listed=listed
+        *_bucket_reader(gcs, dest, prefix), input_root=f"{src}/", expected_listed=listed
     )
     assert placement == reference
 
@@ -208,6 +217,35 @@ def test_local_to_gcs_and_back_to_local_keep_placement(gcs, corpus, reference, t
         *_local_reader(out), input_root=gcs.uri(source, "deep/copy/"), expected_listed=listed
     )
     assert placement == reference
+
+
+_READ_ALL = """
+import json, sys
+from pipeline.reader import make_dataset, steps_per_epoch
+data_dir, counts = sys.argv[1], {}
+for split in ("train", "validation"):
+    ds = make_dataset(data_dir, split, global_batch_size=2, image_size=(32, 32))
+    counts[split] = sum(int(labels.shape[0]) for _, labels in ds)
+counts["steps"] = steps_per_epoch(data_dir, "train", global_batch_size=2)
+print(json.dumps(counts))
+"""
+
+
+def test_reader_reads_the_dataset_from_gcs_with_tensorflows_filesystem(
+    gcs, gcs_dataset, tensorflow_gcs_env
+):
+    """pipeline/reader.py on gs:// goes through TensorFlow's GCS filesystem (not Beam)."""
+    dest, prefix = gcs_dataset
+    data_dir = gcs.uri(dest, prefix.rstrip("/"))
+    info = json.loads(gcs.get(gcs.uri(dest, prefix + schema.DATASET_INFO)))
+    env = dict(os.environ, PYTHONPATH=str(ROOT), TF_CPP_MIN_LOG_LEVEL="2", **tensorflow_gcs_env)
+    proc = subprocess.run([sys.executable, "-c", _READ_ALL, data_dir], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=RUN_TIMEOUT_S)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    counts = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert counts["train"] == info["splits"]["train"]["num_examples"]
+    assert counts["validation"] == info["splits"]["validation"]["num_examples"]
+    assert counts["steps"] == info["splits"]["train"]["num_examples"] // 2
 
 
 def test_s3_to_local_with_manifest_in_the_bucket(s3, corpus, reference, tmp_path):
