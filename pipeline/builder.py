@@ -61,7 +61,10 @@ def add_convert(p: beam.Pipeline, config: ConvertConfig, provenance: dict) -> be
     deduped = (
         inspection["inspected"] | "Dedupe" >> DropDuplicates()
         if config.dedupe
-        else {"unique": inspection["inspected"], "duplicates": p | "NoDuplicates" >> beam.Create([])}
+        else {
+            "unique": inspection["inspected"],
+            "duplicates": p | "NoDuplicates" >> beam.Create([]),
+        }
     )
     unique = deduped["unique"]
 
@@ -80,8 +83,11 @@ def add_convert(p: beam.Pipeline, config: ConvertConfig, provenance: dict) -> be
             unique
             # InspectedImage of the training split: only it feeds the statistics.
             | "TrainImages" >> beam.FlatMap(lambda batch: [r for r in batch if r["split"] == train])
-            | "Analyze" >> AnalyzeDataset(
-                config.output, label_names=label_names, train_split=config.train_split,
+            | "Analyze"
+            >> AnalyzeDataset(
+                config.output,
+                label_names=label_names,
+                train_split=config.train_split,
                 temp_dir=temp_dir,
             )
         )
@@ -89,9 +95,10 @@ def add_convert(p: beam.Pipeline, config: ConvertConfig, provenance: dict) -> be
         statistics = p | "NoStatistics" >> beam.Create([None])
 
     rejected = (
-        (listing["rejected"], inspection["rejected"], written["rejected"])
-        | "AllRejected" >> beam.Flatten()
-    )
+        listing["rejected"],
+        inspection["rejected"],
+        written["rejected"],
+    ) | "AllRejected" >> beam.Flatten()
     return p | "Describe" >> DescribeDataset(
         config,
         provenance,
@@ -105,7 +112,9 @@ def add_convert(p: beam.Pipeline, config: ConvertConfig, provenance: dict) -> be
     )
 
 
-def build_pipeline(config: ConvertConfig, options: PipelineOptions, provenance: dict) -> beam.Pipeline:
+def build_pipeline(
+    config: ConvertConfig, options: PipelineOptions, provenance: dict
+) -> beam.Pipeline:
     """A ready-to-run `beam.Pipeline` converting `config`'s input into `config.output`."""
     p = beam.Pipeline(options=options)
     add_convert(p, config, provenance)

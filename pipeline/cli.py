@@ -31,8 +31,10 @@ def _inspect(argv: list[str]) -> int:
     info = json.loads(storage.read_bytes(path))
     elapsed = info.get("provenance", {})
     print(format_summary(info, argv[0], 0.0).split("\n", 1)[1])
-    print(f"  converted   {elapsed.get('finished', '?')} by imgrec "
-          f"{elapsed.get('versions', {}).get('imgrec', '?')}")
+    print(
+        f"  converted   {elapsed.get('finished', '?')} by imgrec "
+        f"{elapsed.get('versions', {}).get('imgrec', '?')}"
+    )
     return 0
 
 

@@ -72,7 +72,9 @@ def _config_to_argv(path: str, parser: argparse.ArgumentParser, cli_dests: set[s
     for name, value in data.items():
         dest = str(name).lstrip("-").replace("-", "_")
         if dest not in actions:
-            raise OptionError(f"--config {path}: unknown option {name!r}; see `imgrec convert --help`")
+            raise OptionError(
+                f"--config {path}: unknown option {name!r}; see `imgrec convert --help`"
+            )
         if dest in cli_dests or dest == "config":
             continue
         flag = f"--{dest}"
@@ -111,9 +113,11 @@ def parse_convert_args(argv: list[str]) -> tuple[PipelineOptions, ConvertConfig,
             "expand them, e.g. --input 'data/*/*.jpg'"
         )
     if known.config:
-        cli_dests = {a.dest for a in parser._actions
-                     if any(s in argv or any(x.startswith(s + "=") for x in argv)
-                            for s in a.option_strings)}
+        cli_dests = {
+            a.dest
+            for a in parser._actions
+            if any(s in argv or any(x.startswith(s + "=") for x in argv) for s in a.option_strings)
+        }
         argv = _config_to_argv(known.config, parser, cli_dests) + list(argv)
         parser.parse_known_args(argv)  # Re-validate the merged values.
     options = PipelineOptions(argv)
@@ -165,8 +169,10 @@ def _existing_output(output: str) -> tuple[bool, bool]:
     """(holds a finished dataset, holds partial output of an earlier run)."""
     finished = storage.exists(storage.join(output, schema.DATASET_INFO))
     partial = False
-    for pattern in (storage.join(output, "*", "*-of-*.tfrecord*"),
-                    storage.join(output, ".imgrec", "**")):
+    for pattern in (
+        storage.join(output, "*", "*-of-*.tfrecord*"),
+        storage.join(output, ".imgrec", "**"),
+    ):
         if _match_count(pattern, 1):
             partial = True
             break
@@ -210,7 +216,9 @@ def preflight(config: ConvertConfig) -> None:
             raise ManifestError(f"--manifest {config.manifest}: no such file; check the path")
         rows = read_manifest_rows(config.manifest)
         if next(rows, None) is None:
-            raise ManifestError(f"--manifest {config.manifest}: no rows; expected path,label[,split]")
+            raise ManifestError(
+                f"--manifest {config.manifest}: no rows; expected path,label[,split]"
+            )
     else:
         for pattern in config.inputs:
             if not _match_count(resolve_local(pattern), 1):
@@ -260,7 +268,7 @@ def _configure_runner(options: PipelineOptions, argv: list[str], config: Convert
 def _beam_error_line(exc: BaseException) -> str:
     text = str(exc)
     if ERROR_PREFIX in text:
-        return text[text.index(ERROR_PREFIX) + len(ERROR_PREFIX):].splitlines()[0]
+        return text[text.index(ERROR_PREFIX) + len(ERROR_PREFIX) :].splitlines()[0]
     last = [ln for ln in text.splitlines() if ln.strip()]
     tail = last[-1] if last else type(exc).__name__
     return f"conversion failed: {type(exc).__name__}: {tail[:500]}"
@@ -268,23 +276,31 @@ def _beam_error_line(exc: BaseException) -> str:
 
 def format_summary(info: dict, output: str, seconds: float) -> str:
     """The human summary printed after a conversion."""
-    lines = [f"imgrec: converted {info['num_listed']} listed files in {seconds:.1f} s "
-             f"({info['num_listed'] / max(seconds, 1e-9):.0f} files/s) -> {output}"]
+    lines = [
+        f"imgrec: converted {info['num_listed']} listed files in {seconds:.1f} s "
+        f"({info['num_listed'] / max(seconds, 1e-9):.0f} files/s) -> {output}"
+    ]
     parts = []
     for split, s in info["splits"].items():
-        parts.append(f"{split} {s['num_examples']} ({s['num_shards']} shard"
-                     f"{'s' if s['num_shards'] != 1 else ''}, {s['num_bytes'] / 1e6:.1f} MB)")
+        parts.append(
+            f"{split} {s['num_examples']} ({s['num_shards']} shard"
+            f"{'s' if s['num_shards'] != 1 else ''}, {s['num_bytes'] / 1e6:.1f} MB)"
+        )
     lines.append(f"  written     {info['num_written']:>7}   " + ", ".join(parts))
     reasons = ", ".join(f"{k} {v}" for k, v in info.get("rejected_by_reason", {}).items())
     lines.append(f"  rejected    {info['num_rejected']:>7}   {reasons}".rstrip())
     lines.append(f"  duplicates  {info['num_duplicates']:>7}")
     transcoded = ", ".join(f"{k} {v}" for k, v in info.get("transcoded_by_reason", {}).items())
     if transcoded:
-        lines.append(f"  transcoded  {sum(info['transcoded_by_reason'].values()):>7}   {transcoded}")
+        lines.append(
+            f"  transcoded  {sum(info['transcoded_by_reason'].values()):>7}   {transcoded}"
+        )
     total = sum(s["num_bytes"] for s in info["splits"].values())
     nshards = sum(s["num_shards"] for s in info["splits"].values())
-    lines.append(f"  shards      {nshards:>7}   {total / 1e6:.1f} MB in all; labels: "
-                 f"{len(info['label_names'])}")
+    lines.append(
+        f"  shards      {nshards:>7}   {total / 1e6:.1f} MB in all; labels: "
+        f"{len(info['label_names'])}"
+    )
     if info.get("num_rejected"):
         lines.append(f"  reasons per file: {storage.join(output, schema.REJECTED)}")
     return "\n".join(lines)
@@ -295,7 +311,7 @@ def print_help() -> None:
         prog="imgrec convert",
         description="Convert image files (local, gs://, s3://) into sharded TFRecords.",
         epilog="Any Apache Beam pipeline option passes through (--runner, --direct_num_workers, "
-               "--project, --temp_location, --s3_endpoint_url, ...).",
+        "--project, --temp_location, --s3_endpoint_url, ...).",
     )
     ConvertOptions._add_argparse_args(parser)
     parser.print_help()
@@ -334,16 +350,22 @@ def run_convert(argv: list[str]) -> int:
             return 0  # The runner reported the job it built; nothing ran, nothing to summarise.
         if remote and hasattr(result, "job_id"):
             gcp = options.view_as(GoogleCloudOptions)
-            print(f"imgrec: Dataflow job {result.job_id()}: https://console.cloud.google.com/"
-                  f"dataflow/jobs/{gcp.region}/{result.job_id()}?project={gcp.project}")
+            print(
+                f"imgrec: Dataflow job {result.job_id()}: https://console.cloud.google.com/"
+                f"dataflow/jobs/{gcp.region}/{result.job_id()}?project={gcp.project}"
+            )
         result.wait_until_finish()
     except KeyboardInterrupt:
         if remote:
-            print("imgrec: stopped waiting; the Dataflow job keeps running (cancel it with "
-                  "`gcloud dataflow jobs cancel JOB_ID --region REGION`)", file=sys.stderr)
+            print(
+                "imgrec: stopped waiting; the Dataflow job keeps running (cancel it with "
+                "`gcloud dataflow jobs cancel JOB_ID --region REGION`)",
+                file=sys.stderr,
+            )
         else:
-            print("imgrec: interrupted; rerun with --resume to keep finished shards",
-                  file=sys.stderr)
+            print(
+                "imgrec: interrupted; rerun with --resume to keep finished shards", file=sys.stderr
+            )
         return 130
     except Exception as e:  # noqa: BLE001 - any pipeline failure becomes one clear line
         print(f"imgrec: {_beam_error_line(e)}", file=sys.stderr)

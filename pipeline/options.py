@@ -43,68 +43,155 @@ class ConvertOptions(PipelineOptions):
     @classmethod
     def _add_argparse_args(cls, parser):
         g = parser.add_argument_group("imgrec convert")
-        g.add_argument("--input", action="append", default=None,
-                       help="File pattern (repeatable); '**' matches across directories. "
-                            "Local, gs:// or s3://.")
-        g.add_argument("--manifest", default=None,
-                       help="CSV or JSONL file of path,label[,split] rows (replaces --input).")
+        g.add_argument(
+            "--input",
+            action="append",
+            default=None,
+            help="File pattern (repeatable); '**' matches across directories. "
+            "Local, gs:// or s3://.",
+        )
+        g.add_argument(
+            "--manifest",
+            default=None,
+            help="CSV or JSONL file of path,label[,split] rows (replaces --input).",
+        )
         g.add_argument("--output", default=None, help="Output directory (local, gs:// or s3://).")
-        g.add_argument("--splits", default="train=0.9,validation=0.1",
-                       help="Hash split fractions, e.g. train=0.8,validation=0.1,test=0.1.")
-        g.add_argument("--split_from", default="hash", choices=("hash", "path", "manifest"),
-                       help="hash: salted hash of the file key; path: <split>/<label>/file "
-                            "layout; manifest: the manifest's split column.")
-        g.add_argument("--label_from", default="auto", choices=("auto", "parent", "none", "manifest"),
-                       help="parent: the file's directory name; manifest: its label column; "
-                            "none: no labels; auto (default): manifest if given, else parent.")
-        g.add_argument("--target_shard_mb", type=float, default=DEFAULT_TARGET_SHARD_MB,
-                       help="Planned shard size in MB (default %(default)s).")
-        g.add_argument("--min_shards", type=int, default=1,
-                       help="At least this many shards per split.")
-        g.add_argument("--seed", type=int, default=0,
-                       help="Salt of the split hash and of the in-shard order.")
-        g.add_argument("--workers", type=int, default=0,
-                       help="Local DirectRunner workers (default: one per core).")
-        g.add_argument("--resume", action="store_true",
-                       help="Keep finished shards of an interrupted run with the same plan.")
-        g.add_argument("--overwrite", action="store_true",
-                       help="Replace a dataset already in --output.")
-        g.add_argument("--max_bad_fraction", type=float, default=DEFAULT_MAX_BAD_FRACTION,
-                       help="Fail the job (after writing rejected.jsonl) if more of the listed "
-                            "files than this are rejected.")
-        g.add_argument("--dedupe", type=_str2bool, default=True,
-                       help="Drop files whose bytes equal another's (default true).")
-        g.add_argument("--max_pixels", type=int, default=DEFAULT_MAX_PIXELS,
-                       help="Reject images whose header declares more pixels (decompression bombs).")
-        g.add_argument("--min_side", type=int, default=1,
-                       help="Reject images whose shorter side is below this.")
-        g.add_argument("--max_file_mb", type=float, default=0.0,
-                       help="Reject files larger than this many MB (0: no limit).")
-        g.add_argument("--apply_exif_orientation", type=_str2bool, default=True,
-                       help="Re-encode images whose EXIF orientation is not upright (default true).")
-        g.add_argument("--animated", default="first_frame", choices=("first_frame", "reject"),
-                       help="Animated GIF/APNG/WebP: keep the first frame or reject.")
-        g.add_argument("--transcode", default="none", choices=("none", "png", "jpeg"),
-                       help="Formats TensorFlow cannot decode (TIFF, ...): reject (none) or "
-                            "re-encode to png/jpeg.")
-        g.add_argument("--max_side", type=int, default=0,
-                       help="Re-encode images whose longer side exceeds this (0: keep size).")
-        g.add_argument("--jpeg_quality", type=int, default=95,
-                       help="Quality of JPEG re-encodes.")
-        g.add_argument("--read_concurrency", type=int, default=8,
-                       help="Files read at once per worker (hides bucket latency).")
-        g.add_argument("--decode_threads", type=int, default=0,
-                       help="Threads decoding images per worker (default: cores / local "
-                            "workers on DirectRunner, 1 on distributed runners).")
-        g.add_argument("--no_analyze", action="store_true",
-                       help="Skip the tensorflow-transform statistics phase.")
-        g.add_argument("--stats_sample_fraction", type=float, default=1.0,
-                       help="Fraction of training images feeding pixel statistics.")
-        g.add_argument("--stats_max_images", type=int, default=DEFAULT_STATS_MAX_IMAGES,
-                       help="Sample pixel statistics from about this many training images "
-                            "(0: no cap). Label counts and sizes always cover every image.")
-        g.add_argument("--config", default=None,
-                       help="YAML file of these options; command-line flags win.")
+        g.add_argument(
+            "--splits",
+            default="train=0.9,validation=0.1",
+            help="Hash split fractions, e.g. train=0.8,validation=0.1,test=0.1.",
+        )
+        g.add_argument(
+            "--split_from",
+            default="hash",
+            choices=("hash", "path", "manifest"),
+            help="hash: salted hash of the file key; path: <split>/<label>/file "
+            "layout; manifest: the manifest's split column.",
+        )
+        g.add_argument(
+            "--label_from",
+            default="auto",
+            choices=("auto", "parent", "none", "manifest"),
+            help="parent: the file's directory name; manifest: its label column; "
+            "none: no labels; auto (default): manifest if given, else parent.",
+        )
+        g.add_argument(
+            "--target_shard_mb",
+            type=float,
+            default=DEFAULT_TARGET_SHARD_MB,
+            help="Planned shard size in MB (default %(default)s).",
+        )
+        g.add_argument(
+            "--min_shards", type=int, default=1, help="At least this many shards per split."
+        )
+        g.add_argument(
+            "--seed", type=int, default=0, help="Salt of the split hash and of the in-shard order."
+        )
+        g.add_argument(
+            "--workers",
+            type=int,
+            default=0,
+            help="Local DirectRunner workers (default: one per core).",
+        )
+        g.add_argument(
+            "--resume",
+            action="store_true",
+            help="Keep finished shards of an interrupted run with the same plan.",
+        )
+        g.add_argument(
+            "--overwrite", action="store_true", help="Replace a dataset already in --output."
+        )
+        g.add_argument(
+            "--max_bad_fraction",
+            type=float,
+            default=DEFAULT_MAX_BAD_FRACTION,
+            help="Fail the job (after writing rejected.jsonl) if more of the listed "
+            "files than this are rejected.",
+        )
+        g.add_argument(
+            "--dedupe",
+            type=_str2bool,
+            default=True,
+            help="Drop files whose bytes equal another's (default true).",
+        )
+        g.add_argument(
+            "--max_pixels",
+            type=int,
+            default=DEFAULT_MAX_PIXELS,
+            help="Reject images whose header declares more pixels (decompression bombs).",
+        )
+        g.add_argument(
+            "--min_side",
+            type=int,
+            default=1,
+            help="Reject images whose shorter side is below this.",
+        )
+        g.add_argument(
+            "--max_file_mb",
+            type=float,
+            default=0.0,
+            help="Reject files larger than this many MB (0: no limit).",
+        )
+        g.add_argument(
+            "--apply_exif_orientation",
+            type=_str2bool,
+            default=True,
+            help="Re-encode images whose EXIF orientation is not upright (default true).",
+        )
+        g.add_argument(
+            "--animated",
+            default="first_frame",
+            choices=("first_frame", "reject"),
+            help="Animated GIF/APNG/WebP: keep the first frame or reject.",
+        )
+        g.add_argument(
+            "--transcode",
+            default="none",
+            choices=("none", "png", "jpeg"),
+            help="Formats TensorFlow cannot decode (TIFF, ...): reject (none) or "
+            "re-encode to png/jpeg.",
+        )
+        g.add_argument(
+            "--max_side",
+            type=int,
+            default=0,
+            help="Re-encode images whose longer side exceeds this (0: keep size).",
+        )
+        g.add_argument("--jpeg_quality", type=int, default=95, help="Quality of JPEG re-encodes.")
+        g.add_argument(
+            "--read_concurrency",
+            type=int,
+            default=8,
+            help="Files read at once per worker (hides bucket latency).",
+        )
+        g.add_argument(
+            "--decode_threads",
+            type=int,
+            default=0,
+            help="Threads decoding images per worker (default: cores / local "
+            "workers on DirectRunner, 1 on distributed runners).",
+        )
+        g.add_argument(
+            "--no_analyze",
+            action="store_true",
+            help="Skip the tensorflow-transform statistics phase.",
+        )
+        g.add_argument(
+            "--stats_sample_fraction",
+            type=float,
+            default=1.0,
+            help="Fraction of training images feeding pixel statistics.",
+        )
+        g.add_argument(
+            "--stats_max_images",
+            type=int,
+            default=DEFAULT_STATS_MAX_IMAGES,
+            help="Sample pixel statistics from about this many training images "
+            "(0: no cap). Label counts and sizes always cover every image.",
+        )
+        g.add_argument(
+            "--config", default=None, help="YAML file of these options; command-line flags win."
+        )
 
 
 def parse_splits(text: str) -> tuple[tuple[str, float], ...]:
@@ -191,7 +278,9 @@ class ConvertConfig:
         if self.read_concurrency < 1:
             raise OptionError(f"--read_concurrency must be >= 1, got {self.read_concurrency}")
         if self.stats_max_images < 0:
-            raise OptionError(f"--stats_max_images must be >= 0 (0: no cap), got {self.stats_max_images}")
+            raise OptionError(
+                f"--stats_max_images must be >= 0 (0: no cap), got {self.stats_max_images}"
+            )
         if not 0.0 < self.stats_sample_fraction <= 1.0:
             raise OptionError(
                 f"--stats_sample_fraction must be in (0, 1], got {self.stats_sample_fraction}"
@@ -204,8 +293,9 @@ class ConvertConfig:
             OptionError: naming the option.
         """
         try:
-            return CheckOptions(**{f.name: getattr(self, f.name)
-                                   for f in dataclasses.fields(CheckOptions)})
+            return CheckOptions(
+                **{f.name: getattr(self, f.name) for f in dataclasses.fields(CheckOptions)}
+            )
         except ValueError as e:
             raise OptionError(str(e)) from e
 

@@ -106,8 +106,9 @@ def verify_dataset(data_dir: str, decode: bool = True) -> VerifyReport:
                         report.problem(f"{where}: image/key/sha256 does not match image/encoded")
                     label = int(ex[schema.LABEL].numpy())
                     text = ex[schema.LABEL_TEXT].numpy().decode()
-                    if label_names and (not 0 <= label < len(label_names)
-                                        or label_names[label] != text):
+                    if label_names and (
+                        not 0 <= label < len(label_names) or label_names[label] != text
+                    ):
                         report.problem(f"{where}: label {label} / {text!r} not in label_names")
                     if decode:
                         try:
@@ -119,8 +120,9 @@ def verify_dataset(data_dir: str, decode: bool = True) -> VerifyReport:
                             continue
                         shape = (int(ex[schema.HEIGHT].numpy()), int(ex[schema.WIDTH].numpy()))
                         if tuple(img.shape[:2]) != shape:
-                            report.problem(f"{where}: decoded {tuple(img.shape[:2])}, "
-                                           f"Example says {shape}")
+                            report.problem(
+                                f"{where}: decoded {tuple(img.shape[:2])}, Example says {shape}"
+                            )
             except ValueError as e:  # CRC or framing damage: the rest of the shard is unreadable.
                 report.problem(str(e))
             if count != shard["num_examples"]:
@@ -128,8 +130,9 @@ def verify_dataset(data_dir: str, decode: bool = True) -> VerifyReport:
             split_records += count
         report.records += split_records
         if split_records != entry["num_examples"]:
-            report.problem(f"split {split}: {split_records} records, dataset_info says "
-                           f"{entry['num_examples']}")
+            report.problem(
+                f"split {split}: {split_records} records, dataset_info says {entry['num_examples']}"
+            )
     written = sum(e["num_examples"] for e in info["splits"].values())
     if written != info["num_written"]:
         report.problem(f"num_written {info['num_written']} != sum of splits {written}")
@@ -143,16 +146,22 @@ def verify_dataset(data_dir: str, decode: bool = True) -> VerifyReport:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="imgrec verify", description=(
-        "Re-read every shard of a converted dataset: TFRecord CRCs, Examples, image decodes, "
-        "counts, bytes and sha256 against dataset_info.json."))
+    parser = argparse.ArgumentParser(
+        prog="imgrec verify",
+        description=(
+            "Re-read every shard of a converted dataset: TFRecord CRCs, Examples, image decodes, "
+            "counts, bytes and sha256 against dataset_info.json."
+        ),
+    )
     parser.add_argument("data_dir")
     parser.add_argument("--no_decode", action="store_true", help="Skip decoding images.")
     args = parser.parse_args(argv)
     report = verify_dataset(args.data_dir.rstrip("/"), decode=not args.no_decode)
     if report.ok:
-        print(f"imgrec verify: OK: {report.records} records in {report.shards} shards "
-              f"({report.bytes / 1e6:.1f} MB) match dataset_info.json")
+        print(
+            f"imgrec verify: OK: {report.records} records in {report.shards} shards "
+            f"({report.bytes / 1e6:.1f} MB) match dataset_info.json"
+        )
         return 0
     for p in report.problems[:50]:
         print(f"imgrec verify: {p}", file=sys.stderr)

@@ -22,8 +22,14 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 def run_cli(*args: str, check: bool = True) -> subprocess.CompletedProcess:
     """`python -m pipeline ARGS` in a fresh process, as a user runs it."""
     env = dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="2")
-    proc = subprocess.run([sys.executable, "-m", "pipeline", *args], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, "-m", "pipeline", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     if check and proc.returncode != 0:
         raise AssertionError(f"exit {proc.returncode}\nstdout:{proc.stdout}\nstderr:{proc.stderr}")
     return proc
@@ -37,8 +43,9 @@ def read_records(path: str) -> list[bytes]:
 
 def shard_digests(out: str) -> dict[str, str]:
     files = sorted(glob.glob(os.path.join(out, "*", "*.tfrecord")))
-    return {os.path.relpath(f, out): hashlib.sha256(open(f, "rb").read()).hexdigest()
-            for f in files}
+    return {
+        os.path.relpath(f, out): hashlib.sha256(open(f, "rb").read()).hexdigest() for f in files
+    }
 
 
 @pytest.fixture(scope="module")
@@ -52,8 +59,18 @@ def corpus(tmp_path_factory):
 def converted(corpus, tmp_path_factory):
     src, summary = corpus
     out = str(tmp_path_factory.mktemp("out") / "ds")
-    proc = run_cli("convert", "--input", f"{src}/*/*.jpg", "--output", out, "--no_analyze",
-                   "--splits", "train=0.7,validation=0.2,test=0.1", "--target_shard_mb", "0.05")
+    proc = run_cli(
+        "convert",
+        "--input",
+        f"{src}/*/*.jpg",
+        "--output",
+        out,
+        "--no_analyze",
+        "--splits",
+        "train=0.7,validation=0.2,test=0.1",
+        "--target_shard_mb",
+        "0.05",
+    )
     with open(os.path.join(out, schema.DATASET_INFO)) as f:
         info = json.load(f)
     return out, info, summary, proc
@@ -133,13 +150,13 @@ def test_label_map_is_sorted_set_of_folders(converted):
 def test_shard_count_follows_byte_target(converted):
     _, info, _, _ = converted
     for split, entry in info["splits"].items():
-        expected = max(1, min(entry["num_examples"],
-                              math.ceil(entry["num_bytes"] / 0.05e6)))
+        expected = max(1, min(entry["num_examples"], math.ceil(entry["num_bytes"] / 0.05e6)))
         # Planned from source sizes; TFRecord framing adds a little, so allow one shard of slack.
         assert entry["num_shards"] in (expected, expected - 1), (split, entry["num_shards"])
         names = [s["file"] for s in entry["shards"]]
-        assert names == [schema.shard_name(split, i, entry["num_shards"])
-                         for i in range(entry["num_shards"])]
+        assert names == [
+            schema.shard_name(split, i, entry["num_shards"]) for i in range(entry["num_shards"])
+        ]
     assert info["splits"]["train"]["num_shards"] >= 2
 
 
@@ -147,9 +164,20 @@ def test_two_runs_give_byte_identical_shards(converted, corpus, tmp_path):
     out, _, _, _ = converted
     src = corpus[0]
     out2 = str(tmp_path / "again")
-    run_cli("convert", "--input", f"{src}/*/*.jpg", "--output", out2, "--no_analyze",
-            "--splits", "train=0.7,validation=0.2,test=0.1", "--target_shard_mb", "0.05",
-            "--workers", "1")
+    run_cli(
+        "convert",
+        "--input",
+        f"{src}/*/*.jpg",
+        "--output",
+        out2,
+        "--no_analyze",
+        "--splits",
+        "train=0.7,validation=0.2,test=0.1",
+        "--target_shard_mb",
+        "0.05",
+        "--workers",
+        "1",
+    )
     assert shard_digests(out) == shard_digests(out2)
     a = json.load(open(os.path.join(out, schema.DATASET_INFO)))
     b = json.load(open(os.path.join(out2, schema.DATASET_INFO)))
@@ -165,7 +193,9 @@ def test_adding_files_moves_no_file_between_splits(corpus, tmp_path):
     build_corpus(str(tmp_path / "extra"), num_images=25, seed=99, long_side=(64, 96), broken=False)
     for label in os.listdir(tmp_path / "extra"):
         for name in os.listdir(tmp_path / "extra" / label):
-            shutil.copy(tmp_path / "extra" / label / name, os.path.join(grown, label, "new_" + name))
+            shutil.copy(
+                tmp_path / "extra" / label / name, os.path.join(grown, label, "new_" + name)
+            )
 
     def split_of(out: str, root: str) -> dict[str, str]:
         info = json.load(open(os.path.join(out, schema.DATASET_INFO)))
@@ -194,8 +224,16 @@ def test_manifest_csv_and_jsonl_with_split_column(corpus, tmp_path):
         f.write("path,label,split\n")
         for i, p in enumerate(files):
             f.write(f"{p},{'even' if i % 2 == 0 else 'odd'},{'train' if i < 8 else 'test'}\n")
-    run_cli("convert", "--manifest", str(csv_path), "--output", str(tmp_path / "csv"),
-            "--split_from", "manifest", "--no_analyze")
+    run_cli(
+        "convert",
+        "--manifest",
+        str(csv_path),
+        "--output",
+        str(tmp_path / "csv"),
+        "--split_from",
+        "manifest",
+        "--no_analyze",
+    )
     info = json.load(open(tmp_path / "csv" / schema.DATASET_INFO))
     assert info["label_names"] == ["even", "odd"]
     assert {k: v["num_examples"] for k, v in info["splits"].items()} == {"train": 8, "test": 4}
@@ -205,8 +243,16 @@ def test_manifest_csv_and_jsonl_with_split_column(corpus, tmp_path):
         for p in files[:5]:
             f.write(json.dumps({"path": os.path.relpath(p, tmp_path), "label": "x"}) + "\n")
         f.write(json.dumps({"path": "", "label": "x"}) + "\n")
-    run_cli("convert", "--manifest", str(jsonl), "--output", str(tmp_path / "jsonl"),
-            "--no_analyze", "--max_bad_fraction", "0.5")
+    run_cli(
+        "convert",
+        "--manifest",
+        str(jsonl),
+        "--output",
+        str(tmp_path / "jsonl"),
+        "--no_analyze",
+        "--max_bad_fraction",
+        "0.5",
+    )
     info = json.load(open(tmp_path / "jsonl" / schema.DATASET_INFO))
     assert info["num_listed"] == 6 and info["num_written"] == 5 and info["num_rejected"] == 1
     assert info["rejected_by_reason"] == {"bad_manifest_row": 1}
@@ -215,16 +261,29 @@ def test_manifest_csv_and_jsonl_with_split_column(corpus, tmp_path):
 def test_split_from_path_layout(corpus, tmp_path):
     src, _ = corpus
     layout = tmp_path / "layout"
-    for split, labels, picked in (("train", ("cat", "rocket"), slice(0, 3)),
-                                  ("validation", ("cat",), slice(3, 6))):
+    for split, labels, picked in (
+        ("train", ("cat", "rocket"), slice(0, 3)),
+        ("validation", ("cat",), slice(3, 6)),
+    ):
         for label in labels:
             os.makedirs(layout / split / label)
             for p in sorted(glob.glob(f"{src}/{label}/{label}_*.jpg"))[picked]:
                 shutil.copy(p, layout / split / label)
-    run_cli("convert", "--input", f"{layout}/**/*.jpg", "--output", str(tmp_path / "o"),
-            "--split_from", "path", "--no_analyze")
+    run_cli(
+        "convert",
+        "--input",
+        f"{layout}/**/*.jpg",
+        "--output",
+        str(tmp_path / "o"),
+        "--split_from",
+        "path",
+        "--no_analyze",
+    )
     info = json.load(open(tmp_path / "o" / schema.DATASET_INFO))
-    assert {k: v["num_examples"] for k, v in info["splits"].items()} == {"train": 6, "validation": 3}
+    assert {k: v["num_examples"] for k, v in info["splits"].items()} == {
+        "train": 6,
+        "validation": 3,
+    }
     assert info["label_names"] == ["cat", "rocket"]
 
 
@@ -258,8 +317,18 @@ def test_existing_dataset_refused_unless_overwrite(converted, corpus):
 def test_resume_skips_finished_shards_and_overwrite_replaces(corpus, tmp_path):
     src, _ = corpus
     out = str(tmp_path / "o")
-    args = ("convert", "--input", f"{src}/*/*.jpg", "--output", out, "--no_analyze",
-            "--target_shard_mb", "0.1", "--splits", "train=1.0")
+    args = (
+        "convert",
+        "--input",
+        f"{src}/*/*.jpg",
+        "--output",
+        out,
+        "--no_analyze",
+        "--target_shard_mb",
+        "0.1",
+        "--splits",
+        "train=1.0",
+    )
     run_cli(*args)
     first = shard_digests(out)
     assert len(first) >= 3
@@ -288,10 +357,19 @@ def test_too_many_rejects_fails_after_writing_report(tmp_path):
     for p in glob.glob(str(tmp_path / "good" / "*" / "*.jpg")):
         shutil.copy(p, src)
     out = tmp_path / "o"
-    proc = run_cli("convert", "--input", f"{tmp_path}/bad/*/*.jpg", "--output", str(out),
-                   "--no_analyze", check=False)
+    proc = run_cli(
+        "convert",
+        "--input",
+        f"{tmp_path}/bad/*/*.jpg",
+        "--output",
+        str(out),
+        "--no_analyze",
+        check=False,
+    )
     assert proc.returncode == 1
-    assert "4 of 7 listed files were rejected" in proc.stderr and "--max_bad_fraction" in proc.stderr
+    assert (
+        "4 of 7 listed files were rejected" in proc.stderr and "--max_bad_fraction" in proc.stderr
+    )
     assert (out / schema.REJECTED).exists() and not (out / schema.DATASET_INFO).exists()
     assert len((out / schema.REJECTED).read_text().splitlines()) == 4
 
@@ -299,8 +377,9 @@ def test_too_many_rejects_fails_after_writing_report(tmp_path):
 def test_config_file_sets_options_and_cli_wins(corpus, tmp_path):
     src, _ = corpus
     cfg = tmp_path / "c.yaml"
-    cfg.write_text(f"input: ['{src}/cat/*.jpg']\nsplits: train=0.5,test=0.5\nno_analyze: true\n"
-                   "min_shards: 3\n")
+    cfg.write_text(
+        f"input: ['{src}/cat/*.jpg']\nsplits: train=0.5,test=0.5\nno_analyze: true\nmin_shards: 3\n"
+    )
     out = tmp_path / "o"
     run_cli("convert", "--config", str(cfg), "--output", str(out), "--min_shards", "2")
     info = json.load(open(out / schema.DATASET_INFO))
@@ -333,8 +412,17 @@ def test_analysis_adds_statistics_and_leaves_shards_unchanged(converted, corpus,
     out_plain, info_plain, _, _ = converted
     src = corpus[0]
     out = str(tmp_path / "analyzed")
-    run_cli("convert", "--input", f"{src}/*/*.jpg", "--output", out,
-            "--splits", "train=0.7,validation=0.2,test=0.1", "--target_shard_mb", "0.05")
+    run_cli(
+        "convert",
+        "--input",
+        f"{src}/*/*.jpg",
+        "--output",
+        out,
+        "--splits",
+        "train=0.7,validation=0.2,test=0.1",
+        "--target_shard_mb",
+        "0.05",
+    )
     assert shard_digests(out) == shard_digests(out_plain)  # --no_analyze changes nothing else.
     info = json.load(open(os.path.join(out, schema.DATASET_INFO)))
     stats = info["statistics"]
@@ -363,9 +451,13 @@ def test_analysis_adds_statistics_and_leaves_shards_unchanged(converted, corpus,
         "assert 'apache_beam' not in sys.modules, 'normalize must not import Beam'\n"
         "print(' '.join(f'{v:.4f}' for v in [*x.mean(0), *x.std(0)]))\n"
     )
-    proc = subprocess.run([sys.executable, "-c", script, out], capture_output=True, text=True,
-                          env=dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="2"),
-                          timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-c", script, out],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="2"),
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr
     values = [float(v) for v in proc.stdout.split()]
     # Centre crop and resize shift the pixel distribution a little from the full images'.
@@ -376,8 +468,17 @@ def test_analysis_adds_statistics_and_leaves_shards_unchanged(converted, corpus,
 def test_stats_max_images_samples_pixel_statistics_only(corpus, tmp_path):
     src, _ = corpus
     out = tmp_path / "o"
-    run_cli("convert", "--input", f"{src}/*/*.jpg", "--output", str(out), "--splits", "train=1.0",
-            "--stats_max_images", "20")
+    run_cli(
+        "convert",
+        "--input",
+        f"{src}/*/*.jpg",
+        "--output",
+        str(out),
+        "--splits",
+        "train=1.0",
+        "--stats_max_images",
+        "20",
+    )
     stats = json.load(open(out / schema.DATASET_INFO))["statistics"]
     n_train = sum(stats["label_counts"].values())
     assert n_train > 50  # Label counts cover every training image ...

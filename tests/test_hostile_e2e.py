@@ -18,8 +18,18 @@ def hostile(tmp_path_factory):
     src = str(tmp_path_factory.mktemp("hostile"))
     expected = make_hostile_corpus(src, n=220, seed=7)
     out = str(tmp_path_factory.mktemp("hostile_out") / "ds")
-    proc = run_cli("convert", "--input", f"{src}/**", "--output", out, "--no_analyze",
-                   "--max_bad_fraction", "1.0", "--splits", "train=0.8,validation=0.2")
+    proc = run_cli(
+        "convert",
+        "--input",
+        f"{src}/**",
+        "--output",
+        out,
+        "--no_analyze",
+        "--max_bad_fraction",
+        "1.0",
+        "--splits",
+        "train=0.8,validation=0.2",
+    )
     return src, expected, out, proc
 
 
@@ -32,8 +42,10 @@ def test_every_hostile_file_is_accounted_for_as_expected(hostile):
     assert info["num_listed"] == len(expected)
     assert info["num_listed"] == info["num_written"] + info["num_rejected"] + info["num_duplicates"]
 
-    rejected = {json.loads(line)["path"]: json.loads(line)
-                for line in open(os.path.join(out, schema.REJECTED))}
+    rejected = {
+        json.loads(line)["path"]: json.loads(line)
+        for line in open(os.path.join(out, schema.REJECTED))
+    }
     duplicates = {json.loads(line)["path"] for line in open(os.path.join(out, schema.DUPLICATES))}
     written = {}
     for entry in info["splits"].values():
@@ -59,8 +71,10 @@ def test_every_hostile_file_is_accounted_for_as_expected(hostile):
         else:
             got = rejected.get(path)
             if got is None or got["reason"] != exp.outcome:
-                mismatches.append(f"{exp.case}: expected reject {exp.outcome}, got "
-                                  f"{got or ('written' if path in written else 'nothing')}")
+                mismatches.append(
+                    f"{exp.case}: expected reject {exp.outcome}, got "
+                    f"{got or ('written' if path in written else 'nothing')}"
+                )
             elif not got["detail"]:
                 mismatches.append(f"{exp.case}: reject without detail")
     assert not mismatches, "\n".join(mismatches)

@@ -55,8 +55,7 @@ def _read(path: str) -> bytes:
 def corpus(request, tmp_path_factory):
     """(opts, {path: Expected}, {path: ImageInfo | Rejected}) for one option set."""
     opts = _OPTION_SETS[request.param]
-    files = make_hostile_corpus(str(tmp_path_factory.mktemp(request.param)), 200, seed=5,
-                                opts=opts)
+    files = make_hostile_corpus(str(tmp_path_factory.mktemp(request.param)), 200, seed=5, opts=opts)
     return opts, files, {p: _outcome(_read(p), opts) for p in files}
 
 
@@ -72,10 +71,16 @@ def test_corpus_is_large_and_mixed(default_corpus):
     _, files, _ = default_corpus
     outcomes = {e.outcome for e in files.values()}
     assert len(files) >= 200
-    assert {"written", "truncated", "corrupt", "not_an_image", "unsupported_format",
-            "too_many_pixels", "empty_file"} <= outcomes
-    assert {e.transcode for e in files.values()} >= {"", "exif_orientation",
-                                                     "animated_first_frame"}
+    assert {
+        "written",
+        "truncated",
+        "corrupt",
+        "not_an_image",
+        "unsupported_format",
+        "too_many_pixels",
+        "empty_file",
+    } <= outcomes
+    assert {e.transcode for e in files.values()} >= {"", "exif_orientation", "animated_first_frame"}
 
 
 def test_every_file_gets_its_expected_outcome(corpus):
@@ -88,9 +93,11 @@ def test_every_file_gets_its_expected_outcome(corpus):
         else:
             summary = ("written", got.format, got.transcode)
         if summary != (want.outcome, want.format, want.transcode):
-            wrong.append(f"{os.path.basename(path)} ({want.case}): expected "
-                         f"{(want.outcome, want.format, want.transcode)}, got {summary} "
-                         f"{getattr(got, 'detail', '')}")
+            wrong.append(
+                f"{os.path.basename(path)} ({want.case}): expected "
+                f"{(want.outcome, want.format, want.transcode)}, got {summary} "
+                f"{getattr(got, 'detail', '')}"
+            )
     assert not wrong, "\n".join(wrong)
 
 
@@ -182,7 +189,10 @@ def test_accept_iff_tensorflow_decodes_on_mutants(kind):
             disagree.append(f"{name}: check {'accepts' if accepted else got.reason}")
         if not accepted:
             assert got.reason in ("truncated", "corrupt", "unsupported_format", "not_an_image"), (
-                name, got.reason, got.detail)
+                name,
+                got.reason,
+                got.detail,
+            )
     assert not disagree, "\n".join(disagree)
     assert seen["rejected"] > 30, seen
     if kind != "png":  # every PNG byte past the signature is under a CRC: no mutant decodes
@@ -253,8 +263,7 @@ def test_stats_are_exact_sums_over_the_stored_image(default_corpus):
 
 def test_transcode_is_deterministic(default_corpus):
     opts, _, results = default_corpus
-    transcoded = [(p, i) for p, i in results.items()
-                  if not isinstance(i, Rejected) and i.transcode]
+    transcoded = [(p, i) for p, i in results.items() if not isinstance(i, Rejected) and i.transcode]
     assert len(transcoded) >= 8
     for path, info in transcoded:
         data = _read(path)
@@ -329,8 +338,11 @@ def test_animated_gif_keeps_its_first_frame_as_png():
     frames = [_rgb(s).convert("P") for s in range(3)]
     data = encode(frames[0], "GIF", save_all=True, append_images=frames[1:])
     info = check_image(data, CheckOptions())
-    assert (info.format, info.source_format, info.transcode) == ("png", "gif",
-                                                                 "animated_first_frame")
+    assert (info.format, info.source_format, info.transcode) == (
+        "png",
+        "gif",
+        "animated_first_frame",
+    )
     stored = encode_for_storage(data, info, CheckOptions())
     got = tf.io.decode_image(stored, channels=3, expand_animations=False).numpy()
     assert np.array_equal(got, np.asarray(frames[0].convert("RGB")))
@@ -350,12 +362,17 @@ def _bmp_header_only(width: int, height: int) -> bytes:
     return b"BM" + struct.pack("<IHHI", 54 + 64, 0, 0, 54) + info + bytes(64)
 
 
-@pytest.mark.parametrize("make", [
-    lambda: _bmp_header_only(12_000, 12_000),  # 144 Mpx: between Pillow's warning and error
-    lambda: _bmp_header_only(30_000, 30_000),  # 900 Mpx: beyond Pillow's error threshold
-    lambda: b"\x89PNG\r\n\x1a\n" + png_chunk(b"IHDR", struct.pack(">IIBBBBB", 12_000, 12_000,
-                                                                  8, 2, 0, 0, 0)),
-])
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: _bmp_header_only(12_000, 12_000),  # 144 Mpx: between Pillow's warning and error
+        lambda: _bmp_header_only(30_000, 30_000),  # 900 Mpx: beyond Pillow's error threshold
+        lambda: (
+            b"\x89PNG\r\n\x1a\n"
+            + png_chunk(b"IHDR", struct.pack(">IIBBBBB", 12_000, 12_000, 8, 2, 0, 0, 0))
+        ),
+    ],
+)
 def test_bombs_are_refused_from_the_header_without_decoding_or_pillow_warnings(make, monkeypatch):
     def no_decode(*args, **kwargs):
         raise AssertionError("decoded a bomb")
@@ -384,12 +401,15 @@ def test_size_limits():
     assert e.value.reason == "too_small" and "40x12" in e.value.detail
 
 
-@pytest.mark.parametrize("data, words", [
-    (b"<!doctype html><html><body>oops</body></html>", "HTML"),
-    (b"%PDF-1.4 ...", "PDF"),
-    (b"PK\x03\x04" + bytes(30), "ZIP"),
-    (b"plain words\n" * 5, "text"),
-])
+@pytest.mark.parametrize(
+    "data, words",
+    [
+        (b"<!doctype html><html><body>oops</body></html>", "HTML"),
+        (b"%PDF-1.4 ...", "PDF"),
+        (b"PK\x03\x04" + bytes(30), "ZIP"),
+        (b"plain words\n" * 5, "text"),
+    ],
+)
 def test_non_images_say_what_they_look_like(data, words):
     with pytest.raises(Rejected) as e:
         check_image(data, CheckOptions())
@@ -414,9 +434,13 @@ def test_png_crc_damage_names_the_chunk():
 
 
 def test_options_are_validated_with_the_flag_name():
-    for kwargs, flag in [({"animated": "loop"}, "--animated"), ({"transcode": "gif"},
-                         "--transcode"), ({"jpeg_quality": 0}, "--jpeg_quality"),
-                         ({"max_pixels": 0}, "--max_pixels"), ({"min_side": 0}, "--min_side")]:
+    for kwargs, flag in [
+        ({"animated": "loop"}, "--animated"),
+        ({"transcode": "gif"}, "--transcode"),
+        ({"jpeg_quality": 0}, "--jpeg_quality"),
+        ({"max_pixels": 0}, "--max_pixels"),
+        ({"min_side": 0}, "--min_side"),
+    ]:
         with pytest.raises(ValueError, match=flag):
             CheckOptions(**kwargs)
 
@@ -424,8 +448,17 @@ def test_options_are_validated_with_the_flag_name():
 def test_reason_taxonomy_is_stable_and_documented():
     # Renaming a reason breaks users' scripts over rejected.jsonl: extend this set, never edit it.
     assert set(REASONS) >= {
-        "unreadable", "empty_file", "file_too_large", "not_an_image", "unsupported_format",
-        "truncated", "corrupt", "too_many_pixels", "too_many_scans", "too_small", "animated",
+        "unreadable",
+        "empty_file",
+        "file_too_large",
+        "not_an_image",
+        "unsupported_format",
+        "truncated",
+        "corrupt",
+        "too_many_pixels",
+        "too_many_scans",
+        "too_small",
+        "animated",
         "changed_during_run",
     }
     from transforms.list_images import LISTING_REASONS

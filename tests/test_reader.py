@@ -192,7 +192,9 @@ def test_seed_and_determinism_make_training_reproducible(data_dir):
         return [(i.numpy(), lab.numpy()) for i, lab in ds.take(3)]
 
     a, b, c = first_batches(7), first_batches(7), first_batches(8)
-    assert all(np.array_equal(x[0], y[0]) and np.array_equal(x[1], y[1]) for x, y in zip(a, b, strict=True))
+    assert all(
+        np.array_equal(x[0], y[0]) and np.array_equal(x[1], y[1]) for x, y in zip(a, b, strict=True)
+    )
     assert not all(np.array_equal(x[0], y[0]) for x, y in zip(a, c, strict=True))
 
 

@@ -60,15 +60,26 @@ def test_list_images_keys_labels_and_overlapping_patterns(tmp_path):
         os.makedirs(tmp_path / "in" / label)
         for i in range(3):
             (tmp_path / "in" / label / f"{i}.jpg").write_bytes(b"x" * (i + 1))
-    config = _config(tmp_path, inputs=(f"{tmp_path}/in/*/*.jpg", f"{tmp_path}/in/cat/*"),
-                     splits=(("train", 1.0),))
+    config = _config(
+        tmp_path,
+        inputs=(f"{tmp_path}/in/*/*.jpg", f"{tmp_path}/in/cat/*"),
+        splits=(("train", 1.0),),
+    )
     with TestPipeline() as p:
         out = p | ListImages(config)
         keys = out["listed"] | beam.FlatMap(
-            lambda batch: [(r["key"], r["label"], r["split"], r["size"]) for r in batch])
-        assert_that(keys, equal_to(
-            [(f"{lab}/{i}.jpg", lab, "train", i + 1) for lab in ("cat", "dog") for i in range(3)]
-        ))
+            lambda batch: [(r["key"], r["label"], r["split"], r["size"]) for r in batch]
+        )
+        assert_that(
+            keys,
+            equal_to(
+                [
+                    (f"{lab}/{i}.jpg", lab, "train", i + 1)
+                    for lab in ("cat", "dog")
+                    for i in range(3)
+                ]
+            ),
+        )
         assert_that(out["rejected"], equal_to([]), label="NoRejects")
 
 
@@ -78,22 +89,47 @@ def test_inspect_counts_outcomes_and_tags_rejects(tmp_path):
     (tmp_path / "in" / "a" / "empty.jpg").write_bytes(b"")
     (tmp_path / "in" / "a" / "text.png").write_bytes(b"<html>hello</html>")
     config = _config(tmp_path)
-    listed = [{"path": str(tmp_path / "in" / "a" / n), "key": f"a/{n}", "label": "a",
-               "split": "train", "size": -1} for n in ("good.jpg", "empty.jpg", "text.png")]
-    listed.append({"path": str(tmp_path / "in" / "a" / "gone.jpg"), "key": "a/gone.jpg",
-                   "label": "a", "split": "train", "size": -1})
+    listed = [
+        {
+            "path": str(tmp_path / "in" / "a" / n),
+            "key": f"a/{n}",
+            "label": "a",
+            "split": "train",
+            "size": -1,
+        }
+        for n in ("good.jpg", "empty.jpg", "text.png")
+    ]
+    listed.append(
+        {
+            "path": str(tmp_path / "in" / "a" / "gone.jpg"),
+            "key": "a/gone.jpg",
+            "label": "a",
+            "split": "train",
+            "size": -1,
+        }
+    )
     p = TestPipeline()
     out = p | beam.Create([listed[:2], listed[2:]]) | InspectImages(config)
-    assert_that(out["inspected"] | beam.FlatMap(lambda b: [(r["key"], r["format"], r["height"],
-                                                            r["width"], r["size"] > 0) for r in b]),
-                equal_to([("a/good.jpg", "jpeg", 16, 24, True)]))
-    assert_that(out["rejected"] | beam.Map(lambda r: (os.path.basename(r["path"]), r["reason"])),
-                equal_to([("empty.jpg", "empty_file"), ("text.png", "not_an_image"),
-                          ("gone.jpg", "unreadable")]), label="Rejects")
+    assert_that(
+        out["inspected"]
+        | beam.FlatMap(
+            lambda b: [(r["key"], r["format"], r["height"], r["width"], r["size"] > 0) for r in b]
+        ),
+        equal_to([("a/good.jpg", "jpeg", 16, 24, True)]),
+    )
+    assert_that(
+        out["rejected"] | beam.Map(lambda r: (os.path.basename(r["path"]), r["reason"])),
+        equal_to(
+            [("empty.jpg", "empty_file"), ("text.png", "not_an_image"), ("gone.jpg", "unreadable")]
+        ),
+        label="Rejects",
+    )
     result = p.run()
     result.wait_until_finish()
-    counters = {c.key.metric.name: c.committed
-                for c in result.metrics().query(MetricsFilter().with_namespace("imgrec"))["counters"]}
+    counters = {
+        c.key.metric.name: c.committed
+        for c in result.metrics().query(MetricsFilter().with_namespace("imgrec"))["counters"]
+    }
     assert counters["inspected_ok"] == 1
     assert counters["rejected_empty_file"] == 1
     assert counters["rejected_not_an_image"] == 1
@@ -101,27 +137,48 @@ def test_inspect_counts_outcomes_and_tags_rejects(tmp_path):
 
 
 def test_drop_duplicates_keeps_smallest_key():
-    rows = [{"path": f"/d/{k}", "key": k, "sha256": s}
-            for k, s in (("b.jpg", "a1"), ("a.jpg", "a1"), ("c.jpg", "b2"), ("z.jpg", "a1"))]
+    rows = [
+        {"path": f"/d/{k}", "key": k, "sha256": s}
+        for k, s in (("b.jpg", "a1"), ("a.jpg", "a1"), ("c.jpg", "b2"), ("z.jpg", "a1"))
+    ]
     with TestPipeline() as p:
         out = p | beam.Create([rows[:2], rows[2:]]) | DropDuplicates()
-        assert_that(out["unique"] | beam.FlatMap(lambda b: [r["key"] for r in b]),
-                    equal_to(["a.jpg", "c.jpg"]))
-        assert_that(out["duplicates"] | beam.Map(lambda r: (r["path"], r["duplicate_of"])),
-                    equal_to([("/d/b.jpg", "/d/a.jpg"), ("/d/z.jpg", "/d/a.jpg")]),
-                    label="Dups")
+        assert_that(
+            out["unique"] | beam.FlatMap(lambda b: [r["key"] for r in b]),
+            equal_to(["a.jpg", "c.jpg"]),
+        )
+        assert_that(
+            out["duplicates"] | beam.Map(lambda r: (r["path"], r["duplicate_of"])),
+            equal_to([("/d/b.jpg", "/d/a.jpg"), ("/d/z.jpg", "/d/a.jpg")]),
+            label="Dups",
+        )
 
 
 def test_plan_shards_groups_by_split_and_hash(tmp_path):
     config = _config(tmp_path, target_shard_mb=1.0, min_shards=1)
     rows = []
     for i in range(40):
-        rows.append({"path": f"/d/{i}", "key": f"k{i}", "label": "a",
-                     "split": "train" if i < 30 else "validation", "size": 100_000,
-                     "sha256": str(i), "format": "jpeg", "source_format": "jpeg", "height": 1,
-                     "width": 1, "channels": 3, "transcode": "", "stats": [1.0] * 7})
+        rows.append(
+            {
+                "path": f"/d/{i}",
+                "key": f"k{i}",
+                "label": "a",
+                "split": "train" if i < 30 else "validation",
+                "size": 100_000,
+                "sha256": str(i),
+                "format": "jpeg",
+                "source_format": "jpeg",
+                "height": 1,
+                "width": 1,
+                "channels": 3,
+                "transcode": "",
+                "stats": [1.0] * 7,
+            }
+        )
     with TestPipeline() as p:
-        out = p | beam.Create([rows[i:i + 7] for i in range(0, len(rows), 7)]) | PlanShards(config)
+        out = (
+            p | beam.Create([rows[i : i + 7] for i in range(0, len(rows), 7)]) | PlanShards(config)
+        )
         assert_that(out["plan"], equal_to([{"train": 3, "validation": 1}]))
         sizes = out["groups"] | beam.MapTuple(lambda key, recs: (key[0], len(list(recs))))
         totals = sizes | beam.CombinePerKey(sum)

@@ -44,8 +44,10 @@ class _DuplicatesCombineFn(beam.CombineFn):
             # Deterministic survivor whatever order the shuffle delivers in: the smallest key.
             entries.sort()
             survivor = entries[0][1]
-            duplicates += [{"path": path, "duplicate_of": survivor, "sha256": sha256}
-                           for _, path in entries[1:]]
+            duplicates += [
+                {"path": path, "duplicate_of": survivor, "sha256": sha256}
+                for _, path in entries[1:]
+            ]
         return duplicates
 
 
@@ -73,14 +75,19 @@ class DropDuplicates(beam.PTransform):
     def expand(self, inspected):
         duplicates = (
             inspected
-            | "HashKeyPath" >> beam.FlatMap(
-                lambda batch: [(int(r["sha256"][:8], 16) % _BUCKETS,
-                                (r["sha256"], r["key"], r["path"])) for r in batch])
+            | "HashKeyPath"
+            >> beam.FlatMap(
+                lambda batch: [
+                    (int(r["sha256"][:8], 16) % _BUCKETS, (r["sha256"], r["key"], r["path"]))
+                    for r in batch
+                ]
+            )
             # (bucket, (sha256, key, path)) -> (bucket, [Duplicate])
             | "FindDuplicates" >> beam.CombinePerKey(_DuplicatesCombineFn())
             | "Flatten" >> beam.FlatMap(lambda kv: kv[1])
         )
         dropped = duplicates | "DroppedPaths" >> beam.Map(lambda d: (d["path"], d["duplicate_of"]))
         unique = inspected | "DropDuplicates" >> beam.ParDo(
-            _DropFn(), dropped=pvalue.AsDict(dropped))
+            _DropFn(), dropped=pvalue.AsDict(dropped)
+        )
         return {"unique": unique, "duplicates": duplicates}

@@ -67,8 +67,12 @@ class _DescribeFn(beam.DoFn):
                 if s is None:  # No file hashed to this shard: write it empty, keep the name.
                     relname = schema.shard_name(split, index, n)
                     storage.write_bytes_atomic(storage.join(out, relname), b"")
-                    s = {"file": relname, "num_examples": 0, "num_bytes": 0,
-                         "sha256": "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"}
+                    s = {
+                        "file": relname,
+                        "num_examples": 0,
+                        "num_bytes": 0,
+                        "sha256": "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855",
+                    }
                 transcoded.update(s.get("transcoded", {}))
                 entries.append({k: s[k] for k in ("file", "num_examples", "num_bytes", "sha256")})
             splits[split] = {
@@ -134,21 +138,39 @@ class DescribeDataset(beam.PTransform):
     Runs after everything it reads (side inputs), so dataset_info.json is the last file written.
     """
 
-    def __init__(self, config, provenance: dict, *, num_listed, shards, rejected, duplicates,
-                 plan, label_names, statistics):
+    def __init__(
+        self,
+        config,
+        provenance: dict,
+        *,
+        num_listed,
+        shards,
+        rejected,
+        duplicates,
+        plan,
+        label_names,
+        statistics,
+    ):
         super().__init__()
         self._config = config
         self._provenance = provenance
-        self._inputs = dict(num_listed=num_listed, shards=shards, rejected=rejected,
-                            duplicates=duplicates, plan=plan, label_names=label_names,
-                            statistics=statistics)
+        self._inputs = dict(
+            num_listed=num_listed,
+            shards=shards,
+            rejected=rejected,
+            duplicates=duplicates,
+            plan=plan,
+            label_names=label_names,
+            statistics=statistics,
+        )
 
     def expand(self, pbegin):
         i = self._inputs
         return (
             pbegin
             | "Once" >> beam.Create([None])
-            | "WriteDescription" >> beam.ParDo(
+            | "WriteDescription"
+            >> beam.ParDo(
                 _DescribeFn(self._config, self._provenance),
                 num_listed=pvalue.AsSingleton(i["num_listed"]),
                 shards=pvalue.AsList(i["shards"]),

@@ -101,29 +101,52 @@ _NON_IMAGE = (
 _SOF = frozenset({0xC0, 0xC1, 0xC2, 0xC3, 0xC5, 0xC6, 0xC7, 0xC9, 0xCA, 0xCB, 0xCD, 0xCE, 0xCF})
 _SOF_PROGRESSIVE = frozenset({0xC2, 0xC6, 0xCA, 0xCE})
 _SOF_NAMES = {
-    0xC0: "baseline", 0xC1: "extended sequential", 0xC2: "progressive", 0xC3: "lossless",
-    0xC5: "hierarchical", 0xC6: "hierarchical progressive", 0xC7: "hierarchical lossless",
-    0xC9: "arithmetic sequential", 0xCA: "arithmetic progressive", 0xCB: "arithmetic lossless",
-    0xCD: "hierarchical arithmetic", 0xCE: "hierarchical arithmetic progressive",
+    0xC0: "baseline",
+    0xC1: "extended sequential",
+    0xC2: "progressive",
+    0xC3: "lossless",
+    0xC5: "hierarchical",
+    0xC6: "hierarchical progressive",
+    0xC7: "hierarchical lossless",
+    0xC9: "arithmetic sequential",
+    0xCA: "arithmetic progressive",
+    0xCB: "arithmetic lossless",
+    0xCD: "hierarchical arithmetic",
+    0xCE: "hierarchical arithmetic progressive",
     0xCF: "hierarchical arithmetic lossless",
 }
 
 # EXIF Orientation values 2..8 -> the Pillow transpose that makes the pixels upright (the same
 # table as PIL.ImageOps.exif_transpose). 1 is upright; other values are invalid and ignored.
 _ORIENTATION_TRANSPOSE = {
-    2: "FLIP_LEFT_RIGHT", 3: "ROTATE_180", 4: "FLIP_TOP_BOTTOM", 5: "TRANSPOSE",
-    6: "ROTATE_270", 7: "TRANSVERSE", 8: "ROTATE_90",
+    2: "FLIP_LEFT_RIGHT",
+    3: "ROTATE_180",
+    4: "FLIP_TOP_BOTTOM",
+    5: "TRANSPOSE",
+    6: "ROTATE_270",
+    7: "TRANSVERSE",
+    8: "ROTATE_90",
 }
 
 # Malformed headers make Pillow plugins raise these (Image.open itself catches the first four);
 # anything else is a bug and propagates.
 _PIL_HEADER_ERRORS = (
-    SyntaxError, IndexError, TypeError, struct.error, ValueError, KeyError, EOFError,
-    ZeroDivisionError, OSError, NotImplementedError,
+    SyntaxError,
+    IndexError,
+    TypeError,
+    struct.error,
+    ValueError,
+    KeyError,
+    EOFError,
+    ZeroDivisionError,
+    OSError,
+    NotImplementedError,
 )
 # Pillow formats that open but whose pixels need an external program (Ghostscript, Windows GDI).
 _PIL_NO_PIXELS = {
-    "EPS": "needs Ghostscript", "WMF": "a vector metafile", "EMF": "a vector metafile",
+    "EPS": "needs Ghostscript",
+    "WMF": "a vector metafile",
+    "EMF": "a vector metafile",
 }
 
 # ICC profiles are tens of KB (v4 with LUTs a few hundred); larger is junk or a zlib bomb.
@@ -445,8 +468,10 @@ def _webp_size(data: bytes) -> tuple[int, int]:
     if chunk == b"VP8X":
         return 1 + int.from_bytes(data[24:27], "little"), 1 + int.from_bytes(data[27:30], "little")
     if chunk == b"VP8 " and data[23:26] == b"\x9d\x01\x2a":
-        return (int.from_bytes(data[26:28], "little") & 0x3FFF,
-                int.from_bytes(data[28:30], "little") & 0x3FFF)
+        return (
+            int.from_bytes(data[26:28], "little") & 0x3FFF,
+            int.from_bytes(data[28:30], "little") & 0x3FFF,
+        )
     if chunk == b"VP8L" and data[20] == 0x2F:
         bits = int.from_bytes(data[21:25], "little")
         return 1 + (bits & 0x3FFF), 1 + ((bits >> 14) & 0x3FFF)
@@ -498,8 +523,11 @@ def _probe_other(data: bytes) -> tuple[str, _Header]:
     if im is None:
         what = _undecodable_image(data)
         if what:
-            raise Rejected("unsupported_format", f"{what}: neither TensorFlow's decode_image "
-                           "nor Pillow decodes it here; convert it before the run")
+            raise Rejected(
+                "unsupported_format",
+                f"{what}: neither TensorFlow's decode_image "
+                "nor Pillow decodes it here; convert it before the run",
+            )
         raise Rejected("not_an_image", _describe_non_image(data))
     fmt = (im.format or "unknown").lower()
     h = _Header(width=im.size[0], height=im.size[1], complete=True, pil=im)
@@ -552,11 +580,16 @@ def _decode_failure(fmt: str, data: bytes, h: _Header, error) -> Rejected:
     """Turn a TensorFlow decode error into a reason, with our own diagnosis first in the detail."""
     op = "tf.io.decode_jpeg" if fmt == "jpeg" else "tf.io.decode_image"
     tf_says = f"{op}: {_tf_message(error)}"
-    if h.width and h.height and h.width * h.height * (h.channels if fmt == "jpeg" else 1) >= (
-        _TF_MAX_OUTPUT
+    if (
+        h.width
+        and h.height
+        and h.width * h.height * (h.channels if fmt == "jpeg" else 1) >= (_TF_MAX_OUTPUT)
     ):
-        return Rejected("too_many_pixels", f"{h.width}x{h.height} is beyond what TensorFlow's "
-                        f"{fmt.upper()} decoder accepts (2^29 output); {tf_says}")
+        return Rejected(
+            "too_many_pixels",
+            f"{h.width}x{h.height} is beyond what TensorFlow's "
+            f"{fmt.upper()} decoder accepts (2^29 output); {tf_says}",
+        )
     if h.complete and not (h.width and h.height):
         reason, why = "corrupt", f"the header declares a {h.width}x{h.height} image"
     elif fmt == "jpeg":
@@ -571,15 +604,18 @@ def _decode_failure(fmt: str, data: bytes, h: _Header, error) -> Rejected:
 def _jpeg_diagnosis(data: bytes, h: _Header) -> tuple[str, str]:
     if h.jpeg_sof and (h.jpeg_precision != 8 or h.jpeg_sof not in (0xC0, 0xC1, 0xC2)):
         kind = _SOF_NAMES.get(h.jpeg_sof, hex(h.jpeg_sof))
-        return "unsupported_format", (f"{h.jpeg_precision}-bit {kind} JPEG (SOF {h.jpeg_sof:#x}): "
-                                      "TensorFlow decodes 8-bit baseline/progressive JPEG only")
+        return "unsupported_format", (
+            f"{h.jpeg_precision}-bit {kind} JPEG (SOF {h.jpeg_sof:#x}): "
+            "TensorFlow decodes 8-bit baseline/progressive JPEG only"
+        )
     if h.jpeg_sos_at < 0:
         if h.ran_out:
             return "truncated", f"the file ends at byte {len(data)} inside the JPEG header"
         return "corrupt", "the JPEG header is damaged (no frame or scan header found)"
     if data.find(b"\xff\xd9", h.jpeg_sos_at) < 0:
-        return "truncated", (f"the compressed data ends at byte {len(data)} with no end-of-image "
-                             "marker")
+        return "truncated", (
+            f"the compressed data ends at byte {len(data)} with no end-of-image marker"
+        )
     return "corrupt", "the JPEG tables or compressed data are damaged"
 
 
@@ -611,8 +647,9 @@ def _png_diagnosis(data: bytes) -> tuple[str, str]:
         kind = data[i + 4 : i + 8]
         name = kind.decode("latin-1")
         if i + 12 + length > n:
-            return "truncated", (f"chunk {name!r} at byte {i} needs {length} bytes; the file "
-                                 f"ends at byte {n}")
+            return "truncated", (
+                f"chunk {name!r} at byte {i} needs {length} bytes; the file ends at byte {n}"
+            )
         crc = int.from_bytes(data[i + 8 + length : i + 12 + length], "big")
         if zlib.crc32(data[i + 4 : i + 8 + length]) != crc:
             return "corrupt", f"chunk {name!r} at byte {i} fails its CRC"
@@ -657,8 +694,11 @@ def _check_dims(width: int, height: int, opts: CheckOptions, what: str) -> None:
     if width <= 0 or height <= 0:
         raise Rejected("corrupt", f"the {what} declares a {width}x{height} image")
     if width * height > opts.max_pixels:
-        raise Rejected("too_many_pixels", f"the {what} declares {width}x{height} = "
-                       f"{width * height} pixels > --max_pixels {opts.max_pixels}")
+        raise Rejected(
+            "too_many_pixels",
+            f"the {what} declares {width}x{height} = "
+            f"{width * height} pixels > --max_pixels {opts.max_pixels}",
+        )
     if min(width, height) < opts.min_side:
         raise Rejected("too_small", f"{width}x{height}: shorter side < --min_side {opts.min_side}")
 
@@ -692,16 +732,24 @@ def _transcode_reasons(fmt: str, h: _Header, opts: CheckOptions) -> list[str]:
     reasons = []
     if fmt not in STORED_FORMATS:
         if opts.transcode == "none":
-            raise Rejected("unsupported_format", f"{fmt.upper()} is not stored as is "
-                           "(only JPEG, PNG, GIF); pass --transcode png or --transcode jpeg")
+            raise Rejected(
+                "unsupported_format",
+                f"{fmt.upper()} is not stored as is "
+                "(only JPEG, PNG, GIF); pass --transcode png or --transcode jpeg",
+            )
         if fmt.upper() in _PIL_NO_PIXELS:
-            raise Rejected("unsupported_format",
-                           f"{fmt.upper()} is {_PIL_NO_PIXELS[fmt.upper()]}; cannot transcode")
+            raise Rejected(
+                "unsupported_format",
+                f"{fmt.upper()} is {_PIL_NO_PIXELS[fmt.upper()]}; cannot transcode",
+            )
         reasons.append("unsupported_format")
     if h.frames > 1:
         if opts.animated == "reject":
-            raise Rejected("animated", f"{fmt.upper()} with {h.frames}"
-                           f"{'+' if fmt == 'gif' else ''} frames and --animated reject")
+            raise Rejected(
+                "animated",
+                f"{fmt.upper()} with {h.frames}"
+                f"{'+' if fmt == 'gif' else ''} frames and --animated reject",
+            )
         reasons.append("animated_first_frame")
     if h.orientation != 1 and (opts.apply_exif_orientation or h.upright_on_load):
         reasons.append("exif_orientation")
@@ -735,8 +783,11 @@ def check_image(data: bytes, opts: CheckOptions, compute_stats: bool = False) ->
     if h.jpeg_sof in _SOF_PROGRESSIVE:
         scans = data.count(b"\xff\xda")
         if scans > MAX_PROGRESSIVE_SCANS:
-            raise Rejected("too_many_scans", f"progressive JPEG with {scans} scans "
-                           f"(> {MAX_PROGRESSIVE_SCANS}): refused as a decoding-time bomb")
+            raise Rejected(
+                "too_many_scans",
+                f"progressive JPEG with {scans} scans "
+                f"(> {MAX_PROGRESSIVE_SCANS}): refused as a decoding-time bomb",
+            )
     reasons = _transcode_reasons(fmt, h, opts)
     if reasons:
         stored, stored_fmt, channels = _transcode(data, fmt, h, reasons, opts)
@@ -766,8 +817,10 @@ def encode_for_storage(data: bytes, info: ImageInfo, opts: CheckOptions) -> byte
     fmt, h = _probe_checked(data, opts)
     stored, stored_fmt, _ = _transcode(data, fmt, h, info.transcode.split(","), opts)
     if stored_fmt != info.format:
-        raise ValueError(f"transcode now yields {stored_fmt}, inspection said {info.format}: "
-                         "the options changed between inspection and writing")
+        raise ValueError(
+            f"transcode now yields {stored_fmt}, inspection said {info.format}: "
+            "the options changed between inspection and writing"
+        )
     return stored
 
 
@@ -829,9 +882,12 @@ def _source_pixels(data: bytes, fmt: str, h: _Header):
     im = h.pil if h.pil is not None else _pillow_open(data)
     if im is None:
         if data[:4] == b"RIFF" and int.from_bytes(data[4:8], "little") + 8 > len(data):
-            raise Rejected("truncated", f"the RIFF header declares "
-                           f"{int.from_bytes(data[4:8], 'little') + 8} bytes; the file has "
-                           f"{len(data)}")
+            raise Rejected(
+                "truncated",
+                f"the RIFF header declares "
+                f"{int.from_bytes(data[4:8], 'little') + 8} bytes; the file has "
+                f"{len(data)}",
+            )
         raise Rejected("corrupt", f"Pillow cannot open this {fmt.upper()} (damaged header)")
     try:
         im.seek(0)
@@ -855,8 +911,11 @@ def _normalize_mode(im):
         wide = np.asarray(im, dtype=np.uint16)
         return Image.fromarray((wide >> 8).astype(np.uint8), "L")
     if mode in ("I", "F"):
-        raise Rejected("unsupported_format", f"{im.format} with {mode} (32-bit) pixels has no "
-                       "defined 8-bit mapping; convert it before the run")
+        raise Rejected(
+            "unsupported_format",
+            f"{im.format} with {mode} (32-bit) pixels has no "
+            "defined 8-bit mapping; convert it before the run",
+        )
     if mode in ("P", "PA"):
         target = "RGBA" if mode == "PA" or "transparency" in im.info else "RGB"
     elif mode == "1":

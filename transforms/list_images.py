@@ -144,7 +144,7 @@ class _MatchAllFn(beam.DoFn):
                         continue
                     seen.add(path)
                 self._matched.inc()
-                key = path[len(root):] if path.startswith(root) else path.split("://")[-1]
+                key = path[len(root) :] if path.startswith(root) else path.split("://")[-1]
                 yield {"path": path, "key": key, "size": int(metadata.size_in_bytes)}
 
     def process(self, _):
@@ -161,14 +161,19 @@ class _ReadManifestFn(beam.DoFn):
         for lineno, row in read_manifest_rows(manifest):
             raw = str(row.get("path") or "").strip()
             if not raw:
-                yield pvalue.TaggedOutput(self.REJECTED, {
-                    "path": f"{manifest}:{lineno}", "reason": "bad_manifest_row",
-                    "detail": f"line {lineno} has no path: {row!r}"})
+                yield pvalue.TaggedOutput(
+                    self.REJECTED,
+                    {
+                        "path": f"{manifest}:{lineno}",
+                        "reason": "bad_manifest_row",
+                        "detail": f"line {lineno} has no path: {row!r}",
+                    },
+                )
                 continue
             is_absolute = "://" in raw or raw.startswith("/")
             path = raw if is_absolute else base + raw
             if is_absolute:
-                key = path[len(base):] if path.startswith(base) else path.split("://")[-1]
+                key = path[len(base) :] if path.startswith(base) else path.split("://")[-1]
             else:
                 key = posixpath.normpath(raw)
             item = {"path": path, "key": key, "size": -1}
@@ -224,9 +229,14 @@ class _LabelAndSplitFn(beam.DoFn):
         elif self._label_from == "manifest":
             label = item.get("manifest_label", "")
             if not label:
-                yield pvalue.TaggedOutput(self.REJECTED, {
-                    "path": path, "reason": "bad_manifest_row",
-                    "detail": "the manifest row has no label (or pass --label_from parent|none)"})
+                yield pvalue.TaggedOutput(
+                    self.REJECTED,
+                    {
+                        "path": path,
+                        "reason": "bad_manifest_row",
+                        "detail": "the manifest row has no label (or pass --label_from parent|none)",
+                    },
+                )
                 return
         else:
             label = ""
@@ -238,11 +248,16 @@ class _LabelAndSplitFn(beam.DoFn):
             parts = key.split("/")
             split = parts[0] if len(parts) >= 2 else ""
         if not split:
-            yield pvalue.TaggedOutput(self.REJECTED, {
-                "path": path, "reason": "no_split",
-                "detail": f"--split_from {self._split_from} found no split for key {key!r} "
-                          "(expected <split>/<label>/<file> under the input root, or a split "
-                          "column in the manifest)"})
+            yield pvalue.TaggedOutput(
+                self.REJECTED,
+                {
+                    "path": path,
+                    "reason": "no_split",
+                    "detail": f"--split_from {self._split_from} found no split for key {key!r} "
+                    "(expected <split>/<label>/<file> under the input root, or a split "
+                    "column in the manifest)",
+                },
+            )
             return
         yield {"path": path, "key": key, "label": label, "split": split, "size": item["size"]}
 
@@ -265,8 +280,10 @@ class ListImages(beam.PTransform):
             read = (
                 pbegin
                 | "Manifest" >> beam.Create([c.manifest])
-                | "ReadManifest" >> beam.ParDo(_ReadManifestFn()).with_outputs(
-                    _ReadManifestFn.REJECTED, main="batches")
+                | "ReadManifest"
+                >> beam.ParDo(_ReadManifestFn()).with_outputs(
+                    _ReadManifestFn.REJECTED, main="batches"
+                )
             )
             batches, bad_rows = read.batches, read[_ReadManifestFn.REJECTED]
         else:
@@ -281,7 +298,8 @@ class ListImages(beam.PTransform):
             batches
             # [ListedFile]: spread the listing over workers, a batch (names only) at a time.
             | "Redistribute" >> beam.Reshuffle()
-            | "LabelAndSplit" >> beam.ParDo(
+            | "LabelAndSplit"
+            >> beam.ParDo(
                 _LabelAndSplitFn(c.label_from, c.split_from, c.seed, c.splits)
             ).with_outputs(_LabelAndSplitFn.REJECTED, main="listed")
         )

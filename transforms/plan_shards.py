@@ -11,11 +11,25 @@ from transforms.keys import int_hash
 __all__ = ["PlanShards", "num_shards_for"]
 
 # Fields the writer needs; the rest (pixel statistics) stays out of the write shuffle.
-_WRITER_FIELDS = ("path", "key", "label", "split", "size", "sha256", "format", "source_format",
-                  "height", "width", "channels", "transcode")
+_WRITER_FIELDS = (
+    "path",
+    "key",
+    "label",
+    "split",
+    "size",
+    "sha256",
+    "format",
+    "source_format",
+    "height",
+    "width",
+    "channels",
+    "transcode",
+)
 
 
-def num_shards_for(total_bytes: int, num_files: int, target_shard_mb: float, min_shards: int) -> int:
+def num_shards_for(
+    total_bytes: int, num_files: int, target_shard_mb: float, min_shards: int
+) -> int:
     """Shards for a split: enough to keep each near the byte target, at least `min_shards`,
     never more than there are files (an empty shard helps nobody)."""
     by_bytes = math.ceil(total_bytes / (target_shard_mb * 1e6))
@@ -90,8 +104,10 @@ class PlanShards(beam.PTransform):
             | "SizeBySplit" >> beam.FlatMap(_batch_totals)
             | "SumBySplit" >> beam.CombinePerKey(_SplitTotals())
             # (split, (bytes, files))
-            | "ShardCount" >> beam.Map(
-                lambda kv: (kv[0], num_shards_for(kv[1][0], kv[1][1], target_mb, min_shards)))
+            | "ShardCount"
+            >> beam.Map(
+                lambda kv: (kv[0], num_shards_for(kv[1][0], kv[1][1], target_mb, min_shards))
+            )
             | "PlanDict" >> beam.combiners.ToDict()
         )
 

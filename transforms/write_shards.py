@@ -26,7 +26,9 @@ MARKER_DIR = ".imgrec"
 
 
 def plan_marker_path(output: str, split: str, index: int, num_shards: int) -> str:
-    return storage.join(output, MARKER_DIR, "shards", f"{split}-{index:05d}-of-{num_shards:05d}.json")
+    return storage.join(
+        output, MARKER_DIR, "shards", f"{split}-{index:05d}-of-{num_shards:05d}.json"
+    )
 
 
 def read_shard_info(path: str) -> dict | None:
@@ -130,15 +132,27 @@ class _WriteShardFn(beam.DoFn):
                 if error is not None:
                     reason = "changed_during_run" if error == "changed_during_run" else "unreadable"
                     Metrics.counter("imgrec", f"rejected_{reason}").inc()
-                    yield pvalue.TaggedOutput(self.REJECTED, {
-                        "path": record["path"], "reason": reason,
-                        "detail": ("the file's bytes no longer match the sha256 seen at "
-                                   "inspection" if reason == "changed_during_run" else error)})
+                    yield pvalue.TaggedOutput(
+                        self.REJECTED,
+                        {
+                            "path": record["path"],
+                            "reason": reason,
+                            "detail": (
+                                "the file's bytes no longer match the sha256 seen at inspection"
+                                if reason == "changed_during_run"
+                                else error
+                            ),
+                        },
+                    )
                     continue
                 info = ImageInfo(
-                    format=record["format"], source_format=record["source_format"],
-                    height=record["height"], width=record["width"],
-                    channels=record["channels"], transcode=record["transcode"])
+                    format=record["format"],
+                    source_format=record["source_format"],
+                    height=record["height"],
+                    width=record["width"],
+                    channels=record["channels"],
+                    transcode=record["transcode"],
+                )
                 stored = encode_for_storage(data, info, self._opts)
                 for reason in filter(None, record["transcode"].split(",")):
                     transcoded[reason] += 1
@@ -151,19 +165,27 @@ class _WriteShardFn(beam.DoFn):
                     label=label_ids.get(record["label"], -1),
                     label_text=record["label"],
                     filename=record["path"],
-                    sha256=(record["sha256"] if stored is data
-                            else hashlib.sha256(stored).hexdigest()),
+                    sha256=(
+                        record["sha256"] if stored is data else hashlib.sha256(stored).hexdigest()
+                    ),
                     transcoded_from=record["source_format"] if record["transcode"] else "",
                     transcode_reason=record["transcode"],
                 )
                 _TFRecordUtil.write_record(out, example)
                 num_examples += 1
         storage.rename(tmp, final)
-        info = {"split": split, "index": index, "file": relname, "num_examples": num_examples,
-                "num_bytes": out.num_bytes, "sha256": out.sha256.hexdigest(),
-                "transcoded": dict(transcoded)}
+        info = {
+            "split": split,
+            "index": index,
+            "file": relname,
+            "num_examples": num_examples,
+            "num_bytes": out.num_bytes,
+            "sha256": out.sha256.hexdigest(),
+            "transcoded": dict(transcoded),
+        }
         storage.write_bytes_atomic(
-            marker, json.dumps({"plan_digest": plan_digest, "shard": info}).encode())
+            marker, json.dumps({"plan_digest": plan_digest, "shard": info}).encode()
+        )
         self._written.inc(num_examples)
         self._written_bytes.inc(out.num_bytes)
         self._shards.inc()
