@@ -325,6 +325,9 @@ def run_convert(argv: list[str]) -> int:
     started = time.time()
     try:
         options, config, argv = parse_convert_args(argv)
+        # The preflight lists --input and checks --output through FileSystems: give it the
+        # --s3_* / GCS options now, not only to the pipeline's workers.
+        FileSystems.set_options(options)
         dry_run = bool(options.view_as(TestOptions).dry_run)
         preflight(config)
         if config.overwrite and not dry_run:  # A dry run builds the job and touches nothing.

@@ -38,24 +38,10 @@ RUN_TIMEOUT_S = 600
 NUM_IMAGES = 15
 
 
-# Runs the CLI with Beam's FileSystems configured from the command line first. Until the
-# launcher does that itself before its preflight listing, `--s3_*` options reach only the
-# pipeline, and listing s3:// in the preflight fails ("Must provide one of client or options");
-# test_s3_cli_without_shim pins that.
-_SHIM = (
-    "import sys\n"
-    "from apache_beam.io.filesystems import FileSystems\n"
-    "from apache_beam.options.pipeline_options import PipelineOptions\n"
-    "FileSystems.set_options(PipelineOptions(sys.argv[1:]))\n"
-    "from pipeline.launcher import run_convert\n"
-    "sys.exit(run_convert(sys.argv[1:]))\n"
-)
-
-
-def run_cli(*args: str, workers: int = 1, shim: bool = False) -> subprocess.CompletedProcess:
+def run_cli(*args: str, workers: int = 1) -> subprocess.CompletedProcess:
     """`python -m pipeline convert ARGS` in a fresh process (inherits the servers' env)."""
     env = dict(os.environ, PYTHONPATH=str(ROOT), TF_CPP_MIN_LOG_LEVEL="2")
-    command = ["-c", _SHIM] if shim else ["-m", "pipeline", "convert"]
+    command = ["-m", "pipeline", "convert"]
     return subprocess.run(
         [sys.executable, *command, *args, *CONVERT_ARGS, "--workers", str(workers)],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=RUN_TIMEOUT_S,
@@ -179,7 +165,6 @@ def test_bucket_to_bucket_matches_local_placement(store, corpus, reference):
             store.uri(dest, "ds"),
             *store.beam_args,
             workers=2,
-            shim=store.scheme == "s3",
         )
     )
     assert store.uri(dest, "ds") in proc.stdout
@@ -269,7 +254,6 @@ def test_s3_to_local_with_manifest_in_the_bucket(s3, corpus, reference, tmp_path
             "--output",
             str(out),
             *s3.beam_args,
-            shim=True,
         )
     )
     placement = check_dataset(
@@ -288,7 +272,6 @@ def test_clean_corpus_on_s3_writes_empty_reports(s3, tmp_path):
     _ok(
         run_cli(
             "--input", s3.uri(source, "p/**"), "--output", s3.uri(dest, "ds"), *s3.beam_args,
-            shim=True,
         )
     )  # fmt: skip
     assert s3.get(s3.uri(dest, "ds/" + schema.REJECTED)) == b""
@@ -301,12 +284,7 @@ def test_clean_corpus_on_s3_writes_empty_reports(s3, tmp_path):
     assert s3.multipart_uploads(dest) == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="launcher lists --input before FileSystems knows the "
-    "--s3_* options; fix: FileSystems.set_options(options) right after parsing",
-)
-def test_s3_cli_without_shim(s3, corpus, tmp_path):
+def test_s3_options_reach_the_preflight_listing(s3, corpus, tmp_path):
     src, _, listed = corpus
     source = s3.new_bucket("src")
     upload(s3, src, source, "photos/")
@@ -382,7 +360,6 @@ def _run_with_outage(store, corpus, stop: Callable[[], None], start: Callable[[]
             "--output",
             store.uri(dest, "ds"),
             *store.beam_args,
-            shim=store.scheme == "s3",
         )
     finally:
         done.set()
