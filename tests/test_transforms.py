@@ -185,3 +185,39 @@ def test_plan_shards_groups_by_split_and_hash(tmp_path):
         assert_that(totals, equal_to([("train", 30), ("validation", 10)]), label="Totals")
         no_stats = out["groups"] | beam.FlatMapTuple(lambda key, recs: ["stats" in r for r in recs])
         assert_that(no_stats | beam.Distinct(), equal_to([False]), label="NoStatsInShuffle")
+
+
+def test_write_shards_rejects_files_gone_at_write_time_and_keeps_an_empty_shard(tmp_path):
+    from transforms.write_shards import WriteShards
+
+    config = _config(tmp_path)
+    record = {
+        "path": str(tmp_path / "gone.jpg"),
+        "key": "a/gone.jpg",
+        "label": "a",
+        "split": "train",
+        "size": 10,
+        "sha256": "0" * 64,
+        "format": "jpeg",
+        "source_format": "jpeg",
+        "height": 1,
+        "width": 1,
+        "channels": 3,
+        "transcode": "",
+    }
+    with TestPipeline() as p:
+        plan = p | "Plan" >> beam.Create([{"train": 1}])
+        labels = p | "Labels" >> beam.Create([["a"]])
+        out = p | beam.Create([(("train", 0), [record])]) | WriteShards(config, plan, labels)
+        assert_that(
+            out["shards"] | beam.Map(lambda s: (s["file"], s["num_examples"], s["num_bytes"])),
+            equal_to([("train/train-00000-of-00001.tfrecord", 0, 0)]),
+        )
+        assert_that(
+            out["rejected"] | beam.Map(lambda r: r["reason"]),
+            equal_to(["unreadable"]),
+            label="Rejected",
+        )
+    shard = tmp_path / "out" / "train" / "train-00000-of-00001.tfrecord"
+    assert shard.exists() and shard.stat().st_size == 0
+    assert not list((tmp_path / "out" / "train").glob(".tmp-*"))

@@ -42,17 +42,30 @@ def read_shard_info(path: str) -> dict | None:
 
 
 class _HashingWriter:
-    """A write-only file wrapper that counts and sha256-hashes what passes through."""
+    """A write-only file that opens its target on the first write, and counts and sha256-hashes
+    what passes through. A shard with no record therefore never starts an upload (Beam's S3
+    writer cannot create an empty object through a multipart upload)."""
 
-    def __init__(self, f):
-        self._f = f
+    def __init__(self, path: str):
+        self._path = path
+        self._f = None
         self.sha256 = hashlib.sha256()
         self.num_bytes = 0
 
     def write(self, data: bytes) -> None:
+        if self._f is None:
+            self._f = FileSystems.create(self._path, compression_type="uncompressed")
         self._f.write(data)
         self.sha256.update(data)
         self.num_bytes += len(data)
+
+    @property
+    def opened(self) -> bool:
+        return self._f is not None
+
+    def close(self) -> None:
+        if self._f is not None:
+            self._f.close()
 
 
 class _WriteShardFn(beam.DoFn):
@@ -124,8 +137,8 @@ class _WriteShardFn(beam.DoFn):
         tmp = storage.temp_sibling(final)
         num_examples = 0
         transcoded = collections.Counter()
-        with FileSystems.create(tmp, compression_type="uncompressed") as raw:
-            out = _HashingWriter(raw)
+        out = _HashingWriter(tmp)
+        try:
             for record, data, error in self._prefetched(records):
                 if error is None and hashlib.sha256(data).hexdigest() != record["sha256"]:
                     error = "changed_during_run"
@@ -173,7 +186,12 @@ class _WriteShardFn(beam.DoFn):
                 )
                 _TFRecordUtil.write_record(out, example)
                 num_examples += 1
-        storage.rename(tmp, final)
+        finally:
+            out.close()
+        if out.opened:
+            storage.rename(tmp, final)
+        else:  # Every file failed at write time: an empty shard keeps the planned name.
+            storage.write_bytes_atomic(final, b"")
         info = {
             "split": split,
             "index": index,
