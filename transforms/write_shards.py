@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import collections
-import concurrent.futures
 import hashlib
 import json
 
@@ -84,35 +83,14 @@ class _WriteShardFn(beam.DoFn):
         self._shards = Metrics.counter("imgrec", "shards_written")
         self._resumed = Metrics.counter("imgrec", "shards_resumed")
 
-    def setup(self):
-        self._pool = concurrent.futures.ThreadPoolExecutor(
-            max_workers=self._concurrency, thread_name_prefix="imgrec-write"
-        )
-
-    def teardown(self):
-        self._pool.shutdown(wait=False, cancel_futures=True)
-
-    def _read(self, record: dict):
-        try:
-            return storage.read_bytes(record["path"]), None
-        except storage.ReadError as e:
-            return None, e.detail
-
     def _prefetched(self, records):
-        """Yield (record, bytes, error) in order, keeping a bounded window of reads in flight."""
-        pending = collections.deque()
-        it = iter(records)
-        for record in it:
-            pending.append((record, self._pool.submit(self._read, record)))
-            if len(pending) >= 2 * self._concurrency:
-                break
-        for record in it:
-            head, future = pending.popleft()
-            yield (head, *future.result())
-            pending.append((record, self._pool.submit(self._read, record)))
-        while pending:
-            head, future = pending.popleft()
-            yield (head, *future.result())
+        """Yield (record, bytes, error detail) in order, `read_concurrency` reads in flight."""
+        reads = storage.read_many((r["path"] for r in records), self._concurrency)
+        for record, (_, result) in zip(records, reads, strict=True):
+            if isinstance(result, storage.ReadError):
+                yield record, None, result.detail
+            else:
+                yield record, result, None
 
     def process(self, element, plan, label_names):
         (split, index), records = element
