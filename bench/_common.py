@@ -192,3 +192,26 @@ def print_table(title: str, header: list[str], rows: list[list], file=None) -> s
     text = "\n".join(lines) + "\n"
     print(text, file=file or sys.stdout, flush=True)
     return text
+
+
+def eval_config(shards, image_size=(224, 224), batch: int = 64):
+    """The reader's evaluation settings for `shards`, for benchmarks that call its stages directly."""
+    from pipeline import reader
+
+    return reader._Config(
+        shards=shards,
+        num_examples=0,
+        num_bytes=0,
+        global_batch_size=batch,
+        training=False,
+        image_size=image_size,
+        seed=None,
+        repeat=False,
+        deterministic=True,
+        cache=False,
+        shuffle_records=1024,
+        crop_fraction=0.875,
+        dct_scaling=False,
+        extra_features=(),
+        postprocess=None,
+    )

@@ -22,7 +22,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from bench._common import WORK, load_average, median, print_table  # noqa: E402
+from bench._common import WORK, eval_config, load_average, median, print_table  # noqa: E402
 
 
 def main(argv=None) -> int:
@@ -43,23 +43,7 @@ def main(argv=None) -> int:
     paths = [s.path for s in shards]
     size, batch, AUTO = (224, 224), 64, tf.data.AUTOTUNE
     ds0 = reader.make_dataset(data_dir, "train", batch, training=False, image_size=size)
-    config = reader._Config(
-        shards=shards,
-        num_examples=0,
-        num_bytes=0,
-        global_batch_size=batch,
-        training=False,
-        image_size=size,
-        seed=None,
-        repeat=False,
-        deterministic=True,
-        cache=False,
-        shuffle_records=1024,
-        crop_fraction=0.875,
-        dct_scaling=False,
-        extra_features=(),
-        postprocess=None,
-    )
+    config = eval_config(shards, size, batch)
     spec = schema.feature_spec(keys=(schema.ENCODED, schema.LABEL))
 
     def plain_decode(r):

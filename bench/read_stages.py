@@ -18,7 +18,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from bench._common import WORK, load_average, median, print_table  # noqa: E402
+from bench._common import WORK, eval_config, load_average, median, print_table  # noqa: E402
 
 
 def main(argv=None) -> int:
@@ -68,23 +68,7 @@ def main(argv=None) -> int:
         ).batch(64),
         "alt: reader's _decode_example (eval)": lambda d: d.map(
             lambda r: reader._decode_example(
-                reader._Config(
-                    shards=shards,
-                    num_examples=0,
-                    num_bytes=0,
-                    global_batch_size=64,
-                    training=False,
-                    image_size=size,
-                    seed=None,
-                    repeat=False,
-                    deterministic=True,
-                    cache=False,
-                    shuffle_records=1024,
-                    crop_fraction=0.875,
-                    dct_scaling=False,
-                    extra_features=(),
-                    postprocess=None,
-                ),
+                eval_config(shards, size),
                 r,
                 None,
             )

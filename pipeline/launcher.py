@@ -154,15 +154,16 @@ def _versions() -> dict:
     return found
 
 
-def _match_count(pattern: str, limit: int | None = None) -> int:
+def _matched_paths(pattern: str, limit: int | None = None, what: str = "--input") -> list[str]:
+    """Files `pattern` matches (at most `limit`); object-store folder placeholders left out."""
     try:
         result = FileSystems.match([pattern], limits=[limit] if limit else None)[0]
     except (OSError, ValueError) as e:
         detail = str(e).splitlines()[0][:300]
         if "No files found" in detail or "matched no files" in detail:
-            return 0
-        raise PreflightError(f"--input {pattern}: cannot list it ({detail})") from e
-    return sum(1 for m in result.metadata_list if not m.path.endswith("/"))
+            return []
+        raise PreflightError(f"{what} {pattern}: cannot list it ({detail})") from e
+    return [m.path for m in result.metadata_list if not m.path.endswith("/")]
 
 
 def _existing_output(output: str) -> tuple[bool, bool]:
@@ -173,7 +174,7 @@ def _existing_output(output: str) -> tuple[bool, bool]:
         storage.join(output, "*", "*-of-*.tfrecord*"),
         storage.join(output, ".imgrec", "**"),
     ):
-        if _match_count(pattern, 1):
+        if _matched_paths(pattern, 1, what="--output"):
             partial = True
             break
     return finished, partial
@@ -191,11 +192,10 @@ def _delete_dataset(output: str) -> None:
         storage.join(output, "transform_fn", "**"),
         storage.join(output, "transformed_metadata", "**"),
     ]
-    paths = []
+    paths = set()
     for pattern in patterns:
-        if _match_count(pattern, None):
-            paths += [m.path for m in FileSystems.match([pattern])[0].metadata_list]
-    storage.delete_quietly(sorted(set(paths)))
+        paths.update(_matched_paths(pattern, what="--output"))
+    storage.delete_quietly(sorted(paths))
     if "://" not in output:  # Empty local folders left by the deletion.
         for sub in ("transform_fn", "transformed_metadata", ".imgrec"):
             d = os.path.join(output, sub)
@@ -221,7 +221,7 @@ def preflight(config: ConvertConfig) -> None:
             )
     else:
         for pattern in config.inputs:
-            if not _match_count(resolve_local(pattern), 1):
+            if not _matched_paths(resolve_local(pattern), 1):
                 raise PreflightError(
                     f"--input {pattern}: matched no files; check the path, and quote glob "
                     "patterns (--input 'data/*/*.jpg'); use '**' to match across folders"

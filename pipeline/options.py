@@ -7,7 +7,7 @@ import math
 
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from transforms.image_check import CheckOptions
+from transforms.image_check import DEFAULT_MAX_PIXELS, CheckOptions
 
 __all__ = ["ConvertOptions", "ConvertConfig", "OptionError", "parse_splits"]
 
@@ -20,8 +20,6 @@ DEFAULT_MAX_BAD_FRACTION = 0.05
 # on the 12,000-photo bench corpus a 5,000-image sample was within 0.3 % (mean) and 0.6 % (std)
 # of the full values, and the error shrinks as 1/sqrt(n); 20,000 images keeps it near 0.1-0.3 %.
 DEFAULT_STATS_MAX_IMAGES = 20_000
-# 89.5 Mpx is Pillow's own decompression-bomb threshold: larger headers are refused before decoding.
-DEFAULT_MAX_PIXELS = 89_478_485
 
 
 class OptionError(ValueError):

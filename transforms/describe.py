@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import collections
 import datetime
+import hashlib
 import json
 import re
 
@@ -71,7 +72,7 @@ class _DescribeFn(beam.DoFn):
                         "file": relname,
                         "num_examples": 0,
                         "num_bytes": 0,
-                        "sha256": "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855",
+                        "sha256": hashlib.sha256(b"").hexdigest(),
                     }
                 transcoded.update(s.get("transcoded", {}))
                 entries.append({k: s[k] for k in ("file", "num_examples", "num_bytes", "sha256")})

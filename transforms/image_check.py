@@ -156,11 +156,15 @@ _MAX_ICC_BYTES = 4 << 20
 _MODE_CHANNELS = {"L": 1, "LA": 2, "RGB": 3, "RGBA": 4}
 
 
+# 89.5 Mpx is Pillow's own decompression-bomb threshold: larger headers are refused before decoding.
+DEFAULT_MAX_PIXELS = 89_478_485
+
+
 @dataclasses.dataclass(frozen=True)
 class CheckOptions:
     """Per-image limits and transcode choices (a subset of ConvertConfig, same names)."""
 
-    max_pixels: int = 89_478_485
+    max_pixels: int = DEFAULT_MAX_PIXELS
     min_side: int = 1
     max_file_mb: float = 0.0
     apply_exif_orientation: bool = True

@@ -13,12 +13,7 @@ from pipeline import storage
 from transforms.image_check import CheckOptions, Rejected, check_file_size, check_image
 from transforms.keys import unit_hash
 
-__all__ = ["InspectImages", "check_options", "inspect_bytes"]
-
-
-def check_options(config) -> CheckOptions:
-    """The per-image limits of a ConvertConfig."""
-    return config.check_options()
+__all__ = ["InspectImages", "inspect_bytes"]
 
 
 def inspect_bytes(item: dict, data: bytes, opts: CheckOptions, compute_stats: bool) -> dict:
@@ -49,7 +44,7 @@ class _InspectFn(beam.DoFn):
     REJECTED = "rejected"
 
     def __init__(self, config):
-        self._opts = check_options(config)
+        self._opts = config.check_options()
         self._concurrency = config.read_concurrency
         self._decode_threads = config.decode_threads
         self._stats_split = config.train_split if config.analyze else None

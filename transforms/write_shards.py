@@ -14,7 +14,6 @@ from apache_beam.metrics import Metrics
 
 from pipeline import schema, storage
 from transforms.image_check import ImageInfo, encode_for_storage
-from transforms.inspect_images import check_options
 from transforms.keys import int_hash
 
 __all__ = ["WriteShards", "plan_marker_path", "read_shard_info"]
@@ -76,7 +75,7 @@ class _WriteShardFn(beam.DoFn):
         self._output = config.output
         self._seed = config.seed
         self._resume = config.resume
-        self._opts = check_options(config)
+        self._opts = config.check_options()
         self._concurrency = config.read_concurrency
         self._written = Metrics.counter("imgrec", "written")
         self._written_bytes = Metrics.counter("imgrec", "written_bytes")
