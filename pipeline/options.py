@@ -157,6 +157,15 @@ class ConvertOptions(PipelineOptions):
         )
         g.add_argument("--jpeg_quality", type=int, default=95, help="Quality of JPEG re-encodes.")
         g.add_argument(
+            "--jpeg_verify",
+            default="dct",
+            choices=("dct", "full"),
+            help="How inspection decodes JPEGs: dct (default) runs libjpeg over every "
+            "coefficient of every block but outputs 1/8-scale pixels, which rejects exactly "
+            "the files a full decode rejects for ~30%% less CPU; full also builds "
+            "full-size pixels.",
+        )
+        g.add_argument(
             "--read_concurrency",
             type=int,
             default=8,
@@ -247,6 +256,7 @@ class ConvertConfig:
     transcode: str = "none"
     max_side: int = 0
     jpeg_quality: int = 95
+    jpeg_verify: str = "dct"
     read_concurrency: int = 8
     decode_threads: int = 1
     analyze: bool = True
@@ -335,6 +345,7 @@ class ConvertConfig:
             transcode=o.transcode,
             max_side=o.max_side,
             jpeg_quality=o.jpeg_quality,
+            jpeg_verify=o.jpeg_verify,
             read_concurrency=o.read_concurrency,
             decode_threads=o.decode_threads or 1,
             analyze=not o.no_analyze,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import concurrent.futures
+import dataclasses
 import io
 import os
 import random
@@ -39,9 +40,9 @@ _OPTION_SETS = {
 }
 
 
-def _outcome(data: bytes, opts: CheckOptions):
+def _outcome(data: bytes, opts: CheckOptions, compute_stats: bool = True):
     try:
-        return check_image(data, opts, compute_stats=True)
+        return check_image(data, opts, compute_stats=compute_stats)
     except Rejected as e:
         return e
 
@@ -160,9 +161,11 @@ def _flip(data: bytes, offset: int, bit: int) -> bytes:
     return bytes(out)
 
 
+@pytest.mark.parametrize("verify", ["dct", "full"])
 @pytest.mark.parametrize("kind", ["jpeg", "progressive", "png", "gif", "cmyk"])
-def test_accept_iff_tensorflow_decodes_on_mutants(kind):
-    """Hundreds of damaged files: check_image accepts one exactly when TF's decoders do."""
+def test_accept_iff_tensorflow_decodes_on_mutants(kind, verify):
+    """Hundreds of damaged files: check_image accepts one exactly when TF's full-size decoders
+    do, also when it verifies JPEGs at 1/8 DCT scale (--jpeg_verify dct, the default)."""
     rng = random.Random(sum(map(ord, kind)))
     im = photo(rng, 96, 72)
     data = {
@@ -178,11 +181,11 @@ def test_accept_iff_tensorflow_decodes_on_mutants(kind):
         start = 13 + 3 * (2 << (data[10] & 7)) + 20  # past the global color table
     else:
         start = data.rfind(b"\xff\xda") + 14
-    opts = CheckOptions()
+    opts = CheckOptions(jpeg_verify=verify)
     disagree = []
     seen = {"accepted": 0, "rejected": 0}
     for name, mutant in _mutants(data, rng, start, 60):
-        got = _outcome(mutant, opts)
+        got = _outcome(mutant, opts, compute_stats=False)
         accepted = not isinstance(got, Rejected)
         seen["accepted" if accepted else "rejected"] += 1
         if accepted != tf_decodes(mutant):
@@ -197,6 +200,41 @@ def test_accept_iff_tensorflow_decodes_on_mutants(kind):
     assert seen["rejected"] > 30, seen
     if kind != "png":  # every PNG byte past the signature is under a CRC: no mutant decodes
         assert seen["accepted"] > 10, seen
+
+
+def test_dct_verify_gives_the_full_decode_outcome_on_the_corpus(default_corpus):
+    """--jpeg_verify dct (no full-size pixels) and a full decode agree file by file: same reason,
+    or the same format, sides, channels and transcode."""
+    _, _, results = default_corpus
+    dct, full = CheckOptions(jpeg_verify="dct"), CheckOptions(jpeg_verify="full")
+    scaled = 0
+    for path, with_stats in results.items():
+        data = _read(path)
+        a, b = _outcome(data, dct, compute_stats=False), _outcome(data, full, compute_stats=False)
+        for got in (a, b):
+            if isinstance(with_stats, Rejected):
+                assert isinstance(got, Rejected), (path, with_stats.reason)
+                assert got.reason == with_stats.reason, (path, got.reason, with_stats.reason)
+            else:
+                assert not isinstance(got, Rejected), (path, got.reason, got.detail)
+                assert got == dataclasses.replace(with_stats, stats=None), path
+        scaled += not isinstance(a, Rejected) and a.format == "jpeg" and not a.transcode
+    assert scaled > 30  # the scaled path was taken, on many accepted JPEGs
+
+
+def test_dct_verify_checks_the_header_sides_against_the_decoder(monkeypatch):
+    """If our header parser and libjpeg disagree on the sides, the decoder's full-size answer
+    wins (the scaled output is compared with the header, not trusted)."""
+    data = encode(photo(random.Random(1), 100, 60), "JPEG")
+    real = image_check._probe
+
+    def lying_probe(data):
+        fmt, h = real(data)
+        return fmt, dataclasses.replace(h, width=h.width + 40)
+
+    monkeypatch.setattr(image_check, "_probe", lying_probe)
+    info = check_image(data, CheckOptions(jpeg_verify="dct"))
+    assert (info.width, info.height) == (100, 60)
 
 
 def test_decode_jpeg_and_decode_image_agree_on_jpeg_mutants():
