@@ -66,6 +66,9 @@ _DCT_MIN_SCALE = 2
 # decide DCT scaling (one small read).
 _SIZE_SAMPLE_RECORDS = 64
 
+# Images of one batch decoded at once inside the batch's map call (tf.map_fn iterations).
+_DECODE_PARALLEL_ITERATIONS = 4
+
 # Workers must agree on the per-epoch file order to split files without overlap; with seed=None
 # and several input pipelines this shared seed is used for the file order only.
 _SHARED_FILE_SEED = 20240611
@@ -472,20 +475,24 @@ def _pipeline_dataset(
         seeds = tf.data.Dataset.random(
             seed=_sub_seed(config.seed, 2, pipeline_id), rerandomize_each_iteration=True
         ).batch(2)
-        examples = tf.data.Dataset.zip((records, seeds)).map(
-            lambda record, seed: _decode_example(config, record, seed),
-            num_parallel_calls=AUTOTUNE,
-        )
+        records = tf.data.Dataset.zip((records, seeds))
+    if config.postprocess is None:
+        # Batch the serialized records, then parse and decode a whole batch per call: one tf.data
+        # function call per image measured ~40 us of CPU on top of the work (~10% of a 450x400
+        # JPEG's decode), and parse_example over a batch 8 us/record against parse_single's 48.
+        batches = records.batch(
+            batch_size, drop_remainder=config.training, num_parallel_calls=AUTOTUNE
+        ).map(lambda *batch: _decode_batch(config, *batch), num_parallel_calls=AUTOTUNE)
     else:
+        # The user's hook runs per example, so decode per example too.
         examples = records.map(
-            lambda record: _decode_example(config, record, None),
+            lambda record, seed=None: _decode_example(config, record, seed),
             num_parallel_calls=AUTOTUNE,
         )
-    if config.postprocess is not None:
         examples = examples.map(_postprocess_fn(config), num_parallel_calls=AUTOTUNE)
-    batches = examples.batch(
-        batch_size, drop_remainder=config.training, num_parallel_calls=AUTOTUNE
-    )
+        batches = examples.batch(
+            batch_size, drop_remainder=config.training, num_parallel_calls=AUTOTUNE
+        )
     if config.normalize_dir is not None:
         from pipeline.normalize import normalize_layer  # TFT only when asked for.
 
@@ -556,11 +563,39 @@ def _read_shard(
     return batches.scan(tf.constant(0, tf.int64), count).unbatch()
 
 
+def _decode_batch(config: _Config, records: tf.Tensor, seeds: tf.Tensor | None = None):
+    """A batch of records -> (images uint8 [B, H, W, 3], labels int64 [B][, {key: [B]}])."""
+    keys = (schema.ENCODED, schema.LABEL) + config.extra_features
+    features = tf.io.parse_example(records, schema.feature_spec(keys=keys))
+    height, width = config.image_size
+    elems = features[schema.ENCODED] if seeds is None else (features[schema.ENCODED], seeds)
+    images = tf.map_fn(
+        lambda e: _decode_image(config, e, None) if seeds is None else _decode_image(config, *e),
+        elems,
+        fn_output_signature=tf.TensorSpec((height, width, 3), tf.uint8),
+        # A few images of the batch in flight: measured +5% images/s over one at a time on 2
+        # cores, and no better with 8.
+        parallel_iterations=_DECODE_PARALLEL_ITERATIONS,
+    )
+    labels = features[schema.LABEL]
+    if config.extra_features:
+        return images, labels, {key: features[key] for key in config.extra_features}
+    return images, labels
+
+
 def _decode_example(config: _Config, record: tf.Tensor, seed: tf.Tensor | None):
     """Parse one record, crop, decode, resize: (image uint8 [H, W, 3], label int64[, extras])."""
     keys = (schema.ENCODED, schema.LABEL) + config.extra_features
     features = tf.io.parse_single_example(record, schema.feature_spec(keys=keys))
-    encoded = features[schema.ENCODED]
+    image = _decode_image(config, features[schema.ENCODED], seed)
+    label = features[schema.LABEL]
+    if config.extra_features:
+        return image, label, {key: features[key] for key in config.extra_features}
+    return image, label
+
+
+def _decode_image(config: _Config, encoded: tf.Tensor, seed: tf.Tensor | None) -> tf.Tensor:
+    """One encoded image -> cropped, resized uint8 [H, W, 3] (augmented in training)."""
     height, width = config.image_size
 
     def jpeg() -> tf.Tensor:
@@ -580,17 +615,16 @@ def _decode_example(config: _Config, record: tf.Tensor, seed: tf.Tensor | None):
 
     # Only decode+crop sits in the branch: resizing inside a tf.cond branch measured ~15% slower.
     image = tf.cond(tf.io.is_jpeg(encoded), jpeg, other)
-    image = tf.image.resize(image, (height, width), method="bilinear")
+    # Resizing float32 pixels measured 30-40 us cheaper per 224x224 output than resizing the
+    # uint8 image (TF's uint8 bilinear kernel converts as it goes); the cast costs less.
+    image = tf.image.resize(tf.cast(image, tf.float32), (height, width), method="bilinear")
     # Bilinear output stays within [0, 255]: +0.5 and truncate rounds without a clip
     # (measured 0.035 ms/image cheaper than round + saturate_cast).
     image = tf.cast(image + 0.5, tf.uint8)
     if config.training:
         image = tf.image.stateless_random_flip_left_right(image, seed=seed)
     image.set_shape((height, width, 3))
-    label = features[schema.LABEL]
-    if config.extra_features:
-        return image, label, {key: features[key] for key in config.extra_features}
-    return image, label
+    return image
 
 
 def _crop_window(config: _Config, height: tf.Tensor, width: tf.Tensor, seed: tf.Tensor | None):

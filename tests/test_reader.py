@@ -265,6 +265,32 @@ def test_postprocess_runs_per_example_before_batching(data_dir):
     assert set(labels.numpy()) <= {10, 11, 12}
 
 
+@pytest.mark.parametrize("training", [False, True])
+def test_batched_decode_matches_per_example_decode(data_dir, training):
+    """Without a postprocess hook whole batches are parsed and decoded in one call; with one,
+    each example is. Both give the same pixels, labels and extras (same seed in training)."""
+
+    def identity(image, label):
+        return image, label
+
+    common = dict(
+        training=training,
+        image_size=IMAGE_SIZE,
+        seed=3,
+        repeat=False,
+        deterministic=True,
+        extra_features=(schema.FILENAME,),
+    )
+    batched = list(reader.make_dataset(data_dir, "train", 4, **common))
+    per_example = list(reader.make_dataset(data_dir, "train", 4, postprocess=identity, **common))
+    assert len(batched) == len(per_example) > 1
+    for (a_img, a_lab, a_ext), (b_img, b_lab, b_ext) in zip(batched, per_example, strict=True):
+        assert a_img.dtype == tf.uint8 and a_img.shape == b_img.shape
+        assert np.array_equal(a_img.numpy(), b_img.numpy())
+        assert np.array_equal(a_lab.numpy(), b_lab.numpy())
+        assert np.array_equal(a_ext[schema.FILENAME].numpy(), b_ext[schema.FILENAME].numpy())
+
+
 def test_dct_scaling_decodes_large_jpegs_at_reduced_scale(tmp_path):
     pixels = np.random.default_rng(0).integers(0, 256, size=(200, 240, 3), dtype=np.uint8)
     out = io.BytesIO()
