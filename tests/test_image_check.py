@@ -395,6 +395,36 @@ def test_max_side_downscales_keeping_aspect():
     assert (info.width, info.height, info.transcode) == (50, 25, "max_side")
 
 
+def test_max_side_on_a_large_jpeg_decodes_at_dct_scale_with_the_same_result(monkeypatch):
+    """A 1600-wide JPEG going to 256 is decoded by libjpeg at 1/4 scale before the Lanczos
+    resize: same size, pixels within JPEG noise of a full-size decode + Lanczos, and the
+    writer's re-encode is byte-identical."""
+    rng = random.Random(7)
+    large = photo(rng, 400, 300).resize((1600, 1200), Image.Resampling.BICUBIC)
+    data = encode(large, "JPEG", quality=90)
+    opts = CheckOptions(max_side=256)
+    ratios = []
+    real_decode = image_check._tf_decode
+
+    def spy(*args, **kwargs):
+        ratios.append(kwargs.get("ratio", 1))
+        return real_decode(*args, **kwargs)
+
+    monkeypatch.setattr(image_check, "_tf_decode", spy)
+    source = Image.open(io.BytesIO(data)).convert("RGB")
+    assert source.size == (1600, 1200)  # 1/4 scale (400x300) stays >= 256
+    size = (256, round(source.height * 256 / source.width))
+    info = check_image(data, opts)
+    assert (info.width, info.height, info.transcode) == (*size, "max_side")
+    assert 4 in ratios, ratios  # the source was decoded at 1/4 scale
+    stored = encode_for_storage(data, info, opts)
+    assert stored == encode_for_storage(data, info, opts)
+    got = tf.io.decode_jpeg(stored, channels=3).numpy().astype(np.float64)
+    want = np.asarray(source.resize(size, Image.Resampling.LANCZOS)).astype(np.float64)
+    assert got.shape == want.shape == (size[1], size[0], 3)
+    assert np.abs(got - want).mean() < 4.0, np.abs(got - want).mean()
+
+
 def _bmp_header_only(width: int, height: int) -> bytes:
     info = struct.pack("<IiiHHIIiiII", 40, width, height, 1, 24, 0, 0, 2835, 2835, 0, 0)
     return b"BM" + struct.pack("<IHHI", 54 + 64, 0, 0, 54) + info + bytes(64)

@@ -862,7 +862,16 @@ def _transcode(
     """Re-encode: (stored bytes, stored format, channels). Deterministic for given inputs."""
     from PIL import Image
 
-    image, icc = _source_pixels(data, fmt, h)
+    ratio = 1
+    if "max_side" in reasons and fmt == "jpeg":
+        # Let libjpeg downscale in the DCT (1/2, 1/4, 1/8) while the long side stays >= max_side:
+        # a 4000x3000 photo going to 256 decodes 8x smaller and resizes from 500x375.
+        long_side = max(h.width, h.height)
+        for r in (8, 4, 2):
+            if -(-long_side // r) >= opts.max_side:
+                ratio = r
+                break
+    image, icc = _source_pixels(data, fmt, h, ratio)
     if "exif_orientation" in reasons and not h.upright_on_load:
         image = image.transpose(getattr(Image.Transpose, _ORIENTATION_TRANSPOSE[h.orientation]))
     if "max_side" in reasons:
@@ -893,19 +902,20 @@ def _icc_matches(icc: bytes, mode: str) -> bool:
     return space == (b"GRAY" if mode in ("L", "LA") else b"RGB ")
 
 
-def _source_pixels(data: bytes, fmt: str, h: _Header):
+def _source_pixels(data: bytes, fmt: str, h: _Header, ratio: int = 1):
     """The source's (first frame) pixels as a Pillow image in L, LA, RGB or RGBA, and its ICC.
 
     JPEG/PNG/still GIF are decoded by TensorFlow, so a file TF rejects is rejected here too
     rather than "repaired" by a more lenient decoder. Animated GIFs and other formats are
-    decoded by Pillow (TF's GIF decoder would read every frame).
+    decoded by Pillow (TF's GIF decoder would read every frame). `ratio` > 1 decodes a JPEG
+    at that DCT scale (1/ratio of each side).
     """
     from PIL import Image
 
     tf = _tf()
     if fmt in STORED_FORMATS and not (fmt == "gif" and h.frames > 1):
         try:
-            pixels = _tf_decode(fmt, data, channels=0, accurate=True).numpy()
+            pixels = _tf_decode(fmt, data, channels=0, accurate=True, ratio=ratio).numpy()
         except tf.errors.InvalidArgumentError as e:
             raise _decode_failure(fmt, data, h, e) from e
         image = Image.fromarray(pixels if pixels.shape[2] > 1 else pixels[:, :, 0])
