@@ -483,3 +483,44 @@ def test_stats_max_images_samples_pixel_statistics_only(corpus, tmp_path):
     n_train = sum(stats["label_counts"].values())
     assert n_train > 50  # Label counts cover every training image ...
     assert 5 <= stats["num_stats_images"] <= 40  # ... pixel statistics about 20 of them.
+
+
+def test_max_side_downscales_and_analysis_does_not_change_the_shards(corpus, tmp_path):
+    """--max_side: images whose long side is over the limit are stored downscaled, with sides
+    that match their pixels; `verify` passes. Inspection transcodes only the images that feed
+    the pixel statistics (the writer makes every re-encode), so a run with analysis writes the
+    same bytes as one without."""
+    import tensorflow as tf
+
+    src, _ = corpus
+    outs = {}
+    for name, extra in (("plain", ["--no_analyze"]), ("analyzed", [])):
+        out = str(tmp_path / name)
+        run_cli(
+            "convert",
+            "--input",
+            f"{src}/*/*.jpg",
+            "--output",
+            out,
+            "--max_side",
+            "100",
+            "--splits",
+            "train=0.8,validation=0.2",
+            *extra,
+        )
+        outs[name] = out
+    assert shard_digests(outs["plain"]) == shard_digests(outs["analyzed"])
+    assert "OK" in run_cli("verify", outs["plain"]).stdout
+    spec = schema.feature_spec()
+    downscaled = 0
+    for shard in glob.glob(os.path.join(outs["plain"], "*", "*.tfrecord")):
+        for record in read_records(shard):
+            f = tf.io.parse_single_example(record, spec)
+            image = tf.io.decode_image(f[schema.ENCODED], channels=3, expand_animations=False)
+            h, w = int(f[schema.HEIGHT]), int(f[schema.WIDTH])
+            assert tuple(image.shape[:2]) == (h, w)
+            assert max(h, w) <= 100
+            if f[schema.TRANSCODE_REASON].numpy() == b"max_side":
+                assert max(h, w) == 100
+                downscaled += 1
+    assert downscaled > 20

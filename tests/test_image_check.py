@@ -222,6 +222,39 @@ def test_dct_verify_gives_the_full_decode_outcome_on_the_corpus(default_corpus):
     assert scaled > 30  # the scaled path was taken, on many accepted JPEGs
 
 
+def test_outcomes_without_stats_match_the_full_path(corpus):
+    """Without pixel statistics, JPEGs are verified at 1/8 DCT scale and a JPEG that only needs
+    --max_side is not transcoded at inspection (its output sides are computed): the outcome is
+    the one of the full path (which decodes full size and transcodes), file by file."""
+    opts, _, results = corpus
+    for path, with_stats in results.items():
+        got = _outcome(_read(path), opts, compute_stats=False)
+        if isinstance(with_stats, Rejected):
+            assert isinstance(got, Rejected), (path, with_stats.reason)
+            assert got.reason == with_stats.reason, (path, got.reason, with_stats.reason)
+        else:
+            assert not isinstance(got, Rejected), (path, got.reason, got.detail)
+            assert got == dataclasses.replace(with_stats, stats=None), path
+
+
+@pytest.mark.parametrize("size", [(1601, 1201), (640, 481), (257, 3), (300, 299)])
+def test_max_side_jpeg_is_not_transcoded_at_inspection_and_its_sides_are_exact(size, monkeypatch):
+    """The writer's transcode later yields exactly the sides inspection computed."""
+    rng = random.Random(sum(size))
+    data = encode(photo(rng, 200, 150).resize(size, Image.Resampling.BICUBIC), "JPEG")
+    opts = CheckOptions(max_side=256)
+    calls = []
+    real = image_check._transcode
+    monkeypatch.setattr(image_check, "_transcode", lambda *a: calls.append(1) or real(*a))
+    info = check_image(data, opts)
+    assert info.transcode == "max_side" and not calls
+    stored = encode_for_storage(data, info, opts)
+    assert calls  # the writer transcodes
+    decoded = tf.io.decode_jpeg(stored).numpy()
+    assert decoded.shape == (info.height, info.width, info.channels)
+    assert max(info.height, info.width) == 256
+
+
 def test_dct_verify_checks_the_header_sides_against_the_decoder(monkeypatch):
     """If our header parser and libjpeg disagree on the sides, the decoder's full-size answer
     wins (the scaled output is compared with the header, not trusted)."""
@@ -416,8 +449,8 @@ def test_max_side_on_a_large_jpeg_decodes_at_dct_scale_with_the_same_result(monk
     size = (256, round(source.height * 256 / source.width))
     info = check_image(data, opts)
     assert (info.width, info.height, info.transcode) == (*size, "max_side")
-    assert 4 in ratios, ratios  # the source was decoded at 1/4 scale
     stored = encode_for_storage(data, info, opts)
+    assert 4 in ratios, ratios  # the writer decoded the source at 1/4 scale
     assert stored == encode_for_storage(data, info, opts)
     got = tf.io.decode_jpeg(stored, channels=3).numpy().astype(np.float64)
     want = np.asarray(source.resize(size, Image.Resampling.LANCZOS)).astype(np.float64)

@@ -801,7 +801,19 @@ def check_image(data: bytes, opts: CheckOptions, compute_stats: bool = False) ->
                 f"(> {MAX_PROGRESSIVE_SCANS}): refused as a decoding-time bomb",
             )
     reasons = _transcode_reasons(fmt, h, opts)
-    if reasons:
+    # A JPEG that only needs downscaling is verified as it is, and its output sides are computed
+    # (as _transcode will resize): the resize (2 ms with Lanczos for a 450x400 photo) then runs
+    # once, in the writer, instead of here and there. Pixel statistics need the stored pixels,
+    # so images that feed them are transcoded here.
+    deferred = (
+        reasons == ["max_side"]
+        and fmt == "jpeg"
+        and h.channels in (1, 3)
+        and not compute_stats
+        and h.width > 0
+        and h.height > 0
+    )
+    if reasons and not deferred:
         stored, stored_fmt, channels = _transcode(data, fmt, h, reasons, opts)
     else:
         stored, stored_fmt, channels = data, fmt, h.channels
@@ -830,6 +842,8 @@ def check_image(data: bytes, opts: CheckOptions, compute_stats: bool = False) ->
             height, width = int(decoded.shape[0]), int(decoded.shape[1])
         else:
             height, width = h.height, h.width
+    if deferred:
+        _, (width, height) = _max_side_plan(width, height, opts.max_side, fmt)
     _check_dims(width, height, opts, "decoded image")
     stats = _channel_stats(decoded.numpy()) if compute_stats else None
     return ImageInfo(stored_fmt, fmt, height, width, channels, ",".join(reasons), stats)
@@ -863,20 +877,13 @@ def _transcode(
     from PIL import Image
 
     ratio = 1
-    if "max_side" in reasons and fmt == "jpeg":
-        # Let libjpeg downscale in the DCT (1/2, 1/4, 1/8) while the long side stays >= max_side:
-        # a 4000x3000 photo going to 256 decodes 8x smaller and resizes from 500x375.
-        long_side = max(h.width, h.height)
-        for r in (8, 4, 2):
-            if -(-long_side // r) >= opts.max_side:
-                ratio = r
-                break
+    if "max_side" in reasons:
+        ratio, _ = _max_side_plan(h.width, h.height, opts.max_side, fmt)
     image, icc = _source_pixels(data, fmt, h, ratio)
     if "exif_orientation" in reasons and not h.upright_on_load:
         image = image.transpose(getattr(Image.Transpose, _ORIENTATION_TRANSPOSE[h.orientation]))
     if "max_side" in reasons:
-        scale = opts.max_side / max(image.size)
-        size = (max(1, round(image.width * scale)), max(1, round(image.height * scale)))
+        _, size = _max_side_plan(image.width, image.height, opts.max_side, "")
         image = image.resize(size, Image.Resampling.LANCZOS)
     if fmt == "jpeg":
         target = "jpeg"
@@ -895,6 +902,24 @@ def _transcode(
     else:
         image.save(out, "PNG", compress_level=6, **extra)
     return out.getvalue(), target, _MODE_CHANNELS[image.mode]
+
+
+def _max_side_plan(width: int, height: int, max_side: int, fmt: str) -> tuple[int, tuple[int, int]]:
+    """(DCT ratio to decode a `fmt` source at, (width, height) after the --max_side resize).
+
+    A JPEG is decoded at libjpeg's 1/2, 1/4 or 1/8 scale while its long side stays >= max_side
+    (a 4000x3000 photo going to 256 decodes 8x smaller and resizes from 500x375); the resize
+    then brings the long side to max_side, keeping the aspect ratio.
+    """
+    ratio = 1
+    if fmt == "jpeg":
+        for r in (8, 4, 2):
+            if -(-max(width, height) // r) >= max_side:
+                ratio = r
+                break
+    w, h = -(-width // ratio), -(-height // ratio)
+    scale = max_side / max(w, h)
+    return ratio, (max(1, round(w * scale)), max(1, round(h * scale)))
 
 
 def _icc_matches(icc: bytes, mode: str) -> bool:
