@@ -127,6 +127,29 @@ def test_read_many_on_local_files(tmp_path):
     ]
 
 
+def test_read_many_mixes_bucket_and_local_paths_in_order(store, bucket, beam_filesystems, tmp_path):
+    """Bucket objects are read on the pool, local files inline when their turn comes; the
+    output keeps the input order either way, errors included."""
+    local = []
+    for i in range(4):
+        p = tmp_path / f"{i}.bin"
+        p.write_bytes(b"L" * (i + 1))
+        local.append(str(p))
+    remote = [store.uri(bucket, f"mix/{i}.jpg") for i in range(4)]
+    for i, u in enumerate(remote):
+        store.put(u, b"R" * (i + 1))
+    order = [remote[0], local[0], local[1], remote[1], str(tmp_path / "gone.bin"), remote[2]]
+    order += [local[2], remote[3], local[3]]
+    got = list(storage.read_many(order, concurrency=2))
+    assert [p for p, _ in got] == order
+    for path, result in got:
+        if path.endswith("gone.bin"):
+            assert isinstance(result, storage.ReadError)
+        else:
+            n = int(path.rsplit("/", 1)[1].split(".")[0]) + 1
+            assert result == (b"L" if path in local else b"R") * n
+
+
 # ---------------------------------------------------------------------------------------------
 # Writes
 # ---------------------------------------------------------------------------------------------
