@@ -221,3 +221,54 @@ def test_write_shards_rejects_files_gone_at_write_time_and_keeps_an_empty_shard(
     shard = tmp_path / "out" / "train" / "train-00000-of-00001.tfrecord"
     assert shard.exists() and shard.stat().st_size == 0
     assert not list((tmp_path / "out" / "train").glob(".tmp-*"))
+
+
+def test_write_shards_checks_each_re_encode_against_the_record(tmp_path):
+    """The writer makes --max_side re-encodes (inspection only computes their sides) and decodes
+    each one: a re-encode whose sides differ from the record is rejected, not written."""
+    import hashlib
+
+    from PIL import Image
+
+    from transforms.write_shards import WriteShards
+
+    config = _config(tmp_path, max_side=100)
+    (tmp_path / "in" / "a").mkdir(parents=True)
+    records = []
+    for name, (w, h) in (("ok", (100, 50)), ("wrong", (40, 40))):
+        path = tmp_path / "in" / "a" / f"{name}.jpg"
+        buf = io.BytesIO()
+        Image.new("RGB", (200, 100), (120, 30, 200)).save(buf, "JPEG")
+        data = buf.getvalue() + name.encode()  # distinct bytes, still a valid JPEG
+        path.write_bytes(data)
+        records.append(
+            {
+                "path": str(path),
+                "key": f"a/{name}.jpg",
+                "label": "a",
+                "split": "train",
+                "size": len(data),
+                "sha256": hashlib.sha256(data).hexdigest(),
+                "format": "jpeg",
+                "source_format": "jpeg",
+                "height": h,
+                "width": w,
+                "channels": 3,
+                "transcode": "max_side",
+            }
+        )
+    with TestPipeline() as p:
+        plan = p | "Plan" >> beam.Create([{"train": 1}])
+        labels = p | "Labels" >> beam.Create([["a"]])
+        out = p | beam.Create([(("train", 0), records)]) | WriteShards(config, plan, labels)
+        assert_that(
+            out["shards"] | beam.Map(lambda s: s["num_examples"]), equal_to([1]), label="Written"
+        )
+        assert_that(
+            out["rejected"]
+            | beam.Map(
+                lambda r: (os.path.basename(r["path"]), r["reason"], "40x40" in r["detail"])
+            ),
+            equal_to([("wrong.jpg", "corrupt", True)]),
+            label="Rejected",
+        )

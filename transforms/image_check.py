@@ -866,6 +866,22 @@ def encode_for_storage(data: bytes, info: ImageInfo, opts: CheckOptions) -> byte
             f"transcode now yields {stored_fmt}, inspection said {info.format}: "
             "the options changed between inspection and writing"
         )
+    # Inspection may not have made this re-encode (a JPEG that only needed --max_side): decode
+    # it here, so every stored byte string has been through TensorFlow's decoder, with the
+    # sides the record states.
+    tf = _tf()
+    ratio = _VERIFY_DCT_RATIO if stored_fmt == "jpeg" else 1
+    try:
+        decoded = _tf_decode(stored_fmt, stored, ratio=ratio)
+    except tf.errors.InvalidArgumentError as e:
+        raise Rejected("corrupt", f"the re-encoded image does not decode: {_tf_message(e)}") from e
+    want = (-(-info.height // ratio), -(-info.width // ratio))
+    if tuple(decoded.shape[:2]) != want:
+        raise Rejected(
+            "corrupt",
+            f"the re-encoded image decodes to {decoded.shape[1]}x{decoded.shape[0]} at 1/{ratio} "
+            f"scale; inspection recorded {info.width}x{info.height}",
+        )
     return stored
 
 

@@ -13,7 +13,7 @@ from apache_beam.io.tfrecordio import _TFRecordUtil
 from apache_beam.metrics import Metrics
 
 from pipeline import schema, storage
-from transforms.image_check import ImageInfo, encode_for_storage
+from transforms.image_check import ImageInfo, Rejected, encode_for_storage
 from transforms.keys import int_hash
 
 __all__ = ["WriteShards", "plan_marker_path", "read_shard_info"]
@@ -117,33 +117,29 @@ class _WriteShardFn(beam.DoFn):
         out = _HashingWriter(tmp)
         try:
             for record, data, error in self._prefetched(records):
+                reason = "unreadable"
                 if error is None and hashlib.sha256(data).hexdigest() != record["sha256"]:
-                    error = "changed_during_run"
+                    reason = "changed_during_run"
+                    error = "the file's bytes no longer match the sha256 seen at inspection"
+                if error is None:
+                    info = ImageInfo(
+                        format=record["format"],
+                        source_format=record["source_format"],
+                        height=record["height"],
+                        width=record["width"],
+                        channels=record["channels"],
+                        transcode=record["transcode"],
+                    )
+                    try:
+                        stored = encode_for_storage(data, info, self._opts)
+                    except Rejected as e:
+                        reason, error = e.reason, e.detail
                 if error is not None:
-                    reason = "changed_during_run" if error == "changed_during_run" else "unreadable"
                     Metrics.counter("imgrec", f"rejected_{reason}").inc()
                     yield pvalue.TaggedOutput(
-                        self.REJECTED,
-                        {
-                            "path": record["path"],
-                            "reason": reason,
-                            "detail": (
-                                "the file's bytes no longer match the sha256 seen at inspection"
-                                if reason == "changed_during_run"
-                                else error
-                            ),
-                        },
+                        self.REJECTED, {"path": record["path"], "reason": reason, "detail": error}
                     )
                     continue
-                info = ImageInfo(
-                    format=record["format"],
-                    source_format=record["source_format"],
-                    height=record["height"],
-                    width=record["width"],
-                    channels=record["channels"],
-                    transcode=record["transcode"],
-                )
-                stored = encode_for_storage(data, info, self._opts)
                 for reason in filter(None, record["transcode"].split(",")):
                     transcoded[reason] += 1
                 example = schema.make_example(
