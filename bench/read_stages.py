@@ -66,6 +66,9 @@ def main(argv=None) -> int:
                 tf.io.decode_jpeg(parse(r), channels=3), size, method="nearest"
             )
         ).batch(64),
+        "alt: reader's _decode_batch (eval, what make_dataset runs)": lambda d: d.batch(64).map(
+            lambda r: reader._decode_batch(eval_config(shards, size), r)[0]
+        ),
         "alt: reader's _decode_example (eval)": lambda d: d.map(
             lambda r: reader._decode_example(
                 eval_config(shards, size),
