@@ -31,6 +31,25 @@ def _config(tmp_path, **kw) -> ConvertConfig:
     return ConvertConfig(manifest=None, output=str(tmp_path / "out"), analyze=False, **kw)
 
 
+def _record(path: str, key: str, **fields) -> dict:
+    """An inspected JPEG record (the fields the planner and writer read), with overrides."""
+    return {
+        "path": path,
+        "key": key,
+        "label": "a",
+        "split": "train",
+        "size": 10,
+        "sha256": "0" * 64,
+        "format": "jpeg",
+        "source_format": "jpeg",
+        "height": 1,
+        "width": 1,
+        "channels": 3,
+        "transcode": "",
+        **fields,
+    }
+
+
 def test_input_root_is_directory_before_first_glob():
     assert input_root("/data/imgs/*/*.jpg") == "/data/imgs/"
     assert input_root("gs://b/pre/fix/**") == "gs://b/pre/fix/"
@@ -156,25 +175,17 @@ def test_drop_duplicates_keeps_smallest_key():
 
 def test_plan_shards_groups_by_split_and_hash(tmp_path):
     config = _config(tmp_path, target_shard_mb=1.0, min_shards=1)
-    rows = []
-    for i in range(40):
-        rows.append(
-            {
-                "path": f"/d/{i}",
-                "key": f"k{i}",
-                "label": "a",
-                "split": "train" if i < 30 else "validation",
-                "size": 100_000,
-                "sha256": str(i),
-                "format": "jpeg",
-                "source_format": "jpeg",
-                "height": 1,
-                "width": 1,
-                "channels": 3,
-                "transcode": "",
-                "stats": [1.0] * 7,
-            }
+    rows = [
+        _record(
+            f"/d/{i}",
+            f"k{i}",
+            split="train" if i < 30 else "validation",
+            size=100_000,
+            sha256=str(i),
+            stats=[1.0] * 7,
         )
+        for i in range(40)
+    ]
     with TestPipeline() as p:
         out = (
             p | beam.Create([rows[i : i + 7] for i in range(0, len(rows), 7)]) | PlanShards(config)
@@ -191,20 +202,7 @@ def test_write_shards_rejects_files_gone_at_write_time_and_keeps_an_empty_shard(
     from transforms.write_shards import WriteShards
 
     config = _config(tmp_path)
-    record = {
-        "path": str(tmp_path / "gone.jpg"),
-        "key": "a/gone.jpg",
-        "label": "a",
-        "split": "train",
-        "size": 10,
-        "sha256": "0" * 64,
-        "format": "jpeg",
-        "source_format": "jpeg",
-        "height": 1,
-        "width": 1,
-        "channels": 3,
-        "transcode": "",
-    }
+    record = _record(str(tmp_path / "gone.jpg"), "a/gone.jpg")
     with TestPipeline() as p:
         plan = p | "Plan" >> beam.Create([{"train": 1}])
         labels = p | "Labels" >> beam.Create([["a"]])
@@ -242,20 +240,15 @@ def test_write_shards_checks_each_re_encode_against_the_record(tmp_path):
         data = buf.getvalue() + name.encode()  # distinct bytes, still a valid JPEG
         path.write_bytes(data)
         records.append(
-            {
-                "path": str(path),
-                "key": f"a/{name}.jpg",
-                "label": "a",
-                "split": "train",
-                "size": len(data),
-                "sha256": hashlib.sha256(data).hexdigest(),
-                "format": "jpeg",
-                "source_format": "jpeg",
-                "height": h,
-                "width": w,
-                "channels": 3,
-                "transcode": "max_side",
-            }
+            _record(
+                str(path),
+                f"a/{name}.jpg",
+                size=len(data),
+                sha256=hashlib.sha256(data).hexdigest(),
+                height=h,
+                width=w,
+                transcode="max_side",
+            )
         )
     with TestPipeline() as p:
         plan = p | "Plan" >> beam.Create([{"train": 1}])
