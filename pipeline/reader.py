@@ -594,6 +594,11 @@ def _decode_batch(config: _Config, records: tf.Tensor, seeds: tf.Tensor | None =
         # cores, and no better with 8.
         parallel_iterations=_DECODE_PARALLEL_ITERATIONS,
     )
+    return _with_extras(config, images, features)
+
+
+def _with_extras(config: _Config, images: tf.Tensor, features: dict):
+    """(images, labels) or (images, labels, {key: extra}) from the parsed features."""
     labels = features[schema.LABEL]
     if config.extra_features:
         return images, labels, {key: features[key] for key in config.extra_features}
@@ -604,11 +609,7 @@ def _decode_example(config: _Config, record: tf.Tensor, seed: tf.Tensor | None):
     """Parse one record, crop, decode, resize: (image uint8 [H, W, 3], label int64[, extras])."""
     keys = (schema.ENCODED, schema.LABEL) + config.extra_features
     features = tf.io.parse_single_example(record, schema.feature_spec(keys=keys))
-    image = _decode_image(config, features[schema.ENCODED], seed)
-    label = features[schema.LABEL]
-    if config.extra_features:
-        return image, label, {key: features[key] for key in config.extra_features}
-    return image, label
+    return _with_extras(config, _decode_image(config, features[schema.ENCODED], seed), features)
 
 
 def _decode_image(

@@ -570,6 +570,17 @@ def _tf_message(e) -> str:
 _VERIFY_DCT_RATIO = 8
 
 
+def _dct_side(side: int, ratio: int) -> int:
+    """A side as libjpeg outputs it when decoding at 1/ratio scale (rounded up)."""
+    return -(-side // ratio)
+
+
+def _transcode_deferred(reasons: list[str], fmt: str, channels: int) -> bool:
+    """Whether inspection leaves this transcode to the writer: a gray or colour JPEG that only
+    needs --max_side (its output sides are computed, not made; see check_image)."""
+    return reasons == ["max_side"] and fmt == "jpeg" and channels in (1, 3)
+
+
 def _tf_decode(fmt: str, data: bytes, channels: int = 3, accurate: bool = False, ratio: int = 1):
     """Decode as the reader will: decode_jpeg for JPEG (the same kernel and flags as
     decode_image, so one call proves both), decode_image(expand_animations=False) otherwise.
@@ -806,9 +817,7 @@ def check_image(data: bytes, opts: CheckOptions, compute_stats: bool = False) ->
     # once, in the writer, instead of here and there. Pixel statistics need the stored pixels,
     # so images that feed them are transcoded here.
     deferred = (
-        reasons == ["max_side"]
-        and fmt == "jpeg"
-        and h.channels in (1, 3)
+        _transcode_deferred(reasons, fmt, h.channels)
         and not compute_stats
         and h.width > 0
         and h.height > 0
@@ -836,7 +845,10 @@ def check_image(data: bytes, opts: CheckOptions, compute_stats: bool = False) ->
         raise _decode_failure(stored_fmt, stored, h if stored is data else _Header(), e) from e
     height, width = int(decoded.shape[0]), int(decoded.shape[1])
     if scaled:
-        if (height, width) != (-(-h.height // _VERIFY_DCT_RATIO), -(-h.width // _VERIFY_DCT_RATIO)):
+        if (height, width) != (
+            _dct_side(h.height, _VERIFY_DCT_RATIO),
+            _dct_side(h.width, _VERIFY_DCT_RATIO),
+        ):
             # The decoder read other sides than our header parser: trust the decoder at full size.
             decoded = _tf_decode(stored_fmt, stored)
             height, width = int(decoded.shape[0]), int(decoded.shape[1])
@@ -866,22 +878,27 @@ def encode_for_storage(data: bytes, info: ImageInfo, opts: CheckOptions) -> byte
             f"transcode now yields {stored_fmt}, inspection said {info.format}: "
             "the options changed between inspection and writing"
         )
-    # Inspection may not have made this re-encode (a JPEG that only needed --max_side): decode
-    # it here, so every stored byte string has been through TensorFlow's decoder, with the
-    # sides the record states.
-    tf = _tf()
-    ratio = _VERIFY_DCT_RATIO if stored_fmt == "jpeg" else 1
-    try:
-        decoded = _tf_decode(stored_fmt, stored, ratio=ratio)
-    except tf.errors.InvalidArgumentError as e:
-        raise Rejected("corrupt", f"the re-encoded image does not decode: {_tf_message(e)}") from e
-    want = (-(-info.height // ratio), -(-info.width // ratio))
-    if tuple(decoded.shape[:2]) != want:
-        raise Rejected(
-            "corrupt",
-            f"the re-encoded image decodes to {decoded.shape[1]}x{decoded.shape[0]} at 1/{ratio} "
-            f"scale; inspection recorded {info.width}x{info.height}",
-        )
+    if _transcode_deferred(info.transcode.split(","), info.source_format, info.channels):
+        # Inspection may not have made this re-encode: decode it here, so every stored byte
+        # string has been through TensorFlow's decoder, with the sides the record states.
+        # (Other transcodes were decoded at inspection.)
+        tf = _tf()
+        ratio = _VERIFY_DCT_RATIO
+        try:
+            decoded = _tf_decode(stored_fmt, stored, ratio=ratio)
+        except tf.errors.InvalidArgumentError as e:
+            raise Rejected(
+                "corrupt", f"the re-encoded image does not decode: {_tf_message(e)}"
+            ) from e
+        if tuple(decoded.shape[:2]) != (
+            _dct_side(info.height, ratio),
+            _dct_side(info.width, ratio),
+        ):
+            raise Rejected(
+                "corrupt",
+                f"the re-encoded image decodes to {decoded.shape[1]}x{decoded.shape[0]} at "
+                f"1/{ratio} scale; inspection recorded {info.width}x{info.height}",
+            )
     return stored
 
 
@@ -930,10 +947,10 @@ def _max_side_plan(width: int, height: int, max_side: int, fmt: str) -> tuple[in
     ratio = 1
     if fmt == "jpeg":
         for r in (8, 4, 2):
-            if -(-max(width, height) // r) >= max_side:
+            if _dct_side(max(width, height), r) >= max_side:
                 ratio = r
                 break
-    w, h = -(-width // ratio), -(-height // ratio)
+    w, h = _dct_side(width, ratio), _dct_side(height, ratio)
     scale = max_side / max(w, h)
     return ratio, (max(1, round(w * scale)), max(1, round(h * scale)))
 

@@ -140,8 +140,8 @@ class _WriteShardFn(beam.DoFn):
                         self.REJECTED, {"path": record["path"], "reason": reason, "detail": error}
                     )
                     continue
-                for reason in filter(None, record["transcode"].split(",")):
-                    transcoded[reason] += 1
+                for why in filter(None, record["transcode"].split(",")):
+                    transcoded[why] += 1
                 example = schema.make_example(
                     encoded=stored,
                     image_format=record["format"],
