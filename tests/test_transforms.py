@@ -15,7 +15,13 @@ from transforms.dedupe import DropDuplicates
 from transforms.inspect_images import InspectImages
 from transforms.keys import assign_split
 from transforms.list_images import ListImages, input_root
-from transforms.plan_shards import PlanShards, num_shards_for
+from transforms.plan_shards import (
+    WRITER_FIELDS,
+    PlanShards,
+    num_shards_for,
+    writer_entry,
+    writer_record,
+)
 
 
 def _jpeg(color=(200, 30, 30), size=(24, 16)) -> bytes:
@@ -194,8 +200,18 @@ def test_plan_shards_groups_by_split_and_hash(tmp_path):
         sizes = out["groups"] | beam.MapTuple(lambda key, recs: (key[0], len(list(recs))))
         totals = sizes | beam.CombinePerKey(sum)
         assert_that(totals, equal_to([("train", 30), ("validation", 10)]), label="Totals")
-        no_stats = out["groups"] | beam.FlatMapTuple(lambda key, recs: ["stats" in r for r in recs])
-        assert_that(no_stats | beam.Distinct(), equal_to([False]), label="NoStatsInShuffle")
+        # Compact tuples of exactly the writer's fields: no pixel statistics, no field names.
+        shapes = out["groups"] | beam.FlatMapTuple(
+            lambda key, recs: [
+                (type(e).__name__, tuple(writer_record(e)), writer_record(e)["key"][0])
+                for e in recs
+            ]
+        )
+        assert_that(
+            shapes | beam.Distinct(),
+            equal_to([("tuple", WRITER_FIELDS, "k")]),
+            label="CompactEntries",
+        )
 
 
 def test_write_shards_rejects_files_gone_at_write_time_and_keeps_an_empty_shard(tmp_path):
@@ -206,7 +222,11 @@ def test_write_shards_rejects_files_gone_at_write_time_and_keeps_an_empty_shard(
     with TestPipeline() as p:
         plan = p | "Plan" >> beam.Create([{"train": 1}])
         labels = p | "Labels" >> beam.Create([["a"]])
-        out = p | beam.Create([(("train", 0), [record])]) | WriteShards(config, plan, labels)
+        out = (
+            p
+            | beam.Create([(("train", 0), [writer_entry(record)])])
+            | WriteShards(config, plan, labels)
+        )
         assert_that(
             out["shards"] | beam.Map(lambda s: (s["file"], s["num_examples"], s["num_bytes"])),
             equal_to([("train/train-00000-of-00001.tfrecord", 0, 0)]),
@@ -253,7 +273,11 @@ def test_write_shards_checks_each_re_encode_against_the_record(tmp_path):
     with TestPipeline() as p:
         plan = p | "Plan" >> beam.Create([{"train": 1}])
         labels = p | "Labels" >> beam.Create([["a"]])
-        out = p | beam.Create([(("train", 0), records)]) | WriteShards(config, plan, labels)
+        out = (
+            p
+            | beam.Create([(("train", 0), [writer_entry(r) for r in records])])
+            | WriteShards(config, plan, labels)
+        )
         assert_that(
             out["shards"] | beam.Map(lambda s: s["num_examples"]), equal_to([1]), label="Written"
         )

@@ -8,14 +8,16 @@ import apache_beam as beam
 
 from transforms.keys import int_hash
 
-__all__ = ["PlanShards", "num_shards_for"]
+__all__ = ["PlanShards", "WRITER_FIELDS", "num_shards_for", "writer_entry", "writer_record"]
 
-# Fields the writer needs; the rest (pixel statistics) stays out of the write shuffle.
-_WRITER_FIELDS = (
+# What the writer needs of each file, as a plain tuple in this order: no field names repeated
+# per file in the shuffle or in memory. Measured on a typical record: 306 -> 201 bytes encoded,
+# 1.75 -> 0.70 KB decoded (what a shard's writer and the pre-combine hold per file). The split
+# is the group's key; pixel statistics stay out of the write shuffle.
+WRITER_FIELDS = (
     "path",
     "key",
     "label",
-    "split",
     "size",
     "sha256",
     "format",
@@ -25,6 +27,16 @@ _WRITER_FIELDS = (
     "channels",
     "transcode",
 )
+
+
+def writer_entry(record: dict) -> tuple:
+    """An inspected record -> its shard-group tuple."""
+    return tuple(record[f] for f in WRITER_FIELDS)
+
+
+def writer_record(entry: tuple) -> dict:
+    """A shard group's tuple -> the writer's record dict (one at a time, while writing)."""
+    return dict(zip(WRITER_FIELDS, entry, strict=True))
 
 
 def num_shards_for(
@@ -84,7 +96,9 @@ class _ConcatFn(beam.CombineFn):
 
 
 class PlanShards(beam.PTransform):
-    """[InspectedImage] -> {"groups": ((split, index), [record]), "plan": {split: num_shards}}.
+    """[InspectedImage] -> {"groups": ((split, index), [entry]), "plan": {split: num_shards}}.
+
+    An entry is a tuple of WRITER_FIELDS (`writer_record` makes it a dict).
 
     A file's shard is a salted hash of its key modulo the split's shard count: no global sort,
     no single worker holding the listing, and the same key lands in the same shard wherever the
@@ -116,13 +130,13 @@ class PlanShards(beam.PTransform):
             for record in batch:
                 n = plan_dict[record["split"]]
                 key = (record["split"], int_hash("shard", seed, record["key"]) % n)
-                by_shard.setdefault(key, []).append({f: record[f] for f in _WRITER_FIELDS})
+                by_shard.setdefault(key, []).append(writer_entry(record))
             return by_shard.items()
 
         groups = (
             images
             | "AssignShard" >> beam.FlatMap(assign, beam.pvalue.AsSingleton(plan))
-            # ((split, index), [record]): names and metadata only, never bytes. A combine
+            # ((split, index), [entry]): names and metadata only, never bytes. A combine
             # rather than a GroupByKey: Beam pre-combines each bundle's records per shard, so
             # the shuffle carries one list per shard per bundle instead of one element per file.
             | "GroupByShard" >> beam.CombinePerKey(_ConcatFn())

@@ -15,12 +15,17 @@ from apache_beam.metrics import Metrics
 from pipeline import schema, storage
 from transforms.image_check import ImageInfo, Rejected, encode_for_storage
 from transforms.keys import int_hash
+from transforms.plan_shards import WRITER_FIELDS, writer_record
 
 __all__ = ["WriteShards", "plan_marker_path", "read_shard_info"]
 
 # Shards of a resumable run record their plan here: a finished shard is reused only if the same
 # files, in the same order, with the same transcode settings, would be written again.
 MARKER_DIR = ".imgrec"
+
+_PATH, _KEY, _SHA256, _TRANSCODE = (
+    WRITER_FIELDS.index(f) for f in ("path", "key", "sha256", "transcode")
+)
 
 
 def plan_marker_path(output: str, split: str, index: int, num_shards: int) -> str:
@@ -67,7 +72,10 @@ class _HashingWriter:
 
 
 class _WriteShardFn(beam.DoFn):
-    """((split, index), [record]) -> ShardInfo; records that fail at write time -> REJECTED."""
+    """((split, index), [entry]) -> ShardInfo; records that fail at write time -> REJECTED.
+
+    Entries are PlanShards' tuples; each becomes a record dict only while it is written.
+    """
 
     REJECTED = "rejected"
 
@@ -82,26 +90,27 @@ class _WriteShardFn(beam.DoFn):
         self._shards = Metrics.counter("imgrec", "shards_written")
         self._resumed = Metrics.counter("imgrec", "shards_resumed")
 
-    def _prefetched(self, records):
+    def _prefetched(self, entries):
         """Yield (record, bytes, error detail) in order, `read_concurrency` reads in flight."""
-        reads = storage.read_many((r["path"] for r in records), self._concurrency)
-        for record, (_, result) in zip(records, reads, strict=True):
+        reads = storage.read_many((e[_PATH] for e in entries), self._concurrency)
+        for entry, (_, result) in zip(entries, reads, strict=True):
+            record = writer_record(entry)
             if isinstance(result, storage.ReadError):
                 yield record, None, result.detail
             else:
                 yield record, result, None
 
     def process(self, element, plan, label_names):
-        (split, index), records = element
+        (split, index), entries = element
         num_shards = plan[split]
         label_ids = {name: i for i, name in enumerate(label_names)}
-        records = sorted(records, key=lambda r: (int_hash("order", self._seed, r["key"]), r["key"]))
+        entries = sorted(entries, key=lambda e: (int_hash("order", self._seed, e[_KEY]), e[_KEY]))
         relname = schema.shard_name(split, index, num_shards)
         final = storage.join(self._output, relname)
         marker = plan_marker_path(self._output, split, index, num_shards)
         digest = hashlib.sha256(repr(self._opts).encode())
-        for r in records:
-            digest.update(f"{r['key']}\0{r['sha256']}\0{r['transcode']}\n".encode())
+        for e in entries:
+            digest.update(f"{e[_KEY]}\0{e[_SHA256]}\0{e[_TRANSCODE]}\n".encode())
         plan_digest = digest.hexdigest()
 
         if self._resume:
@@ -116,7 +125,7 @@ class _WriteShardFn(beam.DoFn):
         transcoded = collections.Counter()
         out = _HashingWriter(tmp)
         try:
-            for record, data, error in self._prefetched(records):
+            for record, data, error in self._prefetched(entries):
                 reason = "unreadable"
                 if error is None and hashlib.sha256(data).hexdigest() != record["sha256"]:
                     reason = "changed_during_run"
@@ -184,7 +193,7 @@ class _WriteShardFn(beam.DoFn):
 
 
 class WriteShards(beam.PTransform):
-    """((split, index), [record]) -> {"shards": ShardInfo, "rejected": Reject}."""
+    """((split, index), [entry]) -> {"shards": ShardInfo, "rejected": Reject}."""
 
     def __init__(self, config, plan, label_names):
         super().__init__()
