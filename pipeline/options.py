@@ -7,7 +7,7 @@ import math
 
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from transforms.image_check import DEFAULT_MAX_PIXELS, CheckOptions
+from transforms.image_check import DEFAULT_MAX_PIXELS, JPEG_VERIFY_MODES, CheckOptions
 
 __all__ = ["ConvertOptions", "ConvertConfig", "OptionError", "parse_splits"]
 
@@ -159,11 +159,13 @@ class ConvertOptions(PipelineOptions):
         g.add_argument(
             "--jpeg_verify",
             default="dct",
-            choices=("dct", "full"),
+            choices=JPEG_VERIFY_MODES,
             help="How inspection decodes JPEGs: dct (default) runs libjpeg over every "
             "coefficient of every block but outputs 1/8-scale pixels, which rejects exactly "
             "the files a full decode rejects for ~30%% less CPU; full also builds "
-            "full-size pixels.",
+            "full-size pixels; strict is dct and also rejects JPEGs whose damaged data "
+            "libjpeg silently repaired (cut or zeroed stretches; TensorFlow decodes them "
+            "without an error), for ~270 us more per photo.",
         )
         g.add_argument(
             "--read_concurrency",

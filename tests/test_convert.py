@@ -524,3 +524,43 @@ def test_max_side_downscales_and_analysis_does_not_change_the_shards(corpus, tmp
                 assert max(h, w) == 100
                 downscaled += 1
     assert downscaled > 20
+
+
+def test_jpeg_verify_strict_rejects_silently_repaired_jpegs(corpus, tmp_path):
+    """--jpeg_verify strict end to end: a photo missing 200 bytes of compressed data (TF decodes
+    it with grey blocks, so the default writes it) lands in rejected.jsonl as corrupt."""
+    from tests.hostile import tf_decodes
+    from transforms.image_check import CheckOptions, Rejected, check_image
+
+    src, _ = corpus
+    work = tmp_path / "in"
+    shutil.copytree(os.path.join(src, "cat"), work / "cat")
+    healthy = sorted(glob.glob(str(work / "cat" / "*.jpg")))
+    data = open(healthy[0], "rb").read()
+    start = data.rfind(b"\xff\xda") + 14
+    strict = CheckOptions(jpeg_verify="strict")
+    for at in range(start + 50, len(data) - 300, 37):
+        damaged = data[:at] + data[at + 200 :]
+        if not tf_decodes(damaged):
+            continue
+        try:
+            check_image(damaged, strict)
+        except Rejected:
+            break
+    else:
+        pytest.fail("no excision that TF decodes and libjpeg warns about")
+    (work / "cat" / "damaged.jpg").write_bytes(damaged)
+
+    out = tmp_path / "o"
+    run_cli(
+        "convert", "--input", f"{work}/*/*.jpg", "--output", str(out), "--no_analyze",
+        "--jpeg_verify", "strict", "--max_bad_fraction", "0.5",
+    )  # fmt: skip
+    info = json.load(open(out / schema.DATASET_INFO))
+    rejects = [json.loads(line) for line in open(out / "rejected.jsonl")]
+    damaged_rejects = [r for r in rejects if r["path"].endswith("damaged.jpg")]
+    assert len(damaged_rejects) == 1, rejects
+    assert damaged_rejects[0]["reason"] == "corrupt"
+    assert "libjpeg repaired damaged data" in damaged_rejects[0]["detail"]
+    assert info["num_written"] + info["num_duplicates"] + len(rejects) == len(healthy) + 1
+    assert info["num_listed"] == len(healthy) + 1

@@ -202,6 +202,75 @@ def test_accept_iff_tensorflow_decodes_on_mutants(kind, verify):
         assert seen["accepted"] > 10, seen
 
 
+def _excise(data: bytes, start: int, offset: int, length: int) -> bytes:
+    """`data` without `length` bytes of its compressed data from `start + offset` on."""
+    at = start + offset
+    return data[:at] + data[at + length :]
+
+
+@pytest.mark.parametrize("kind", ["jpeg", "progressive", "gray", "cmyk"])
+def test_strict_verify_rejects_jpegs_libjpeg_repaired_and_keeps_healthy_ones(kind):
+    """--jpeg_verify strict: a healthy JPEG gets the same ImageInfo as with dct; a JPEG missing a
+    stretch of its compressed data, which TensorFlow decodes without an error (libjpeg fills the
+    rest with grey), is rejected as corrupt, naming libjpeg's warning; strict never accepts what
+    dct rejects."""
+    rng = random.Random(sum(map(ord, kind)) + 7)
+    im = photo(rng, 320, 240)
+    data = {
+        "jpeg": lambda: encode(im, "JPEG", quality=90),
+        "progressive": lambda: encode(im, "JPEG", progressive=True),
+        "gray": lambda: encode(im.convert("L"), "JPEG"),
+        "cmyk": lambda: encode(im.convert("CMYK"), "JPEG"),
+    }[kind]()
+    strict, dct = CheckOptions(jpeg_verify="strict"), CheckOptions(jpeg_verify="dct")
+    assert check_image(data, strict) == check_image(data, dct)
+
+    start = data.rfind(b"\xff\xda") + 14
+    repaired = 0
+    for offset in range(0, len(data) - start - 400, max(1, (len(data) - start) // 12)):
+        damaged = _excise(data, start, offset, 200)
+        in_dct = _outcome(damaged, dct, compute_stats=False)
+        in_strict = _outcome(damaged, strict, compute_stats=False)
+        if isinstance(in_dct, Rejected):
+            assert isinstance(in_strict, Rejected) and in_strict.reason == in_dct.reason
+            continue
+        assert tf_decodes(damaged)  # what dct accepts, TF decodes: this is silent damage
+        if isinstance(in_strict, Rejected):
+            assert in_strict.reason == "corrupt", in_strict
+            assert "libjpeg repaired damaged data" in in_strict.detail, in_strict.detail
+            repaired += 1
+        else:
+            assert in_strict == in_dct
+    assert repaired >= 5, repaired
+
+
+def test_strict_verify_mutants_are_a_subset_of_dct(monkeypatch):
+    """On hundreds of truncated and bit-flipped JPEGs, strict accepts only files dct accepts, and
+    each extra reject comes from libjpeg's warning. The check itself runs once per JPEG."""
+    rng = random.Random(11)
+    data = encode(photo(rng, 96, 72), "JPEG", quality=85)
+    start = data.rfind(b"\xff\xda") + 14
+    strict, dct = CheckOptions(jpeg_verify="strict"), CheckOptions(jpeg_verify="dct")
+    calls = []
+    real = image_check._libjpeg_repairs
+    monkeypatch.setattr(image_check, "_libjpeg_repairs", lambda d: calls.append(1) or real(d))
+    extra = checked = 0
+    for name, mutant in _mutants(data, rng, start, 60):
+        in_dct = _outcome(mutant, dct, compute_stats=False)
+        before = len(calls)
+        in_strict = _outcome(mutant, strict, compute_stats=False)
+        if isinstance(in_dct, Rejected):
+            assert isinstance(in_strict, Rejected), name
+            assert len(calls) == before  # no second decoder on what TF already refused
+            continue
+        checked += 1
+        assert len(calls) == before + 1, name
+        if isinstance(in_strict, Rejected):
+            assert "libjpeg repaired" in in_strict.detail, (name, in_strict.detail)
+            extra += 1
+    assert checked > 10 and extra >= 1, (checked, extra)
+
+
 def test_outcomes_without_stats_match_the_full_path(corpus):
     """Without pixel statistics, JPEGs are verified at 1/8 DCT scale (--jpeg_verify dct, the
     default) or at full size (full), and a JPEG that only needs --max_side is not transcoded at

@@ -15,6 +15,7 @@ __all__ = [
     "REASONS",
     "STORED_FORMATS",
     "TRANSCODE_REASONS",
+    "JPEG_VERIFY_MODES",
     "CheckOptions",
     "ImageInfo",
     "Rejected",
@@ -34,7 +35,8 @@ REASONS = {
     "unsupported_format": "an image format the dataset does not store (BMP, WebP, TIFF, HEIC, "
     "...); --transcode png|jpeg converts those Pillow can decode",
     "truncated": "the image data ends early (cut-off download or copy)",
-    "corrupt": "the header or the compressed data is damaged; detail names the decoder error",
+    "corrupt": "the header or the compressed data is damaged; detail names the decoder error "
+    "(with --jpeg_verify strict, also JPEGs whose damaged data libjpeg repaired)",
     "too_many_pixels": "the header declares more than --max_pixels pixels (decompression bomb)",
     "too_many_scans": "a progressive JPEG with more scans than any encoder writes (CPU bomb)",
     "too_small": "the shorter side is below --min_side",
@@ -157,6 +159,10 @@ _MODE_CHANNELS = {"L": 1, "LA": 2, "RGB": 3, "RGBA": 4}
 
 
 # 89.5 Mpx is Pillow's own decompression-bomb threshold: larger headers are refused before decoding.
+# --jpeg_verify: dct (1/8-scale libjpeg decode, the default), full (full-size decode), strict (dct,
+# and also reject JPEGs libjpeg had to repair: see _libjpeg_repairs).
+JPEG_VERIFY_MODES = ("dct", "full", "strict")
+
 DEFAULT_MAX_PIXELS = 89_478_485
 
 
@@ -189,8 +195,11 @@ class CheckOptions:
             raise ValueError(f"--max_side must be >= 0 (0: keep size), got {self.max_side}")
         if not 1 <= self.jpeg_quality <= 100:
             raise ValueError(f"--jpeg_quality must be in 1..100, got {self.jpeg_quality}")
-        if self.jpeg_verify not in ("dct", "full"):
-            raise ValueError(f"--jpeg_verify must be dct or full, got {self.jpeg_verify!r}")
+        if self.jpeg_verify not in JPEG_VERIFY_MODES:
+            raise ValueError(
+                f"--jpeg_verify must be one of {', '.join(JPEG_VERIFY_MODES)}, "
+                f"got {self.jpeg_verify!r}"
+            )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -569,6 +578,43 @@ def _tf_message(e) -> str:
 # --jpeg_verify dct: libjpeg's smallest DCT scale (measured 300 vs 436 CPU us per 28 KB photo).
 _VERIFY_DCT_RATIO = 8
 
+# simplejpeg's output colour space per JPEG colour space, for the strict check: the cheapest
+# libjpeg can convert to (gray skips the chroma IDCT); the entropy decoding, where the warnings
+# come from, covers every component whatever the output.
+_STRICT_COLORSPACE = {
+    "Gray": "GRAY",
+    "YCbCr": "GRAY",
+    "RGB": "GRAY",
+    "CMYK": "CMYK",
+    "YCCK": "CMYK",
+}
+
+
+def _libjpeg_repairs(data: bytes) -> str | None:
+    """What libjpeg warned about while decoding `data` (data it had to repair or skip: a cut or
+    zeroed stretch of entropy data decodes to grey or smeared blocks without an error), or None.
+
+    One libjpeg-turbo decode at 1/8 scale through simplejpeg with strict=True, which turns
+    libjpeg's warnings into errors (~270 us per 28 KB photo). Only called on bytes TensorFlow
+    already decoded: a failure that strict=False does not repeat is a warning.
+    """
+    import simplejpeg  # Deferred: only --jpeg_verify strict needs it.
+
+    try:
+        colorspace = _STRICT_COLORSPACE.get(simplejpeg.decode_jpeg_header(data)[2], "RGB")
+    except ValueError:
+        return None  # A header simplejpeg cannot read; TensorFlow's verdict stands.
+    scale = {"min_factor": _VERIFY_DCT_RATIO, "min_height": 1, "min_width": 1}
+    try:
+        simplejpeg.decode_jpeg(data, colorspace=colorspace, strict=True, **scale)
+        return None
+    except ValueError as warning:
+        try:
+            simplejpeg.decode_jpeg(data, colorspace=colorspace, strict=False, **scale)
+        except ValueError:
+            return None  # simplejpeg cannot decode it at all: not a repair; TensorFlow's stands.
+        return str(warning).strip() or type(warning).__name__
+
 
 def _dct_side(side: int, ratio: int) -> int:
     """A side as libjpeg outputs it when decoding at 1/ratio scale (rounded up)."""
@@ -832,7 +878,7 @@ def check_image(data: bytes, opts: CheckOptions, compute_stats: bool = False) ->
     # colour conversion. Rejects are identical to a full decode (tests/test_image_check.py
     # damages 1,500 JPEGs both ways); the sides come from the header, checked against the output.
     scaled = (
-        opts.jpeg_verify == "dct"
+        opts.jpeg_verify in ("dct", "strict")
         and not compute_stats
         and stored_fmt == "jpeg"
         and stored is data
@@ -854,6 +900,16 @@ def check_image(data: bytes, opts: CheckOptions, compute_stats: bool = False) ->
             height, width = int(decoded.shape[0]), int(decoded.shape[1])
         else:
             height, width = h.height, h.width
+    if opts.jpeg_verify == "strict" and fmt == "jpeg":
+        # The source bytes, also when transcoded: a repaired source bakes its damage into the
+        # re-encode.
+        repaired = _libjpeg_repairs(data)
+        if repaired is not None:
+            raise Rejected(
+                "corrupt",
+                f"libjpeg repaired damaged data while decoding ({repaired}); TensorFlow decodes "
+                "it without an error, so --jpeg_verify dct or full would write it",
+            )
     if deferred:
         _, (width, height) = _max_side_plan(width, height, opts.max_side, fmt)
     _check_dims(width, height, opts, "decoded image")
