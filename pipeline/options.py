@@ -7,7 +7,12 @@ import math
 
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from transforms.image_check import DEFAULT_MAX_PIXELS, JPEG_VERIFY_MODES, CheckOptions
+from transforms.image_check import (
+    DEFAULT_MAX_PIXELS,
+    JPEG_VERIFY_MODES,
+    RESIZE_FILTERS,
+    CheckOptions,
+)
 
 __all__ = ["ConvertOptions", "ConvertConfig", "OptionError", "parse_splits"]
 
@@ -155,6 +160,13 @@ class ConvertOptions(PipelineOptions):
             default=0,
             help="Re-encode images whose longer side exceeds this (0: keep size).",
         )
+        g.add_argument(
+            "--resize_filter",
+            default="lanczos",
+            choices=RESIZE_FILTERS,
+            help="Resampling filter of --max_side downscales (Pillow, antialiased): lanczos "
+            "(default, sharpest), bicubic (~0.7x its CPU), bilinear (~0.4x).",
+        )
         g.add_argument("--jpeg_quality", type=int, default=95, help="Quality of JPEG re-encodes.")
         g.add_argument(
             "--jpeg_verify",
@@ -259,6 +271,7 @@ class ConvertConfig:
     max_side: int = 0
     jpeg_quality: int = 95
     jpeg_verify: str = "dct"
+    resize_filter: str = "lanczos"
     read_concurrency: int = 8
     decode_threads: int = 1
     analyze: bool = True
@@ -348,6 +361,7 @@ class ConvertConfig:
             max_side=o.max_side,
             jpeg_quality=o.jpeg_quality,
             jpeg_verify=o.jpeg_verify,
+            resize_filter=o.resize_filter,
             read_concurrency=o.read_concurrency,
             decode_threads=o.decode_threads or 1,
             analyze=not o.no_analyze,

@@ -315,6 +315,26 @@ def test_max_side_jpeg_is_not_transcoded_at_inspection_and_its_sides_are_exact(s
     assert max(info.height, info.width) == 256
 
 
+@pytest.mark.parametrize("fmt", ["JPEG", "PNG"])
+def test_resize_filter_changes_the_pixels_not_the_sides(fmt):
+    """--resize_filter picks Pillow's resampling for --max_side: every filter gives the sides
+    inspection recorded, different pixels, and the same bytes on every call."""
+    rng = random.Random(5)
+    data = encode(photo(rng, 200, 150).resize((640, 481), Image.Resampling.BICUBIC), fmt)
+    stored, sides = {}, set()
+    for name in image_check.RESIZE_FILTERS:
+        opts = CheckOptions(max_side=128, resize_filter=name)
+        info = check_image(data, opts)
+        assert info.width == 128 and "max_side" in info.transcode
+        sides.add((info.height, info.width))
+        stored[name] = encode_for_storage(data, info, opts)
+        assert encode_for_storage(data, info, opts) == stored[name]
+        decoded = tf.io.decode_image(stored[name], channels=3).numpy()
+        assert decoded.shape == (info.height, info.width, 3)
+    assert len(sides) == 1
+    assert len(set(stored.values())) == len(stored)
+
+
 def test_dct_verify_checks_the_header_sides_against_the_decoder(monkeypatch):
     """If our header parser and libjpeg disagree on the sides, the decoder's full-size answer
     wins (the scaled output is compared with the header, not trusted)."""
@@ -601,6 +621,8 @@ def test_options_are_validated_with_the_flag_name():
         ({"jpeg_quality": 0}, "--jpeg_quality"),
         ({"max_pixels": 0}, "--max_pixels"),
         ({"min_side": 0}, "--min_side"),
+        ({"jpeg_verify": "fast"}, "--jpeg_verify"),
+        ({"resize_filter": "nearest"}, "--resize_filter"),
     ]:
         with pytest.raises(ValueError, match=flag):
             CheckOptions(**kwargs)

@@ -185,3 +185,13 @@ def test_example_config_is_a_valid_convert_config():
     assert config.target_shard_mb == 128.0
     assert config.inputs and all(p.startswith("gs://") for p in config.inputs)
     assert config.output.startswith("gs://")
+    # Every option the file sets reaches the per-image checks too.
+    assert config.check_options().resize_filter == "lanczos"
+    assert config.check_options().jpeg_verify == "dct"
+
+    _, config, _ = parse_convert_args(
+        ["--config", str(ROOT / "configs" / "example.yaml"), "--resize_filter", "bilinear",
+         "--jpeg_verify", "strict"]
+    )  # fmt: skip
+    assert config.check_options().resize_filter == "bilinear"
+    assert config.check_options().jpeg_verify == "strict"

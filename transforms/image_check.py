@@ -16,6 +16,7 @@ __all__ = [
     "STORED_FORMATS",
     "TRANSCODE_REASONS",
     "JPEG_VERIFY_MODES",
+    "RESIZE_FILTERS",
     "CheckOptions",
     "ImageInfo",
     "Rejected",
@@ -163,6 +164,12 @@ _MODE_CHANNELS = {"L": 1, "LA": 2, "RGB": 3, "RGBA": 4}
 # and also reject JPEGs libjpeg had to repair: see _libjpeg_repairs).
 JPEG_VERIFY_MODES = ("dct", "full", "strict")
 
+# --resize_filter: Pillow's resampling filter for --max_side downscales. Measured on 450x400
+# photos going to 256 (CPU us per image): lanczos 1,940, bicubic 1,350, bilinear 780 (all
+# antialiased: the kernel widens with the scale factor). Pillow resamples 8-bit images in fixed
+# point, so a filter's output is a pure function of the pixels (shards stay byte-identical).
+RESIZE_FILTERS = ("lanczos", "bicubic", "bilinear")
+
 DEFAULT_MAX_PIXELS = 89_478_485
 
 
@@ -179,6 +186,7 @@ class CheckOptions:
     max_side: int = 0
     jpeg_quality: int = 95
     jpeg_verify: str = "dct"
+    resize_filter: str = "lanczos"
 
     def __post_init__(self):
         if self.max_pixels < 1:
@@ -195,6 +203,11 @@ class CheckOptions:
             raise ValueError(f"--max_side must be >= 0 (0: keep size), got {self.max_side}")
         if not 1 <= self.jpeg_quality <= 100:
             raise ValueError(f"--jpeg_quality must be in 1..100, got {self.jpeg_quality}")
+        if self.resize_filter not in RESIZE_FILTERS:
+            raise ValueError(
+                f"--resize_filter must be one of {', '.join(RESIZE_FILTERS)}, "
+                f"got {self.resize_filter!r}"
+            )
         if self.jpeg_verify not in JPEG_VERIFY_MODES:
             raise ValueError(
                 f"--jpeg_verify must be one of {', '.join(JPEG_VERIFY_MODES)}, "
@@ -973,7 +986,7 @@ def _transcode(
         image = image.transpose(getattr(Image.Transpose, _ORIENTATION_TRANSPOSE[h.orientation]))
     if "max_side" in reasons:
         _, size = _max_side_plan(image.width, image.height, opts.max_side, "")
-        image = image.resize(size, Image.Resampling.LANCZOS)
+        image = image.resize(size, getattr(Image.Resampling, opts.resize_filter.upper()))
     if fmt == "jpeg":
         target = "jpeg"
     elif fmt in STORED_FORMATS:
