@@ -69,7 +69,7 @@ def add_convert(p: beam.Pipeline, config: ConvertConfig, provenance: dict) -> be
     unique = deduped["unique"]
 
     planned = unique | "Plan" >> PlanShards(config)
-    # ((split, index), [record])
+    # ((split, index), [entry]): an entry is a tuple of plan_shards.WRITER_FIELDS
     written = planned["groups"] | "Write" >> WriteShards(config, planned["plan"], label_names)
 
     if config.analyze:

@@ -237,11 +237,34 @@ def test_strict_verify_rejects_jpegs_libjpeg_repaired_and_keeps_healthy_ones(kin
         assert tf_decodes(damaged)  # what dct accepts, TF decodes: this is silent damage
         if isinstance(in_strict, Rejected):
             assert in_strict.reason == "corrupt", in_strict
-            assert "libjpeg repaired damaged data" in in_strict.detail, in_strict.detail
+            assert "libjpeg warned while decoding" in in_strict.detail, in_strict.detail
             repaired += 1
         else:
             assert in_strict == in_dct
     assert repaired >= 5, repaired
+
+
+def test_strict_verify_rejects_warnings_in_the_header_too():
+    """A libjpeg warning in the header (junk before a marker, an unknown JFIF version) is a
+    strict reject as well, also when it would hide damaged data behind it from the check."""
+    data = encode(photo(random.Random(3), 320, 240), "JPEG", quality=90)
+    strict = CheckOptions(jpeg_verify="strict")
+    check_image(data, strict)  # healthy
+    jfif = data.find(b"JFIF\x00") + 5
+    dqt = data.find(b"\xff\xdb")
+    start = data.rfind(b"\xff\xda") + 14
+    cut = data[: start + 500] + data[start + 700 :]
+    cases = {
+        "junk before DQT": (data[:dqt] + b"\x00\x00" + data[dqt:], "extraneous bytes"),
+        "JFIF 2.01": (data[:jfif] + b"\x02" + data[jfif + 1 :], "JFIF revision"),
+        "JFIF 2.01, data cut": (cut[:jfif] + b"\x02" + cut[jfif + 1 :], "JFIF revision"),
+    }
+    for name, (damaged, says) in cases.items():
+        assert tf_decodes(damaged), name
+        check_image(damaged, CheckOptions())  # the default writes it
+        with pytest.raises(Rejected) as e:
+            check_image(damaged, strict)
+        assert e.value.reason == "corrupt" and says in e.value.detail, (name, e.value.detail)
 
 
 def test_strict_verify_mutants_are_a_subset_of_dct(monkeypatch):
@@ -252,8 +275,8 @@ def test_strict_verify_mutants_are_a_subset_of_dct(monkeypatch):
     start = data.rfind(b"\xff\xda") + 14
     strict, dct = CheckOptions(jpeg_verify="strict"), CheckOptions(jpeg_verify="dct")
     calls = []
-    real = image_check._libjpeg_repairs
-    monkeypatch.setattr(image_check, "_libjpeg_repairs", lambda d: calls.append(1) or real(d))
+    real = image_check._libjpeg_warning
+    monkeypatch.setattr(image_check, "_libjpeg_warning", lambda d: calls.append(1) or real(d))
     extra = checked = 0
     for name, mutant in _mutants(data, rng, start, 60):
         in_dct = _outcome(mutant, dct, compute_stats=False)
@@ -266,7 +289,7 @@ def test_strict_verify_mutants_are_a_subset_of_dct(monkeypatch):
         checked += 1
         assert len(calls) == before + 1, name
         if isinstance(in_strict, Rejected):
-            assert "libjpeg repaired" in in_strict.detail, (name, in_strict.detail)
+            assert "libjpeg warned" in in_strict.detail, (name, in_strict.detail)
             extra += 1
     assert checked > 10 and extra >= 1, (checked, extra)
 
@@ -626,6 +649,18 @@ def test_options_are_validated_with_the_flag_name():
     ]:
         with pytest.raises(ValueError, match=flag):
             CheckOptions(**kwargs)
+
+
+def test_strict_verify_without_simplejpeg_fails_at_the_option(monkeypatch):
+    real = image_check.importlib.util.find_spec
+    monkeypatch.setattr(
+        image_check.importlib.util,
+        "find_spec",
+        lambda name, *a: None if name == "simplejpeg" else real(name, *a),
+    )
+    with pytest.raises(ValueError, match="--jpeg_verify strict needs the simplejpeg package"):
+        CheckOptions(jpeg_verify="strict")
+    CheckOptions(jpeg_verify="dct")  # the other modes do not need it
 
 
 def test_reason_taxonomy_is_stable_and_documented():

@@ -200,17 +200,19 @@ def test_plan_shards_groups_by_split_and_hash(tmp_path):
         sizes = out["groups"] | beam.MapTuple(lambda key, recs: (key[0], len(list(recs))))
         totals = sizes | beam.CombinePerKey(sum)
         assert_that(totals, equal_to([("train", 30), ("validation", 10)]), label="Totals")
-        # Compact tuples of exactly the writer's fields: no pixel statistics, no field names.
-        shapes = out["groups"] | beam.FlatMapTuple(
+        # Each file once, as the compact tuple of exactly the writer's fields (no pixel
+        # statistics, no field names), and writer_record gives its values back by name.
+        entries = out["groups"] | beam.FlatMapTuple(lambda key, recs: list(recs))
+        assert_that(entries, equal_to([writer_entry(r) for r in rows]), label="CompactEntries")
+        by_name = out["groups"] | beam.FlatMapTuple(
             lambda key, recs: [
-                (type(e).__name__, tuple(writer_record(e)), writer_record(e)["key"][0])
-                for e in recs
+                (key[0], writer_record(e)["path"], writer_record(e)["size"]) for e in recs
             ]
         )
         assert_that(
-            shapes | beam.Distinct(),
-            equal_to([("tuple", WRITER_FIELDS, "k")]),
-            label="CompactEntries",
+            by_name,
+            equal_to([(r["split"], r["path"], r["size"]) for r in rows]),
+            label="ByName",
         )
 
 

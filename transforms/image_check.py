@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import io
 import struct
 import zlib
@@ -37,7 +38,7 @@ REASONS = {
     "...); --transcode png|jpeg converts those Pillow can decode",
     "truncated": "the image data ends early (cut-off download or copy)",
     "corrupt": "the header or the compressed data is damaged; detail names the decoder error "
-    "(with --jpeg_verify strict, also JPEGs whose damaged data libjpeg repaired)",
+    "(with --jpeg_verify strict, also JPEGs libjpeg warns about: data it repaired silently)",
     "too_many_pixels": "the header declares more than --max_pixels pixels (decompression bomb)",
     "too_many_scans": "a progressive JPEG with more scans than any encoder writes (CPU bomb)",
     "too_small": "the shorter side is below --min_side",
@@ -161,7 +162,7 @@ _MODE_CHANNELS = {"L": 1, "LA": 2, "RGB": 3, "RGBA": 4}
 
 # 89.5 Mpx is Pillow's own decompression-bomb threshold: larger headers are refused before decoding.
 # --jpeg_verify: dct (1/8-scale libjpeg decode, the default), full (full-size decode), strict (dct,
-# and also reject JPEGs libjpeg had to repair: see _libjpeg_repairs).
+# and also reject JPEGs libjpeg had to repair: see _libjpeg_warning).
 JPEG_VERIFY_MODES = ("dct", "full", "strict")
 
 # --resize_filter: Pillow's resampling filter for --max_side downscales. Measured on 450x400
@@ -212,6 +213,11 @@ class CheckOptions:
             raise ValueError(
                 f"--jpeg_verify must be one of {', '.join(JPEG_VERIFY_MODES)}, "
                 f"got {self.jpeg_verify!r}"
+            )
+        if self.jpeg_verify == "strict" and importlib.util.find_spec("simplejpeg") is None:
+            raise ValueError(
+                "--jpeg_verify strict needs the simplejpeg package, which is not installed: "
+                "pip install simplejpeg==1.9.0 (it is in requirements.txt)"
             )
 
 
@@ -603,30 +609,52 @@ _STRICT_COLORSPACE = {
 }
 
 
-def _libjpeg_repairs(data: bytes) -> str | None:
+# The texts of libjpeg's warnings (jerror.h, JWRN_*): damage or oddities it worked around.
+# simplejpeg raises them as ValueError with strict=True, from the header as from the data.
+_LIBJPEG_WARNINGS = (
+    "Corrupt JPEG data",  # extraneous bytes, premature end of segment, bad Huffman code, ...
+    "Premature end of JPEG file",
+    "Warning:",  # unknown JFIF revision, thumbnail size mismatch
+    "Inconsistent progression sequence",
+    "Invalid SOS parameters for sequential JPEG",
+    "Unknown Adobe color transform code",
+    "Application transferred too many scanlines",
+)
+
+
+def _libjpeg_warning(data: bytes) -> str | None:
     """What libjpeg warned about while decoding `data` (data it had to repair or skip: a cut or
     zeroed stretch of entropy data decodes to grey or smeared blocks without an error), or None.
 
     One libjpeg-turbo decode at 1/8 scale through simplejpeg with strict=True, which turns
-    libjpeg's warnings into errors (~270 us per 28 KB photo). Only called on bytes TensorFlow
-    already decoded: a failure that strict=False does not repeat is a warning.
+    libjpeg's warnings into errors (~225 us per 28 KB photo). Only called on bytes TensorFlow
+    already decoded. A warning in the header counts too (the data behind it is then not decoded
+    here, and the file is rejected anyway). Files TurboJPEG cannot decode at all (a chroma
+    layout it does not classify; TensorFlow decodes them) keep TensorFlow's verdict: None.
     """
     import simplejpeg  # Deferred: only --jpeg_verify strict needs it.
 
-    try:
-        colorspace = _STRICT_COLORSPACE.get(simplejpeg.decode_jpeg_header(data)[2], "RGB")
-    except ValueError:
-        return None  # A header simplejpeg cannot read; TensorFlow's verdict stands.
-    scale = {"min_factor": _VERIFY_DCT_RATIO, "min_height": 1, "min_width": 1}
-    try:
-        simplejpeg.decode_jpeg(data, colorspace=colorspace, strict=True, **scale)
-        return None
-    except ValueError as warning:
+    def decode(**kwargs) -> str | None:
+        """None if simplejpeg decodes `data` at 1/8 scale, else its message."""
         try:
-            simplejpeg.decode_jpeg(data, colorspace=colorspace, strict=False, **scale)
-        except ValueError:
-            return None  # simplejpeg cannot decode it at all: not a repair; TensorFlow's stands.
-        return str(warning).strip() or type(warning).__name__
+            colorspace = simplejpeg.decode_jpeg_header(data, strict=False)[2]
+            simplejpeg.decode_jpeg(
+                data,
+                colorspace=_STRICT_COLORSPACE.get(colorspace, "RGB"),
+                min_factor=_VERIFY_DCT_RATIO,
+                min_height=1,
+                min_width=1,
+                **kwargs,
+            )
+            return None
+        except ValueError as e:
+            return str(e).strip() or type(e).__name__
+
+    message = decode(strict=True)
+    if message is None or message.startswith(_LIBJPEG_WARNINGS):
+        return message
+    # Another text: a warning if the lenient decode gets through, else TurboJPEG's own limit.
+    return message if decode(strict=False) is None else None
 
 
 def _dct_side(side: int, ratio: int) -> int:
@@ -916,12 +944,13 @@ def check_image(data: bytes, opts: CheckOptions, compute_stats: bool = False) ->
     if opts.jpeg_verify == "strict" and fmt == "jpeg":
         # The source bytes, also when transcoded: a repaired source bakes its damage into the
         # re-encode.
-        repaired = _libjpeg_repairs(data)
-        if repaired is not None:
+        warning = _libjpeg_warning(data)
+        if warning is not None:
             raise Rejected(
                 "corrupt",
-                f"libjpeg repaired damaged data while decoding ({repaired}); TensorFlow decodes "
-                "it without an error, so --jpeg_verify dct or full would write it",
+                f"libjpeg warned while decoding ({warning}): it silently repairs or works "
+                "around such data; TensorFlow decodes it without an error, so --jpeg_verify dct "
+                "or full would write it",
             )
     if deferred:
         _, (width, height) = _max_side_plan(width, height, opts.max_side, fmt)

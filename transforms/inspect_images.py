@@ -61,6 +61,9 @@ class _InspectFn(beam.DoFn):
         # Python's import lock while one of them imports TensorFlow.
         import tensorflow  # noqa: F401
 
+        if self._opts.jpeg_verify == "strict":
+            import simplejpeg  # noqa: F401  (a missing package fails here, not once per file)
+
         self._pool = concurrent.futures.ThreadPoolExecutor(
             max_workers=self._concurrency, thread_name_prefix="imgrec-read"
         )
