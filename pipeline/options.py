@@ -177,7 +177,7 @@ class ConvertOptions(PipelineOptions):
             "the files a full decode rejects for ~30%% less CPU; full also builds "
             "full-size pixels; strict is dct and also rejects JPEGs libjpeg warns about "
             "(damaged data it silently repairs, such as cut or zeroed stretches, which "
-            "TensorFlow decodes without an error; also header oddities), ~1.85x dct's CPU.",
+            "TensorFlow decodes without an error; also header oddities), ~1.9x dct's CPU.",
         )
         g.add_argument(
             "--read_concurrency",
