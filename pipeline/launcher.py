@@ -23,8 +23,8 @@ from apache_beam.options.pipeline_options import (
 )
 
 from pipeline import schema, storage
+from pipeline.errors import ERROR_PREFIX
 from pipeline.options import ConvertConfig, ConvertOptions, OptionError
-from transforms.describe import ERROR_PREFIX
 from transforms.list_images import ManifestError, read_manifest_rows, resolve_local
 
 __all__ = ["run_convert", "parse_convert_args", "PreflightError", "IMGREC_VERSION", "print_help"]

@@ -22,6 +22,7 @@ import http.client
 import os
 import posixpath
 import random
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import TypeVar
@@ -29,8 +30,11 @@ from typing import TypeVar
 from apache_beam.io.filesystem import BeamIOError
 from apache_beam.io.filesystems import FileSystems
 
+from pipeline.errors import ERROR_PREFIX
+
 __all__ = [
     "ReadError",
+    "StoreOutageError",
     "read_bytes",
     "read_many",
     "write_bytes_atomic",
@@ -56,6 +60,12 @@ BACKOFF_BASE_S = 0.5
 DEFAULT_READ_CONCURRENCY = 8
 # Temporary objects start with this so that listings and shard globs (`train-*`) skip them.
 TEMP_PREFIX = ".tmp-"
+# After this many reads in a row from one store (bucket) failed with transient errors, retries
+# included, and none succeeded in between, the store is taken to be down and the job stops
+# (StoreOutageError) instead of rejecting file after file: with the GCS client's own 120 s
+# deadline per read and 8 reads in flight, a dead bucket of 100,000 files would otherwise take
+# ~17 days of worker time to reject. Two rounds of DEFAULT_READ_CONCURRENCY reads.
+OUTAGE_THRESHOLD = 2 * DEFAULT_READ_CONCURRENCY
 
 # HTTP statuses a well-behaved client retries: timeout, throttling, server-side failures.
 _TRANSIENT_STATUS = frozenset({408, 429, 500, 502, 503, 504})
@@ -134,6 +144,63 @@ class ReadError(IOError):
         self.detail = detail
         self.transient = transient
         self.attempts = attempts
+
+
+class StoreOutageError(RuntimeError):
+    """Many reads in a row from one store failed with transient errors: it looks down.
+
+    Not a ReadError on purpose: callers that turn a ReadError into a per-file reject let this
+    one through, so the bundle fails and the job stops with this message.
+    """
+
+    def __init__(self, store: str, failures: int, last: ReadError):
+        super().__init__(
+            f"{ERROR_PREFIX}{store} looks down: {failures} reads in a row failed with transient "
+            f"errors after retries (last: {last.path}: {last.detail}). Stopping rather than "
+            "rejecting every file; rerun the same command with --resume once it answers "
+            "(finished shards are kept)."
+        )
+        self.store = store
+        self.failures = failures
+
+
+def _store_of(path: str) -> str:
+    """The store a path lives in: 'gs://bucket', 's3://bucket', or 'local'."""
+    scheme = FileSystems.get_scheme(path)
+    if scheme is None:
+        return "local"
+    rest = path[len(scheme) + 3 :]
+    return f"{scheme}://{rest.split('/', 1)[0]}"
+
+
+class _OutageBreaker:
+    """Counts transient read failures in a row per store, in this process (thread-safe)."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._failures: dict[str, int] = {}
+
+    def success(self, path: str) -> None:
+        if not self._failures:  # the common case, without parsing the path
+            return
+        store = _store_of(path)
+        with self._lock:
+            self._failures.pop(store, None)
+
+    def failure(self, error: ReadError) -> None:
+        """Record a read that failed for good; raise StoreOutageError at OUTAGE_THRESHOLD."""
+        if not error.transient:
+            return  # a missing or forbidden object says nothing about the store's health
+        store = _store_of(error.path)
+        with self._lock:
+            failures = self._failures.get(store, 0) + 1
+            # Counting starts over once tripped: a retried bundle probes the store afresh.
+            self._failures[store] = 0 if failures >= OUTAGE_THRESHOLD else failures
+        if failures >= OUTAGE_THRESHOLD:
+            raise StoreOutageError(store, failures, error) from error
+
+
+_BREAKER = _OutageBreaker()
 
 
 def _causes(exc: BaseException) -> Iterator[BaseException]:
@@ -270,13 +337,21 @@ def read_bytes(path: str, attempts: int = MAX_ATTEMPTS) -> bytes:
 
     Raises:
         ReadError: the file is missing or unreadable (`.transient` says which kind).
+        StoreOutageError: this read made OUTAGE_THRESHOLD transient failures in a row on its
+            store (see _OutageBreaker).
     """
 
     def _read() -> bytes:
         with FileSystems.open(path, compression_type="uncompressed") as f:
             return f.read()
 
-    return with_retries(_read, path, attempts)
+    try:
+        data = with_retries(_read, path, attempts)
+    except ReadError as e:
+        _BREAKER.failure(e)
+        raise
+    _BREAKER.success(path)
+    return data
 
 
 def is_local(path: str) -> bool:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
@@ -317,3 +318,103 @@ def test_temp_sibling_is_hidden_next_to_the_target():
         assert tail.startswith(storage.TEMP_PREFIX + "train-00000-of-00004.tfrecord-")
     assert storage.join("gs://b/out", "train", "x") == "gs://b/out/train/x"
     assert storage.join("s3://b/out/", "x") == "s3://b/out/x"
+
+
+# ---------------------------------------------------------------------------------------------
+# A store that stays down
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def fresh_breaker(monkeypatch):
+    """A new outage breaker per test, and no backoff sleeps between our retries."""
+    monkeypatch.setattr(storage, "_BREAKER", storage._OutageBreaker())
+    monkeypatch.setattr(storage, "BACKOFF_BASE_S", 0.0)
+
+
+class _FakeStores:
+    """FileSystems.open for fake buckets: a path with "down" in it is refused (transient), one
+    with "gone" is missing (permanent), anything else answers b"ok". Counts the opens."""
+
+    def __init__(self):
+        self.opens = 0
+        self._lock = threading.Lock()
+
+    def open(self, path, compression_type=None):
+        import io
+
+        with self._lock:
+            self.opens += 1
+        if "down" in path:
+            raise ConnectionRefusedError(111, "Connection refused")
+        if "gone" in path:
+            raise FileNotFoundError(path)
+        return io.BytesIO(b"ok")
+
+
+@pytest.fixture
+def fake_stores(monkeypatch, fresh_breaker):
+    fake = _FakeStores()
+    monkeypatch.setattr(storage.FileSystems, "open", fake.open)
+    return fake
+
+
+def test_a_store_that_stays_down_stops_the_job_after_a_bounded_number_of_reads(fake_stores):
+    paths = [f"gs://down/img/{i}.jpg" for i in range(1000)]
+    with pytest.raises(storage.StoreOutageError) as info:
+        for _ in storage.read_many(paths, concurrency=8):
+            pass
+    message = str(info.value)
+    assert message.startswith("imgrec-error: gs://down looks down: 16 reads in a row")
+    assert "Connection refused" in message and "--resume" in message
+    # Two rounds of reads, not 1,000 files' worth of retries (4 attempts per read).
+    reads = fake_stores.opens / storage.MAX_ATTEMPTS
+    assert storage.OUTAGE_THRESHOLD <= reads <= storage.OUTAGE_THRESHOLD + 8, reads
+
+
+def test_sporadic_failures_and_missing_objects_never_stop_the_job(fake_stores):
+    """A success in between resets the count; a missing object says nothing about the store."""
+    paths = [f"gs://flaky/{'down' if i % 4 else 'up'}-{i}.jpg" for i in range(200)]
+    paths += [f"gs://flaky/gone-{i}.jpg" for i in range(100)]
+    results = dict(storage.read_many(paths, concurrency=1))
+    failed = {p for p, r in results.items() if isinstance(r, storage.ReadError)}
+    assert failed == {p for p in paths if "/up-" not in p}
+    assert all(results[p].transient == ("/down-" in p) for p in failed)
+
+
+def test_outages_are_counted_per_store(fake_stores):
+    """Successes on one bucket do not hide that another is down."""
+    threshold = storage.OUTAGE_THRESHOLD
+    down = [f"gs://down-a/{i}" for i in range(threshold - 1)]
+    other = [f"gs://down-b/{i}" for i in range(threshold - 1)]
+    healthy = [f"gs://up/{i}" for i in range(50)]
+    for path in down + other + healthy:
+        with contextlib.suppress(storage.ReadError):
+            storage.read_bytes(path)
+    with pytest.raises(storage.StoreOutageError, match="gs://down-a looks down"):
+        storage.read_bytes("gs://down-a/last")
+    # Tripping starts the count over: a retried bundle probes the store again.
+    with pytest.raises(storage.ReadError):
+        storage.read_bytes("gs://down-a/again")
+
+
+def test_a_dead_gcs_bucket_stops_the_reads_with_one_clear_error(
+    gcs, beam_filesystems, short_gcs_client_deadline, fresh_breaker
+):
+    """Against the GCS emulator answering 503 to every download: the reads stop after two
+    rounds (not 40 files x the client's retry deadline) with an error naming the bucket."""
+    bucket = gcs.new_bucket()
+    uris = [gcs.uri(bucket, f"cat/{i}.jpg") for i in range(40)]
+    for uri in uris:
+        gcs.put(uri, b"abc")
+    gcs.relay.fail_next(10_000, 503, match=b"alt=media")
+    start = time.monotonic()
+    try:
+        with pytest.raises(storage.StoreOutageError) as info:
+            list(storage.read_many(uris, concurrency=8))
+    finally:
+        gcs.relay.heal()
+    assert f"gs://{bucket} looks down" in str(info.value)
+    assert "503" in str(info.value)
+    assert time.monotonic() - start < 60
+    assert storage.read_bytes(uris[0]) == b"abc"  # healed: the store reads again

@@ -6,6 +6,7 @@ import io
 import os
 
 import apache_beam as beam
+import pytest
 from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
@@ -291,3 +292,38 @@ def test_write_shards_checks_each_re_encode_against_the_record(tmp_path):
             equal_to([("wrong.jpg", "corrupt", True)]),
             label="Rejected",
         )
+
+
+def test_a_store_that_stays_down_fails_the_job_instead_of_rejecting_each_file(
+    tmp_path, monkeypatch
+):
+    """Inspection and the writer let storage.StoreOutageError through (a per-file ReadError
+    would become an `unreadable` reject): the pipeline stops with the outage message."""
+    from pipeline import storage
+    from transforms.write_shards import WriteShards
+
+    monkeypatch.setattr(storage, "_BREAKER", storage._OutageBreaker())
+    monkeypatch.setattr(storage, "BACKOFF_BASE_S", 0.0)
+
+    def refused(path, compression_type=None):
+        raise ConnectionRefusedError(111, "Connection refused")
+
+    monkeypatch.setattr(storage.FileSystems, "open", refused)
+    config = _config(tmp_path)
+    listed = [
+        {"path": f"gs://dead/a/{i}.jpg", "key": f"a/{i}.jpg", "label": "a", "split": "train",
+         "size": 100}
+        for i in range(40)
+    ]  # fmt: skip
+    with pytest.raises(Exception, match="gs://dead looks down"):
+        with TestPipeline() as p:
+            _ = p | beam.Create([listed]) | InspectImages(config)
+
+    monkeypatch.setattr(storage, "_BREAKER", storage._OutageBreaker())
+    records = [writer_entry(_record(item["path"], item["key"])) for item in listed]
+    with pytest.raises(Exception, match="gs://dead looks down"):
+        with TestPipeline() as p:
+            plan = p | "Plan" >> beam.Create([{"train": 1}])
+            labels = p | "Labels" >> beam.Create([["a"]])
+            groups = p | "Groups" >> beam.Create([(("train", 0), records)])
+            _ = groups | WriteShards(config, plan, labels)

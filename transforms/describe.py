@@ -13,11 +13,10 @@ from apache_beam import pvalue
 from apache_beam.io.filesystems import FileSystems
 
 from pipeline import schema, storage
+from pipeline.errors import ERROR_PREFIX
 
 __all__ = ["DescribeDataset", "TooManyRejectsError", "ERROR_PREFIX"]
 
-# The launcher finds this prefix inside Beam's wrapped exception text and prints just our line.
-ERROR_PREFIX = "imgrec-error: "
 
 _SHARD_RE = re.compile(r"^(?P<split>.+)-\d{5}-of-\d{5}\.tfrecord(\.gz)?$")
 
