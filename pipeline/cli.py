@@ -51,12 +51,19 @@ def main(argv: list[str] | None = None) -> int:
         from pipeline.launcher import run_convert
 
         return run_convert(rest)
-    if command == "verify":
-        from pipeline.verify import main as verify_main
+    if command in ("verify", "inspect"):
+        from pipeline import storage
+        from pipeline.errors import ERROR_PREFIX
 
-        return verify_main(rest)
-    if command == "inspect":
-        return _inspect(rest)
+        try:
+            if command == "verify":
+                from pipeline.verify import main as verify_main
+
+                return verify_main(rest)
+            return _inspect(rest)
+        except storage.StoreOutageError as e:  # one line, like convert's
+            print(f"imgrec: {str(e).removeprefix(ERROR_PREFIX)}", file=sys.stderr)
+            return 1
     print(f"imgrec: unknown command {command!r}\n{_USAGE}", file=sys.stderr)
     return 2
 

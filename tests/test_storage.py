@@ -418,3 +418,19 @@ def test_a_dead_gcs_bucket_stops_the_reads_with_one_clear_error(
     assert "503" in str(info.value)
     assert time.monotonic() - start < 60
     assert storage.read_bytes(uris[0]) == b"abc"  # healed: the store reads again
+
+
+def test_cli_reports_an_outage_in_one_line(monkeypatch, capsys):
+    """`imgrec inspect|verify` on a bucket that stays down: one line, exit 1, no traceback."""
+    from pipeline import cli
+
+    def down(argv):
+        raise storage.StoreOutageError(
+            "gs://dead", 16, storage.ReadError("gs://dead/x", "transient error: 503", True, 4)
+        )
+
+    monkeypatch.setattr(cli, "_inspect", down)
+    assert cli.main(["inspect", "gs://dead/ds"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("imgrec: gs://dead looks down: 16 reads in a row") and "--resume" in err
+    assert err.count("\n") == 1
