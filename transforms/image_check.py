@@ -160,7 +160,6 @@ _MAX_ICC_BYTES = 4 << 20
 _MODE_CHANNELS = {"L": 1, "LA": 2, "RGB": 3, "RGBA": 4}
 
 
-# 89.5 Mpx is Pillow's own decompression-bomb threshold: larger headers are refused before decoding.
 # --jpeg_verify: dct (1/8-scale libjpeg decode, the default), full (full-size decode), strict (dct,
 # and also reject JPEGs libjpeg had to repair: see _libjpeg_warning).
 JPEG_VERIFY_MODES = ("dct", "full", "strict")
@@ -171,6 +170,7 @@ JPEG_VERIFY_MODES = ("dct", "full", "strict")
 # point, so a filter's output is a pure function of the pixels (shards stay byte-identical).
 RESIZE_FILTERS = ("lanczos", "bicubic", "bilinear")
 
+# 89.5 Mpx is Pillow's own decompression-bomb threshold: larger headers are refused before decoding.
 DEFAULT_MAX_PIXELS = 89_478_485
 
 
@@ -662,6 +662,11 @@ def _dct_side(side: int, ratio: int) -> int:
     return -(-side // ratio)
 
 
+def _dct_shape(height: int, width: int, ratio: int) -> tuple[int, int]:
+    """(height, width) as libjpeg outputs them when decoding at 1/ratio scale."""
+    return _dct_side(height, ratio), _dct_side(width, ratio)
+
+
 def _transcode_deferred(reasons: list[str], fmt: str, channels: int) -> bool:
     """Whether inspection leaves this transcode to the writer: a gray or colour JPEG that only
     needs --max_side (its output sides are computed, not made; see check_image)."""
@@ -932,10 +937,7 @@ def check_image(data: bytes, opts: CheckOptions, compute_stats: bool = False) ->
         raise _decode_failure(stored_fmt, stored, h if stored is data else _Header(), e) from e
     height, width = int(decoded.shape[0]), int(decoded.shape[1])
     if scaled:
-        if (height, width) != (
-            _dct_side(h.height, _VERIFY_DCT_RATIO),
-            _dct_side(h.width, _VERIFY_DCT_RATIO),
-        ):
+        if (height, width) != _dct_shape(h.height, h.width, _VERIFY_DCT_RATIO):
             # The decoder read other sides than our header parser: trust the decoder at full size.
             decoded = _tf_decode(stored_fmt, stored)
             height, width = int(decoded.shape[0]), int(decoded.shape[1])
@@ -988,10 +990,7 @@ def encode_for_storage(data: bytes, info: ImageInfo, opts: CheckOptions) -> byte
             raise Rejected(
                 "corrupt", f"the re-encoded image does not decode: {_tf_message(e)}"
             ) from e
-        if tuple(decoded.shape[:2]) != (
-            _dct_side(info.height, ratio),
-            _dct_side(info.width, ratio),
-        ):
+        if tuple(decoded.shape[:2]) != _dct_shape(info.height, info.width, ratio):
             raise Rejected(
                 "corrupt",
                 f"the re-encoded image decodes to {decoded.shape[1]}x{decoded.shape[0]} at "
@@ -1048,7 +1047,7 @@ def _max_side_plan(width: int, height: int, max_side: int, fmt: str) -> tuple[in
             if _dct_side(max(width, height), r) >= max_side:
                 ratio = r
                 break
-    w, h = _dct_side(width, ratio), _dct_side(height, ratio)
+    h, w = _dct_shape(height, width, ratio)
     scale = max_side / max(w, h)
     return ratio, (max(1, round(w * scale)), max(1, round(h * scale)))
 
