@@ -9,8 +9,11 @@ import json
 import os
 import platform
 import re
+import shutil
 import sys
+import tempfile
 import time
+import uuid
 
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import (
@@ -27,7 +30,14 @@ from pipeline.errors import ERROR_PREFIX
 from pipeline.options import ConvertConfig, ConvertOptions, OptionError
 from transforms.list_images import ManifestError, read_manifest_rows, resolve_local
 
-__all__ = ["run_convert", "parse_convert_args", "PreflightError", "IMGREC_VERSION", "print_help"]
+__all__ = [
+    "run_convert",
+    "parse_convert_args",
+    "PreflightError",
+    "IMGREC_VERSION",
+    "print_help",
+    "check_writable",
+]
 
 IMGREC_VERSION = "0.1.0"
 
@@ -239,6 +249,95 @@ def preflight(config: ConvertConfig) -> None:
         )
 
 
+# Written and deleted by the preflight's write check; the temporary prefix keeps it out of every
+# listing and shard glob should the delete fail.
+_PROBE_NAME = f"{storage.TEMP_PREFIX}imgrec-preflight-probe"
+_PROBE_BYTES = b"imgrec preflight: checks that this location is writable; safe to delete\n"
+# What to check when a store refuses the probe, by scheme.
+_WRITE_HINTS = {
+    "s3": "check that the bucket exists and that the AWS credentials (AWS_ACCESS_KEY_ID / "
+    "AWS_SECRET_ACCESS_KEY, AWS_PROFILE) may put and delete objects in it; for an S3-compatible "
+    "server pass --s3_endpoint_url and --s3_region_name",
+    "gs": "check that the bucket exists and that the account (gcloud auth application-default "
+    "login, or GOOGLE_APPLICATION_CREDENTIALS) may create and delete objects in it",
+    None: "check that this user can create and delete files there, or choose another --output",
+}
+
+
+def _first_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split("\n")[:1]).strip() or type(exc).__name__
+    return text[:300]
+
+
+def _probe_output(output: str) -> None:
+    """Write, rename and delete one small object in `output` through Beam's FileSystems.
+
+    That is what every writer of the job does (shards, reports, the TFT export: temp name, then
+    rename). A local folder the probe had to create is removed again.
+    """
+    local = storage.is_local(output)
+    created = None
+    if local:
+        missing = os.path.abspath(output)
+        while not os.path.exists(os.path.dirname(missing)) and os.path.dirname(missing) != missing:
+            missing = os.path.dirname(missing)
+        created = missing if not os.path.exists(missing) else None
+    probe = storage.join(output, f"{_PROBE_NAME}-{uuid.uuid4().hex}")
+    try:
+        storage.write_bytes_atomic(probe, _PROBE_BYTES, mime_type="text/plain")
+        FileSystems.delete([probe])
+    finally:
+        if created and os.path.isdir(created):
+            shutil.rmtree(created, ignore_errors=True)
+
+
+def _probe_scratch(scratch: str) -> None:
+    """Make and remove a folder in TFT's scratch through TensorFlow's file layer (TFT's writer)."""
+    if storage.is_local(scratch):
+        shutil.rmtree(tempfile.mkdtemp(prefix="imgrec-preflight-", dir=scratch))
+        return
+    import tensorflow as tf  # Remote runners only: the layer TFT itself writes with.
+
+    folder = os.path.join(scratch, f"imgrec-preflight-{uuid.uuid4().hex}")
+    tf.io.gfile.makedirs(folder)
+    with tf.io.gfile.GFile(os.path.join(folder, "probe"), "wb") as f:
+        f.write(_PROBE_BYTES)
+    tf.io.gfile.rmtree(folder)
+
+
+def check_writable(config: ConvertConfig, options: PipelineOptions) -> None:
+    """Fail before the job starts unless every writer it will use can write where it writes.
+
+    The output gets a probe object written (temp name, rename) and deleted through Beam's
+    FileSystems; with analysis on, tensorflow-transform's scratch folder (`scratch_root`) gets
+    one through TensorFlow's file layer. Nothing is left behind.
+
+    Raises:
+        PreflightError: naming the location and what to check.
+    """
+    try:
+        _probe_output(config.output)
+    except Exception as e:  # noqa: BLE001 - any failure means the job could not finish
+        hint = _WRITE_HINTS.get(FileSystems.get_scheme(config.output), _WRITE_HINTS[None])
+        raise PreflightError(
+            f"--output {config.output}: cannot write there ({_first_line(e)}); {hint}"
+        ) from e
+    if not config.analyze:
+        return
+    from transforms.analyze import scratch_root
+
+    try:
+        scratch = scratch_root(options)
+        _probe_scratch(scratch)
+    except Exception as e:  # noqa: BLE001 - any failure means the analysis could not finish
+        raise PreflightError(
+            "tensorflow-transform's scratch folder (the system temp dir, TMPDIR, on a local "
+            "runner; --temp_location on Dataflow) is not writable "
+            f"({_first_line(e)}); point TMPDIR or --temp_location at a writable folder, or "
+            "pass --no_analyze"
+        ) from e
+
+
 def _configure_runner(options: PipelineOptions, argv: list[str], config: ConvertConfig):
     """Default to DirectRunner with one worker per core; returns the config to run.
 
@@ -330,6 +429,8 @@ def run_convert(argv: list[str]) -> int:
         FileSystems.set_options(options)
         dry_run = bool(options.view_as(TestOptions).dry_run)
         preflight(config)
+        if not dry_run:  # A dry run builds the job and touches nothing.
+            check_writable(config, options)
         if config.overwrite and not dry_run:  # A dry run builds the job and touches nothing.
             _delete_dataset(config.output)
         config = _configure_runner(options, argv, config)

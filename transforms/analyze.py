@@ -9,8 +9,14 @@ from collections.abc import Sequence
 
 import apache_beam as beam
 import numpy as np
-from apache_beam.options.pipeline_options import GoogleCloudOptions
+from apache_beam.io.filesystems import FileSystems
+from apache_beam.options.pipeline_options import (
+    GoogleCloudOptions,
+    PipelineOptions,
+    StandardOptions,
+)
 
+from pipeline import storage
 from pipeline.normalize import IMAGE, LABEL, normalize_layer
 
 __all__ = [
@@ -19,8 +25,11 @@ __all__ = [
     "QUANTILES",
     "UNKNOWN_LABEL_ID",
     "AnalyzeDataset",
+    "EXPORT_DIRS",
     "normalize_layer",
+    "publish_export",
     "read_statistics",
+    "scratch_root",
 ]
 
 # Label text absent from the label names maps here, like an out-of-vocabulary token.
@@ -58,6 +67,102 @@ _QUANTILE_EPSILON = 0.001
 # bundle of per-image dicts (a few hundred bytes each) never matters for memory.
 _MIN_BATCH, _MAX_BATCH = 16, 1024
 _CHANNELS = 3
+# Runners whose workers all run on this machine and share its filesystem: TFT's scratch (written
+# and read back through TensorFlow's file layer, which has no s3:// and ignores the GCS emulator)
+# stays in the local temp dir there, whatever --temp_location says.
+_LOCAL_RUNNERS = frozenset(
+    {
+        "DirectRunner",
+        "direct",
+        "BundleBasedDirectRunner",
+        "SwitchingDirectRunner",
+        "TestDirectRunner",
+        "PrismRunner",
+        "prism",
+        "InteractiveRunner",
+    }
+)
+# The two folders of TFT's export, in the order they are published.
+EXPORT_DIRS = ("transform_fn", "transformed_metadata")
+
+
+def scratch_root(options: PipelineOptions) -> str:
+    """Where tensorflow-transform keeps its scratch files (written by TensorFlow, not Beam).
+
+    TFT writes intermediate SavedModels and analyzer results through TensorFlow's file layer and
+    reads them back in later steps, possibly on other workers. On a local runner every worker
+    shares this machine's disk, so the scratch is the system temp dir (or a local
+    --temp_location); a URL there (s3://, an emulated gs://) is left to Beam, which can reach it.
+    On a distributed runner (Dataflow) the workers share only --temp_location (gs://, which
+    TensorFlow's GCS client reaches from the workers).
+
+    Args:
+        options: the pipeline's options.
+
+    Returns:
+        A local folder, or the remote runner's --temp_location.
+    """
+    runner = options.view_as(StandardOptions).runner
+    name = runner if runner is None or isinstance(runner, str) else type(runner).__name__
+    temp_location = options.view_as(GoogleCloudOptions).temp_location
+    if name is None or name in _LOCAL_RUNNERS:
+        if temp_location and storage.is_local(temp_location):
+            return temp_location
+        return tempfile.gettempdir()
+    return temp_location or tempfile.gettempdir()
+
+
+def publish_export(export_dir: str, output_dir: str) -> list[str]:
+    """Copy TFT's export (`transform_fn/`, `transformed_metadata/`) into the dataset.
+
+    The export was written by TensorFlow's file layer; the copies go through Beam's FileSystems
+    (the layer every other output file uses, honouring --s3_endpoint_url and the GCS emulator),
+    each file under a temporary name first and then renamed, as the shards are. Files of an
+    older export that the new one lacks are deleted. On a local output the folder tree is
+    recreated as is, empty folders included, so it matches what TFT's WriteTransformFn makes.
+
+    Args:
+        export_dir: the folder TFT's WriteTransformFn wrote (TensorFlow-readable).
+        output_dir: the dataset folder (local, gs://, s3://).
+
+    Returns:
+        The paths written, sorted.
+    """
+    import tensorflow as tf  # TFT's own file layer: whatever TFT wrote to, this can read.
+
+    local = storage.is_local(output_dir)
+    written: list[str] = []
+    for sub in EXPORT_DIRS:
+        source_root = os.path.join(export_dir, sub)
+        target_root = storage.join(output_dir, sub)
+        kept = set()
+        for folder, _, files in sorted(tf.io.gfile.walk(source_root)):
+            rel = os.path.relpath(folder, source_root)
+            parts = [] if rel == "." else rel.split(os.sep)
+            if local:
+                os.makedirs(os.path.join(target_root, *parts), exist_ok=True)
+            for name in sorted(files):
+                with tf.io.gfile.GFile(os.path.join(folder, name), "rb") as f:
+                    data = f.read()
+                target = storage.join(target_root, *parts, name)
+                storage.write_bytes_atomic(target, data)
+                kept.add(target)
+        written.extend(sorted(kept))
+        storage.delete_quietly(sorted(set(_files_under(target_root)) - kept))
+    return written
+
+
+def _files_under(root: str) -> list[str]:
+    """Every file below `root` through FileSystems ([] when there is none)."""
+    if storage.is_local(root):
+        return [os.path.join(d, f) for d, _, files in os.walk(root) for f in files]
+    try:
+        result = FileSystems.match([storage.join(root, "**")])[0]
+    except (OSError, ValueError) as e:
+        if "No files found" in str(e) or "matched no files" in str(e):
+            return []
+        raise
+    return [m.path for m in result.metadata_list if not m.path.endswith("/")]
 
 
 def read_statistics(output_dir: str, train_split: str, label_names: Sequence[str] | None) -> dict:
@@ -339,22 +444,32 @@ def _make_preprocessing_fn(label_names: Sequence[str] | beam.PCollection | None)
     return preprocessing_fn
 
 
-class _ReadStatisticsFn(beam.DoFn):
-    """(after the transform is published) -> the statistics dict; removes the TFT temp dir."""
+class _PublishFn(beam.DoFn):
+    """(once TFT exported to the scratch) -> the statistics dict; publishes the export.
 
-    def __init__(self, output_dir: str, train_split: str, label_names, temp_dir: str):
+    Reads the statistics from the scratch copy (TensorFlow's file layer, where TFT wrote it),
+    copies the export into the dataset through Beam's FileSystems, then removes the scratch.
+    An empty split fails here, before anything reaches the dataset.
+    """
+
+    def __init__(
+        self, output_dir: str, export_dir: str, temp_dir: str, train_split: str, label_names
+    ):
         self._output_dir = output_dir
+        self._export_dir = export_dir
+        self._temp_dir = temp_dir
         self._train_split = train_split
         self._label_names = label_names
-        self._temp_dir = temp_dir
 
     def process(self, unused_done, label_names=None):
-        import tensorflow as tf  # TFT's own file layer: whatever TFT wrote to, this can remove.
+        import tensorflow as tf
 
         names = self._label_names if label_names is None else label_names
-        yield read_statistics(self._output_dir, self._train_split, names)
+        statistics = read_statistics(self._export_dir, self._train_split, names)
+        publish_export(self._export_dir, self._output_dir)
         if tf.io.gfile.exists(self._temp_dir):
             tf.io.gfile.rmtree(self._temp_dir)
+        yield statistics
 
 
 class AnalyzeDataset(beam.PTransform):
@@ -379,8 +494,10 @@ class AnalyzeDataset(beam.PTransform):
         output_dir: dataset directory; the transform is written under it.
         label_names: label id -> name, as in dataset_info.json: a list, a PCollection holding one
             list (computed in the same job), or None for the sorted training labels.
-        temp_dir: TFT's scratch space (default: the pipeline's --temp_location, else the local
-            temp dir); a unique subdirectory is used and removed at the end.
+        temp_dir: TFT's scratch space, written through TensorFlow's file layer (default:
+            `scratch_root` of the pipeline's options); a unique subdirectory is used and removed
+            at the end. The export is made there and then copied into `output_dir` through
+            Beam's FileSystems, so `output_dir` may be any store Beam reaches (s3:// too).
         train_split: the split whose items are analysed.
     """
 
@@ -403,12 +520,10 @@ class AnalyzeDataset(beam.PTransform):
         names = self._label_names
         deferred = isinstance(names, beam.PCollection)
         static_names = None if names is None or deferred else [str(n) for n in names]
-        temp_root = (
-            self._temp_dir
-            or images.pipeline.options.view_as(GoogleCloudOptions).temp_location
-            or tempfile.gettempdir()
-        )
+        temp_root = self._temp_dir or scratch_root(images.pipeline.options)
         temp_dir = os.path.join(temp_root, f"imgrec-tft-{uuid.uuid4().hex}")
+        # TFT's export goes here first; _PublishFn copies it into the dataset.
+        export_dir = os.path.join(temp_dir, "export")
         split = self._train_split
 
         batches = (
@@ -424,11 +539,11 @@ class AnalyzeDataset(beam.PTransform):
             transform_fn = (batches, _tensor_adapter_config()) | "Analyze" >> (
                 tft_beam.AnalyzeDataset(preprocessing_fn)
             )
-            published = transform_fn | "WriteTransformFn" >> (
-                tft_beam.WriteTransformFn(self._output_dir)
+            exported = transform_fn | "WriteTransformFnToScratch" >> (
+                tft_beam.WriteTransformFn(export_dir)
             )
         side = {"label_names": beam.pvalue.AsSingleton(names)} if deferred else {}
-        # published: one None once transform_fn/ and transformed_metadata/ are in place
-        return published | "ReadStatistics" >> beam.ParDo(
-            _ReadStatisticsFn(self._output_dir, split, static_names, temp_dir), **side
+        # exported: one None once the scratch holds transform_fn/ and transformed_metadata/
+        return exported | "PublishTransformFn" >> beam.ParDo(
+            _PublishFn(self._output_dir, export_dir, temp_dir, split, static_names), **side
         )
