@@ -236,7 +236,13 @@ def preflight(config: ConvertConfig) -> None:
                     f"--input {pattern}: matched no files; check the path, and quote glob "
                     "patterns (--input 'data/*/*.jpg'); use '**' to match across folders"
                 )
-    finished, partial = _existing_output(config.output)
+    try:
+        finished, partial = _existing_output(config.output)
+    except PreflightError as e:
+        raise PreflightError(
+            f"--output {config.output}: cannot list it ({_first_line(e.__cause__ or e)}); "
+            f"{_write_hint(config.output)}"
+        ) from e
     if finished and not (config.overwrite or config.resume):
         raise PreflightError(
             f"--output {config.output} already holds a dataset ({schema.DATASET_INFO}); "
@@ -262,6 +268,10 @@ _WRITE_HINTS = {
     "login, or GOOGLE_APPLICATION_CREDENTIALS) may create and delete objects in it",
     None: "check that this user can create and delete files there, or choose another --output",
 }
+
+
+def _write_hint(output: str) -> str:
+    return _WRITE_HINTS.get(FileSystems.get_scheme(output), _WRITE_HINTS[None])
 
 
 def _first_line(exc: BaseException) -> str:
@@ -318,9 +328,9 @@ def check_writable(config: ConvertConfig, options: PipelineOptions) -> None:
     try:
         _probe_output(config.output)
     except Exception as e:  # noqa: BLE001 - any failure means the job could not finish
-        hint = _WRITE_HINTS.get(FileSystems.get_scheme(config.output), _WRITE_HINTS[None])
         raise PreflightError(
-            f"--output {config.output}: cannot write there ({_first_line(e)}); {hint}"
+            f"--output {config.output}: cannot write there ({_first_line(e)}); "
+            f"{_write_hint(config.output)}"
         ) from e
     if not config.analyze:
         return
