@@ -275,8 +275,20 @@ def _write_hint(output: str) -> str:
 
 
 def _first_line(exc: BaseException) -> str:
-    text = " ".join(str(exc).split("\n")[:1]).strip() or type(exc).__name__
-    return text[:300]
+    """The innermost error of Beam's nested BeamIOErrors, on one line (at most 300 chars)."""
+    from apache_beam.io.filesystem import BeamIOError
+
+    for _ in range(4):  # Match -> List -> the client's error: a few levels at most
+        inner = [
+            v
+            for v in (getattr(exc, "exception_details", None) or {}).values()
+            if isinstance(v, BaseException)
+        ]
+        if not isinstance(exc, BeamIOError) or not inner:
+            break
+        exc = inner[0]
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    return f"{type(exc).__name__}: {lines[0] if lines else ''}"[:300]
 
 
 def _probe_output(output: str) -> None:
