@@ -5,7 +5,9 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime
+import contextlib
 import json
+import logging
 import os
 import platform
 import re
@@ -291,6 +293,18 @@ def _first_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {lines[0] if lines else ''}"[:300]
 
 
+@contextlib.contextmanager
+def _storage_logs_muted():
+    """Mute log records while probing: the storage clients log a refused write with a traceback
+    (Beam's S3 uploader on the root logger), and the preflight reports it in its own line."""
+    previous = logging.root.manager.disable
+    logging.disable(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        logging.disable(previous)
+
+
 def _probe_output(output: str) -> None:
     """Write, rename and delete one small object in `output` through Beam's FileSystems.
 
@@ -306,8 +320,9 @@ def _probe_output(output: str) -> None:
         created = missing if not os.path.exists(missing) else None
     probe = storage.join(output, f"{_PROBE_NAME}-{uuid.uuid4().hex}")
     try:
-        storage.write_bytes_atomic(probe, _PROBE_BYTES, mime_type="text/plain")
-        FileSystems.delete([probe])
+        with _storage_logs_muted():
+            storage.write_bytes_atomic(probe, _PROBE_BYTES, mime_type="text/plain")
+            FileSystems.delete([probe])
     finally:
         if created and os.path.isdir(created):
             shutil.rmtree(created, ignore_errors=True)
