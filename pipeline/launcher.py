@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import datetime
-import contextlib
 import json
 import logging
 import os
@@ -331,7 +331,12 @@ def _probe_output(output: str) -> None:
 def _probe_scratch(scratch: str) -> None:
     """Make and remove a folder in TFT's scratch through TensorFlow's file layer (TFT's writer)."""
     if storage.is_local(scratch):
-        shutil.rmtree(tempfile.mkdtemp(prefix="imgrec-preflight-", dir=scratch))
+        folder = tempfile.mkdtemp(prefix="imgrec-preflight-", dir=scratch)
+        try:
+            with open(os.path.join(folder, "probe"), "wb") as f:
+                f.write(_PROBE_BYTES)
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
         return
     import tensorflow as tf  # Remote runners only: the layer TFT itself writes with.
 
