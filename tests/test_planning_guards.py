@@ -1,0 +1,69 @@
+"""Guards for the pure planning logic that earlier tests let planted bugs through (issue 13):
+every split of a 3-way split gets its share, MB means 10**6 bytes, every shard index is used,
+and a file's shard follows its key (relative to the input root), never its full path."""
+
+from __future__ import annotations
+
+import apache_beam as beam
+import pytest
+from apache_beam.testing.test_pipeline import TestPipeline
+from apache_beam.testing.util import assert_that, equal_to
+
+from transforms import keys
+from transforms.keys import assign_split, int_hash
+from transforms.plan_shards import PlanShards, num_shards_for, writer_record
+from tests.test_transforms import _config, _record
+
+SPLITS_3 = (("train", 0.7), ("validation", 0.2), ("test", 0.1))
+
+
+def test_three_way_split_gives_each_split_its_fraction():
+    got = [assign_split(f"cls/{i:05d}.jpg", 0, SPLITS_3) for i in range(20_000)]
+    for name, fraction in SPLITS_3:
+        # 20,000 draws: the binomial standard deviation of a 10 % share is 0.2 %.
+        assert got.count(name) / len(got) == pytest.approx(fraction, abs=0.015), name
+
+
+@pytest.mark.parametrize(
+    "u, expected",
+    [(0.0, "train"), (0.6999, "train"), (0.7001, "validation"), (0.8999, "validation"),
+     (0.9001, "test"), (0.999999, "test")],
+)  # fmt: skip
+def test_split_boundaries_are_cumulative_fractions(monkeypatch, u, expected):
+    monkeypatch.setattr(keys, "unit_hash", lambda purpose, seed, key: u)
+    assert assign_split("any", 0, SPLITS_3) == expected
+
+
+def test_split_hash_is_salted_by_purpose_and_seed():
+    assert int_hash("split", 0, "a") != int_hash("shard", 0, "a")
+    assert int_hash("split", 0, "a") != int_hash("split", 1, "a")
+    assert int_hash("split", 0, "a") == int_hash("split", 0, "a")
+    assert 0 <= keys.unit_hash("split", 0, "a") < 1
+
+
+def test_shard_target_counts_decimal_megabytes():
+    # 3,000,000 bytes at a 1 MB target: 3 shards; one byte more needs a 4th (MiB would say 3).
+    assert num_shards_for(3_000_000, 100, 1.0, 1) == 3
+    assert num_shards_for(3_000_001, 100, 1.0, 1) == 4
+    assert num_shards_for(3_000_001, 2, 1.0, 1) == 2  # never more shards than files
+    assert num_shards_for(10, 100, 1.0, 5) == 5  # --min_shards wins over a small split
+
+
+def test_every_shard_index_is_used_and_shards_follow_keys_not_paths(tmp_path):
+    config = _config(tmp_path, target_shard_mb=1.0, min_shards=4, seed=7)
+    rows = [
+        # The path's directory differs from the key's: a copied dataset must hash the same.
+        _record(f"/mnt/copy-{i % 3}/cls/{i}.jpg", f"cls/{i}.jpg", sha256=f"{i:064d}")
+        for i in range(200)
+    ]
+    expected = sorted(
+        ("train", int_hash("shard", 7, r["key"]) % 4, r["path"]) for r in rows
+    )
+    assert {index for _, index, _ in expected} == {0, 1, 2, 3}
+    with TestPipeline() as p:
+        out = p | beam.Create([rows[i : i + 16] for i in range(0, 200, 16)]) | PlanShards(config)
+        assert_that(out["plan"], equal_to([{"train": 4}]), label="Plan")
+        placed = out["groups"] | beam.FlatMapTuple(
+            lambda key, entries: [(key[0], key[1], writer_record(e)["path"]) for e in entries]
+        )
+        assert_that(placed, equal_to(expected), label="Placement")
