@@ -1,9 +1,17 @@
 """Converter benchmark: `imgrec convert` vs the plain loop a user would write vs the decode ceiling.
 
     python bench/convert.py                       # smoke: 300 images (+ 30 for start-up)
-    python bench/convert.py --num_images 12000    # the real run (README table)
+    python bench/convert.py --num_images 12000 --repeats 3    # the real run (docs/benchmarks.md)
 
-In one run, on the same cached corpus (bench/_work/, git-ignored):
+HEADLINE (what a user waits for): whole process, wall clock, default options, round-robin,
+median of --repeats, each command a fresh process from interpreter start to exit:
+  loop          the plain script (read -> tf.io.decode_image -> Example -> TFRecordWriter)
+  no-validate   a converter that decodes nothing (read -> Example -> TFRecordWriter): it writes
+                truncated and non-image files too; the floor any validating converter is held to
+  imgrec ...    `python -m pipeline convert` with DEFAULT options (analysis on), and with
+                --workers 1 / --workers 2 / --no_analyze (--headline_variants)
+
+DIAGNOSTICS follow. In one run, on the same cached corpus (bench/_work/, git-ignored):
   loop      read -> full decode -> tf.train.Example -> tf.io.TFRecordWriter, one core, in a child
             process (timed inside the loop, so without interpreter/TF start-up)
   ceiling   full decode only, bytes already in memory, one core (eager tf.io.decode_image)
@@ -78,6 +86,32 @@ def _child_loop(corpus_dir: str, output: str) -> dict:
         "failed": failed,
         "bytes": os.path.getsize(output),
     }
+
+
+def _child_novalidate(corpus_dir: str, output: str) -> dict:
+    """A converter that validates nothing: every file's bytes go into an Example as they are."""
+    import tensorflow as tf
+
+    labels = sorted(d for d in os.listdir(corpus_dir) if os.path.isdir(os.path.join(corpus_dir, d)))
+    written = 0
+    with tf.io.TFRecordWriter(output) as w:
+        for i, lab in enumerate(labels):
+            for n in sorted(os.listdir(os.path.join(corpus_dir, lab))):
+                path = os.path.join(corpus_dir, lab, n)
+                with open(path, "rb") as f:
+                    data = f.read()
+                feat = {
+                    "image/encoded": tf.train.Feature(bytes_list=tf.train.BytesList(value=[data])),
+                    "image/class/label": tf.train.Feature(int64_list=tf.train.Int64List(value=[i])),
+                    "image/filename": tf.train.Feature(
+                        bytes_list=tf.train.BytesList(value=[path.encode()])
+                    ),
+                }
+                w.write(
+                    tf.train.Example(features=tf.train.Features(feature=feat)).SerializeToString()
+                )
+                written += 1
+    return {"written": written}
 
 
 def _child_ceiling(corpus_dir: str, summary_json: str) -> dict:
@@ -280,6 +314,48 @@ def _input_bytes(corpus_dir: str, summary: dict) -> int:
     return sum(os.path.getsize(p) for p in files)
 
 
+def _headline(big_dir: str, n_big: int, repeats: int, spec: str) -> tuple[str, dict]:
+    """Whole-process wall clock of each command, round-robin, median of `repeats`."""
+    commands = [
+        ("plain loop (read, decode, write)", "loop"),
+        ("no-validate converter (read, write)", "novalidate"),
+    ]
+    for item in filter(None, (s.strip() for s in spec.split(";"))):
+        name, _, flags = item.partition("=")
+        commands.append((f"imgrec convert {flags.strip() or '(default options)'}", flags.split()))
+    walls: dict[str, list[float]] = {label: [] for label, _ in commands}
+    for _ in range(repeats):
+        for label, what in commands:
+            if isinstance(what, str):
+                out = os.path.join(WORK, f"{what}.tfrecord")
+                r = run_child([PY, os.path.abspath(__file__), "--_child", what, big_dir, out])
+                if r["rc"] != 0:
+                    raise SystemExit(f"child {what} failed:\n{r['stderr'][-3000:]}")
+            else:
+                r = _cli(big_dir, os.path.join(WORK, f"out-headline-{n_big}"), what)
+            walls[label].append(r["wall_s"])
+            print(f"  {label}: {r['wall_s']:.1f} s wall; {load_average()}", flush=True)
+    loop = median(walls[commands[0][0]])
+    novalidate = median(walls[commands[1][0]])
+    rows = [
+        [
+            label,
+            f"{median(w):.1f}",
+            " ".join(f"{x:.1f}" for x in w),
+            f"{loop / median(w):.2f}",
+            f"{median(w) / novalidate:.2f}",
+        ]
+        for label, w in walls.items()
+    ]
+    table = print_table(
+        f"Whole process, wall clock, {n_big} images (median of {repeats}, round-robin; "
+        f"{load_average()})",
+        ["command", "wall s", "runs", "× plain loop", "÷ no-validate"],
+        rows,
+    )
+    return table, {label: w for label, w in walls.items()}
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--num_images", type=int, default=300, help="healthy images in the corpus")
@@ -292,9 +368,15 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--repeats", type=int, default=1, help="runs per measurement (median)")
     ap.add_argument(
+        "--headline_variants",
+        default="default=;w1=--workers 1;w2=--workers 2;noanalyze=--no_analyze",
+        help="';'-separated name=CLI flags for the whole-process headline ('' = defaults)",
+    )
+    ap.add_argument(
         "--variants",
         default="w1=--workers 1;w2=--workers 2",
-        help="';'-separated name=extra CLI flags (always with --no_analyze)",
+        help="diagnostics: ';'-separated name=extra CLI flags (always with --no_analyze), "
+        "steady state by differencing two corpus sizes; '' skips them",
     )
     ap.add_argument(
         "--components", type=int, default=400, help="images for the per-step µs table (0: skip)"
@@ -305,7 +387,12 @@ def main(argv=None) -> int:
 
     if args._child:
         mode, rest = args._child[0], args._child[1:]
-        fn = {"loop": _child_loop, "ceiling": _child_ceiling, "components": _child_components}[mode]
+        fn = {
+            "loop": _child_loop,
+            "novalidate": _child_novalidate,
+            "ceiling": _child_ceiling,
+            "components": _child_components,
+        }[mode]
         if mode == "components":
             rest[-1] = int(rest[-1])
         print(json.dumps(fn(*rest)))
@@ -324,6 +411,16 @@ def main(argv=None) -> int:
         flush=True,
     )
     results = {"num_images": n_big, "small": n_small, "load_before": load_average(), "runs": {}}
+    headline = ""
+    if args.headline_variants:
+        headline, walls = _headline(big_dir, n_big, args.repeats, args.headline_variants)
+        results["headline_wall_s"] = walls
+        if not args.variants and not args.components:
+            results["table"] = headline
+            if args.json:
+                with open(args.json, "w") as f:
+                    json.dump(results, f, indent=1, default=str)
+            return 0
 
     comp_text = ""
     if args.components:
@@ -473,7 +570,7 @@ def main(argv=None) -> int:
         ],
         rows,
     )
-    results["table"] = table + "\n" + comp_text
+    results["table"] = headline + "\n" + table + "\n" + comp_text
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=1, default=str)

@@ -6,6 +6,7 @@ import argparse
 import contextlib
 import dataclasses
 import datetime
+import itertools
 import json
 import logging
 import os
@@ -45,6 +46,15 @@ IMGREC_VERSION = "0.1.0"
 
 # Option names whose values never reach logs, provenance or error messages.
 _SECRET_RE = re.compile(r"(secret|token|password|credential|access_key|key_id|session)", re.I)
+
+
+# Default DirectRunner worker choice (--workers not given): below this many listed files the job
+# runs in-process. Extra worker processes each start their own Beam + TensorFlow (+ TFT) before
+# converting anything: measured start-up 4.5 s in-process vs 7.4 s with 2 processes, steady
+# 2,582 vs 4,103 img/s (bench/convert.py, 36,000 photos, README "Benchmarks"), so 2 processes
+# only win beyond (7.4 - 4.5) / (1/2582 - 1/4103) ~ 20,000 files. Counting stops here, so the
+# preflight never lists a huge input to the end.
+AUTO_PROCESSES_MIN_FILES = 20_000
 
 
 class PreflightError(ValueError):
@@ -217,8 +227,12 @@ def _delete_dataset(output: str) -> None:
                 shutil.rmtree(d, ignore_errors=True)
 
 
-def preflight(config: ConvertConfig) -> None:
+def preflight(config: ConvertConfig, count_up_to: int = 1) -> int:
     """Check inputs exist and the output is free, before anything is written.
+
+    Returns:
+        How many input files (or manifest rows) there are, counted up to `count_up_to`
+        (at least 1: the count stops early, so a huge input is not listed twice).
 
     Raises:
         PreflightError / ManifestError: naming the problem and the fix.
@@ -227,17 +241,21 @@ def preflight(config: ConvertConfig) -> None:
         if not storage.exists(config.manifest):
             raise ManifestError(f"--manifest {config.manifest}: no such file; check the path")
         rows = read_manifest_rows(config.manifest)
-        if next(rows, None) is None:
+        count = sum(1 for _ in itertools.islice(rows, max(1, count_up_to)))
+        if not count:
             raise ManifestError(
                 f"--manifest {config.manifest}: no rows; expected path,label[,split]"
             )
     else:
+        count = 0
         for pattern in config.inputs:
-            if not _matched_paths(resolve_local(pattern), 1):
+            matched = len(_matched_paths(resolve_local(pattern), max(1, count_up_to)))
+            if not matched:
                 raise PreflightError(
                     f"--input {pattern}: matched no files; check the path, and quote glob "
                     "patterns (--input 'data/*/*.jpg'); use '**' to match across folders"
                 )
+            count += matched
     try:
         finished, partial = _existing_output(config.output)
     except PreflightError as e:
@@ -255,6 +273,7 @@ def preflight(config: ConvertConfig) -> None:
             f"--output {config.output} holds the partial output of an earlier run; pass "
             "--resume to continue it, or --overwrite to start over"
         )
+    return count
 
 
 # Written and deleted by the preflight's write check; the temporary prefix keeps it out of every
@@ -380,13 +399,17 @@ def check_writable(config: ConvertConfig, options: PipelineOptions) -> None:
         ) from e
 
 
-def _configure_runner(options: PipelineOptions, argv: list[str], config: ConvertConfig):
-    """Default to DirectRunner with one worker per core; returns the config to run.
+def _configure_runner(
+    options: PipelineOptions, argv: list[str], config: ConvertConfig, num_files: int = 0
+):
+    """Default to DirectRunner, choosing its workers; returns the config to run.
 
-    Several workers run as processes: on 12,000 photos, 2 processes converted ~1.3x faster than
-    2 threads of one process (Beam's per-element Python work contends for the GIL), at the cost
-    of ~2.5 s more start-up and one more TensorFlow in RAM (bench/convert.py). One worker runs
-    in-process and decodes on one thread per core (decoders release the GIL).
+    Without --workers: one in-process worker for inputs under AUTO_PROCESSES_MIN_FILES files
+    (`num_files`, counted by the preflight), else one worker process per core. Several workers
+    run as processes: on 12,000 photos, 2 processes converted ~1.3x faster than 2 threads of
+    one process (Beam's per-element Python work contends for the GIL), at the cost of ~2.9 s
+    more start-up and one more TensorFlow in RAM (bench/convert.py). One worker runs in-process
+    and decodes on one thread per core (decoders release the GIL).
     """
     standard = options.view_as(StandardOptions)
     if standard.runner is None:
@@ -395,7 +418,9 @@ def _configure_runner(options: PipelineOptions, argv: list[str], config: Convert
     if standard.runner in ("DirectRunner", "direct", "BundleBasedDirectRunner"):
         direct = options.view_as(DirectOptions)
         cores = os.cpu_count() or 1
-        workers = options.view_as(ConvertOptions).workers or cores
+        workers = options.view_as(ConvertOptions).workers or (
+            cores if num_files >= AUTO_PROCESSES_MIN_FILES else 1
+        )
         if not any(a.startswith("--direct_num_workers") for a in argv):
             direct.direct_num_workers = workers
         if not any(a.startswith("--direct_running_mode") for a in argv):
@@ -470,12 +495,12 @@ def run_convert(argv: list[str]) -> int:
         # --s3_* / GCS options now, not only to the pipeline's workers.
         FileSystems.set_options(options)
         dry_run = bool(options.view_as(TestOptions).dry_run)
-        preflight(config)
+        num_files = preflight(config, count_up_to=AUTO_PROCESSES_MIN_FILES)
         if not dry_run:  # A dry run builds the job and touches nothing.
             check_writable(config, options)
         if config.overwrite and not dry_run:  # A dry run builds the job and touches nothing.
             _delete_dataset(config.output)
-        config = _configure_runner(options, argv, config)
+        config = _configure_runner(options, argv, config, num_files)
     except (OptionError, PreflightError, ManifestError) as e:
         print(f"imgrec: {e}", file=sys.stderr)
         return 2

@@ -167,6 +167,28 @@ def test_size_quantiles_span_train_sizes(analyzed):
         assert set(q.values()) <= set(sizes)
         # Ten values: the median boundary sits between the 5th and 6th smallest.
         assert sizes[4] <= q["p50"] <= sizes[5]
+        # Exact nearest-rank percentiles (NumPy's inverted_cdf), not a sketch's estimate.
+        for p in analyze.QUANTILES:
+            assert q[f"p{p}"] == int(np.percentile(sizes, p, method="inverted_cdf")), (key, p)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_size_quantiles_are_exact_nearest_rank(seed):
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 400))
+    heights = rng.integers(1, 60, n).tolist()
+    widths = rng.integers(1000, 1010, n).tolist()
+    fn = analyze.SizeQuantilesFn()
+    # Two accumulators merged, as a runner combines bundles.
+    accs = [fn.create_accumulator(), fn.create_accumulator()]
+    for i, (h, w) in enumerate(zip(heights, widths)):
+        accs[i % 2] = fn.add_input(accs[i % 2], {"height": h, "width": w})
+    out = fn.extract_output(fn.merge_accumulators(accs))
+    for key, sizes in (("height_quantiles", heights), ("width_quantiles", widths)):
+        q = out[key]
+        assert (q["min"], q["max"]) == (min(sizes), max(sizes))
+        for p in analyze.QUANTILES:
+            assert q[f"p{p}"] == int(np.percentile(sizes, p, method="inverted_cdf")), (key, p)
 
 
 def test_export_layout_is_tft_standard_and_scratch_is_removed(analyzed):

@@ -1,0 +1,47 @@
+"""The launcher's default DirectRunner set-up: in-process for small inputs, processes for large."""
+
+from __future__ import annotations
+
+import pytest
+from apache_beam.options.pipeline_options import DirectOptions
+
+from pipeline import launcher
+
+
+def _configure(tmp_path, argv_extra: list[str], num_files: int, monkeypatch, cores: int = 2):
+    monkeypatch.setattr(launcher.os, "cpu_count", lambda: cores)
+    (tmp_path / "in").mkdir(exist_ok=True)
+    argv = ["--input", str(tmp_path / "in" / "*.jpg"), "--output", str(tmp_path / "out")]
+    argv += argv_extra
+    options, config, argv = launcher.parse_convert_args(argv)
+    config = launcher._configure_runner(options, argv, config, num_files)
+    direct = options.view_as(DirectOptions)
+    return direct.direct_num_workers, direct.direct_running_mode, config.decode_threads
+
+
+@pytest.mark.parametrize(
+    "num_files, expected",
+    [
+        (1, (1, "in_memory", 2)),
+        (launcher.AUTO_PROCESSES_MIN_FILES - 1, (1, "in_memory", 2)),
+        (launcher.AUTO_PROCESSES_MIN_FILES, (2, "multi_processing", 1)),
+    ],
+)
+def test_default_workers_follow_the_input_size(tmp_path, monkeypatch, num_files, expected):
+    assert _configure(tmp_path, [], num_files, monkeypatch) == expected
+
+
+def test_explicit_workers_win_over_the_input_size(tmp_path, monkeypatch):
+    assert _configure(tmp_path, ["--workers", "2"], 5, monkeypatch) == (2, "multi_processing", 1)
+    assert _configure(tmp_path, ["--workers", "1"], 10**6, monkeypatch) == (1, "in_memory", 2)
+
+
+def test_preflight_counts_inputs_up_to_the_cap(tmp_path):
+    for i in range(7):
+        (tmp_path / f"{i}.jpg").write_bytes(b"x")
+    options, config, _ = launcher.parse_convert_args(
+        ["--input", str(tmp_path / "*.jpg"), "--output", str(tmp_path / "out")]
+    )
+    assert launcher.preflight(config, count_up_to=100) == 7
+    assert launcher.preflight(config, count_up_to=3) == 3
+    assert launcher.preflight(config) == 1
