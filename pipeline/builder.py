@@ -8,6 +8,7 @@ import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions, TestOptions
 
 from pipeline.options import ConvertConfig
+from transforms.count_progress import CountProgress
 from transforms.dedupe import DropDuplicates
 from transforms.describe import DescribeDataset
 from transforms.inspect_images import InspectImages
@@ -33,6 +34,10 @@ class _LabelSetFn(beam.CombineFn):
 
     def extract_output(self, acc):
         return sorted(acc - {""})
+
+
+def _shard_examples(shard: dict) -> int:
+    return int(shard.get("num_examples", 0))
 
 
 def add_convert(p: beam.Pipeline, config: ConvertConfig, provenance: dict) -> beam.PCollection:
@@ -99,6 +104,14 @@ def add_convert(p: beam.Pipeline, config: ConvertConfig, provenance: dict) -> be
         inspection["rejected"],
         written["rejected"],
     ) | "AllRejected" >> beam.Flatten()
+    # Live progress: side branches that only count (pipeline/progress.py), no output.
+    _ = listed | "ProgressListed" >> CountProgress("listed", len)
+    _ = listing["rejected"] | "ProgressListRejects" >> CountProgress("listed")
+    _ = inspection["inspected"] | "ProgressInspected" >> CountProgress("inspected", len)
+    _ = inspection["rejected"] | "ProgressInspectRejects" >> CountProgress("inspected")
+    _ = written["shards"] | "ProgressWritten" >> CountProgress("written", _shard_examples)
+    _ = rejected | "ProgressRejected" >> CountProgress("rejected")
+    _ = deduped["duplicates"] | "ProgressDuplicates" >> CountProgress("duplicates")
     return p | "Describe" >> DescribeDataset(
         config,
         provenance,
