@@ -77,7 +77,9 @@ def main(argv: list[str] | None = None) -> int:
     argv, verbose = quiet.pop_verbose(list(sys.argv[1:] if argv is None else argv))
     if not as_program or verbose or not argv or argv[0] in ("-h", "--help", "help"):
         return _dispatch(argv)
-    with quiet.Capture(verbose=False, command=argv[0].lstrip("-")) as capture:
+    command = "convert" if argv[0].startswith("--") else argv[0]
+    named = command == "convert"  # convert's own failure line names the log
+    with quiet.Capture(verbose=False, command=command) as capture:
         try:
             status = _dispatch(argv)
         except KeyboardInterrupt:
@@ -88,9 +90,12 @@ def main(argv: list[str] | None = None) -> int:
             import traceback
 
             traceback.print_exc(file=capture.log_file)
-            print(f"imgrec: {argv[0]} failed: {type(e).__name__}: {e}", file=sys.stderr)
-            status = 1
-        if status not in (0, 2):
+            print(
+                f"imgrec: {argv[0]} failed: {type(e).__name__}: {str(e)[:300]}{quiet.log_hint()}",
+                file=sys.stderr,
+            )
+            status, named = 1, True
+        if status not in (0, 2) and not named:
             print(
                 f"imgrec: full log: {capture.log_path} (-v prints it on the terminal)",
                 file=sys.stderr,

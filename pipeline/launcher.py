@@ -378,7 +378,9 @@ def run_convert(argv: list[str]) -> int:
             )
         return 130
     except Exception as e:  # noqa: BLE001 - any pipeline failure becomes one clear line
-        print(f"imgrec: {_beam_error_line(e)}", file=sys.stderr)
+        from pipeline.quiet import log_hint
+
+        print(f"imgrec: {_beam_error_line(e)}{log_hint()}", file=sys.stderr)
         # Too many rejects is the input's problem, not a crash: its own status (see --help).
         return EXIT_TOO_MANY_REJECTS if "TooManyRejectsError" in str(type(e).__name__) + str(
             e

@@ -21,10 +21,12 @@ import os
 import sys
 import tempfile
 
-__all__ = ["LOG_DIR_ENV", "VERBOSE_ENV", "Capture", "pop_verbose", "log_dir"]
+__all__ = ["LOG_DIR_ENV", "LOG_FILE_ENV", "VERBOSE_ENV", "Capture", "pop_verbose", "log_dir", "log_hint"]
 
 # Where logs go (default: <tmp>/imgrec-logs); a run's log is named in its failure line.
 LOG_DIR_ENV = "IMGREC_LOG_DIR"
+# Set while a quiet run logs to a file: failure lines name it (launcher, cli).
+LOG_FILE_ENV = "IMGREC_LOG_FILE"
 # Set to 1 for -v behaviour without the flag (e.g. in a wrapper script).
 VERBOSE_ENV = "IMGREC_VERBOSE"
 # Logs older than this are deleted when a new run starts: a week keeps a failed run's log around
@@ -37,6 +39,12 @@ def pop_verbose(argv: list[str]) -> tuple[list[str], bool]:
     rest = [a for a in argv if a not in ("-v", "--verbose")]
     verbose = len(rest) != len(argv) or os.environ.get(VERBOSE_ENV, "") not in ("", "0")
     return rest, verbose
+
+
+def log_hint() -> str:
+    """' (full log: PATH)' while a quiet run logs to a file, else ''."""
+    path = os.environ.get(LOG_FILE_ENV)
+    return f" (full log: {path})" if path else ""
 
 
 def log_dir() -> str:
@@ -111,6 +119,7 @@ class Capture:
         )
         log = os.fdopen(fd, "a", buffering=1, encoding="utf-8", errors="replace")
         self.log_file = log
+        os.environ[LOG_FILE_ENV] = self.log_path
         sys.stdout.flush()
         sys.stderr.flush()
         terminal_out, terminal_err = os.dup(1), os.dup(2)
@@ -147,4 +156,5 @@ class Capture:
         os.close(terminal_err)
         sys.stdout, sys.stderr = old_out, old_err
         log.close()
+        os.environ.pop(LOG_FILE_ENV, None)
         self._saved = []
