@@ -189,6 +189,7 @@ def _delete_dataset(output: str) -> None:
         storage.join(output, schema.DATASET_INFO),
         storage.join(output, schema.REJECTED),
         storage.join(output, schema.DUPLICATES),
+        storage.join(output, "report.html"),  # pipeline/report.py REPORT_FILE
         storage.join(output, "*", "*-of-*.tfrecord*"),
         storage.join(output, "*", ".tmp-*"),
         storage.join(output, ".imgrec", "**"),
@@ -389,7 +390,8 @@ def run_convert(argv: list[str]) -> int:
     if storage.exists(info_path):
         info = json.loads(storage.read_bytes(info_path))
         print(format_summary(info, config.output, time.time() - started))
-        _write_report(config.output)
+        if not options.view_as(ConvertOptions).no_report:
+            _write_report(config.output)
     return 0
 
 

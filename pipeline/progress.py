@@ -86,8 +86,13 @@ def read_counts(directory: str) -> dict[str, int]:
     return total
 
 
-def _rate_eta(counts: dict, started: float) -> tuple[float, float | None]:
-    """(images/s, seconds left): work is inspecting then writing each listed file."""
+def _rate_eta(counts: dict, started: float | None) -> tuple[float, float | None]:
+    """(images/s, seconds left): work is inspecting then writing each listed file.
+
+    `started`: when the first file was listed (start-up time is not the job's speed).
+    """
+    if started is None:
+        return 0.0, None
     listed = counts["listed"]
     done = counts["inspected"] + counts["written"] + counts["rejected"] + counts["duplicates"]
     elapsed = max(time.monotonic() - started, 1e-6)
@@ -98,7 +103,7 @@ def _rate_eta(counts: dict, started: float) -> tuple[float, float | None]:
     return rate, max(0.0, todo * elapsed / done)
 
 
-def _text(counts: dict, started: float) -> str:
+def _text(counts: dict, started: float | None) -> str:
     rate, eta = _rate_eta(counts, started)
     eta_text = "?" if eta is None else time.strftime("%M:%S", time.gmtime(eta))
     return (
@@ -121,7 +126,7 @@ class Progress:
         self.plain_every_s = plain_every_s
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="imgrec-progress", daemon=True)
-        self._started = time.monotonic()
+        self._started = None  # set when the first file is listed
         self._live = None
 
     def __enter__(self) -> Progress:
@@ -145,6 +150,8 @@ class Progress:
 
     def _show(self) -> None:
         counts = read_counts(self.directory)
+        if self._started is None and counts["listed"]:
+            self._started = time.monotonic()
         text = _text(counts, self._started)
         if self._live is not None:
             total = max(1, 2 * counts["listed"])
