@@ -426,9 +426,9 @@ table{border-collapse:collapse;max-width:100%}td,th{padding:2px 10px 2px 0;text-
 vertical-align:top}td.n{text-align:right;font-variant-numeric:tabular-nums}
 .path{font-family:monospace;font-size:12px;overflow-wrap:anywhere;word-break:break-all}
 .sheet{display:flex;flex-wrap:wrap;gap:10px}
-figure{margin:0;background:#fff;border:1px solid #ddd;padding:4px;width:288px;box-sizing:border-box}
+figure{margin:0;background:#fff;border:1px solid #ddd;padding:4px;width:280px;box-sizing:border-box}
 figure .pair{display:flex;gap:4px;align-items:flex-start}
-figure .pair img{width:136px;height:auto}figcaption{font-size:11px;color:#555;overflow-wrap:anywhere}
+figure .pair img{width:132px;height:auto}figcaption{font-size:11px;color:#555;overflow-wrap:anywhere}
 .plots{display:flex;flex-wrap:wrap;gap:12px}.plots img{max-width:100%;height:auto}
 .thumb{width:96px;height:auto}.muted{color:#777}.none{display:inline-block;width:160px;
 height:120px;background:#eee;color:#888;text-align:center;line-height:120px;font-size:12px}
