@@ -365,7 +365,10 @@ def run_convert(argv: list[str]) -> int:
                     f"imgrec: Dataflow job {result.job_id()}: https://console.cloud.google.com/"
                     f"dataflow/jobs/{gcp.region}/{result.job_id()}?project={gcp.project}"
                 )
-            result.wait_until_finish()
+                with progress.poll_remote(result):  # the job's counters while it runs
+                    result.wait_until_finish()
+            else:
+                result.wait_until_finish()
     except KeyboardInterrupt:
         if remote:
             print(

@@ -21,7 +21,17 @@ import tempfile
 import threading
 import time
 
-__all__ = ["PROGRESS_DIR_ENV", "STAGES", "tally", "flush", "read_counts", "Progress", "live"]
+__all__ = [
+    "PROGRESS_DIR_ENV",
+    "STAGES",
+    "tally",
+    "flush",
+    "read_counts",
+    "Progress",
+    "live",
+    "poll_remote",
+    "remote_counts",
+]
 
 PROGRESS_DIR_ENV = "IMGREC_PROGRESS_DIR"
 # What the display counts, in pipeline order.
@@ -194,3 +204,56 @@ def live(enabled: bool = True, stream=None):
         os.environ.pop(PROGRESS_DIR_ENV, None)
         _counts.clear()
         shutil.rmtree(directory, ignore_errors=True)
+
+
+# Dataflow: how often the launcher asks the job for its counters (each ask is one API call;
+# Dataflow itself updates them about every 30 s).
+_REMOTE_EVERY_S = 30.0
+
+
+def remote_counts(result) -> dict[str, int]:
+    """imgrec's counters of a running job (summed over steps), from `result.metrics()`."""
+    from apache_beam.metrics.metric import MetricsFilter
+
+    query = result.metrics().query(MetricsFilter().with_namespace("imgrec"))
+    counts: dict[str, int] = {}
+    for c in query.get("counters", []):
+        value = c.committed if c.committed is not None else c.attempted
+        counts[c.key.metric.name] = counts.get(c.key.metric.name, 0) + int(value or 0)
+    return counts
+
+
+def remote_text(counts: dict[str, int]) -> str:
+    """One line from the job's counters: listed, inspected, written, rejected, duplicates."""
+    rejected = sum(v for k, v in counts.items() if k.startswith("rejected_"))
+    return (
+        f"listed {counts.get('files_matched', 0)}  inspected {counts.get('inspected_ok', 0)}  "
+        f"written {counts.get('written', 0)}  rejected {rejected}  "
+        f"duplicates {counts.get('duplicates', 0)}"
+    )
+
+
+@contextlib.contextmanager
+def poll_remote(result, stream=None, every_s: float = _REMOTE_EVERY_S):
+    """While the enclosed wait runs, print the remote job's counters every `every_s` seconds."""
+    stream = stream or sys.stderr
+    stop = threading.Event()
+
+    def run() -> None:
+        last = None
+        while not stop.wait(every_s):
+            try:
+                text = remote_text(remote_counts(result))
+            except Exception:  # noqa: BLE001 - a display: a failed poll waits for the next one
+                continue
+            if text != last:
+                print(f"imgrec: progress: {text}", file=stream, flush=True)
+                last = text
+
+    thread = threading.Thread(target=run, name="imgrec-remote-progress", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join(timeout=5)
