@@ -315,7 +315,10 @@ def print_help() -> None:
         prog="imgrec convert",
         description="Convert image files (local, gs://, s3://) into sharded TFRecords.",
         epilog="Any Apache Beam pipeline option passes through (--runner, --direct_num_workers, "
-        "--project, --temp_location, --s3_endpoint_url, ...).",
+        "--project, --temp_location, --s3_endpoint_url, ...). -v/--verbose shows other "
+        "libraries' logs, which otherwise go to a log file named when a run fails. Exit status: "
+        "0 done, 1 failed, 2 bad option/input/output, 3 too many rejects (--max_bad_fraction), "
+        "130 interrupted. Options reference: docs/options.md.",
     )
     ConvertOptions._add_argparse_args(parser)
     parser.print_help()
