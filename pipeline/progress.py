@@ -132,7 +132,9 @@ class Progress:
 
     def __init__(self, directory: str, stream=None, plain_every_s: float = _PLAIN_EVERY_S):
         self.directory = directory
-        self.stream = stream or sys.stderr
+        # The terminal itself when quiet.Capture tees stderr: redraws stay out of the log.
+        stream = stream or sys.stderr
+        self.stream = getattr(stream, "terminal", stream)
         self.plain_every_s = plain_every_s
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="imgrec-progress", daemon=True)

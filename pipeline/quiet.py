@@ -68,6 +68,7 @@ class _Tee(io.TextIOBase):
     def __init__(self, terminal: io.TextIOWrapper, log):
         self._terminal = terminal
         self._log = log
+        self.terminal = terminal  # for redrawn lines (progress) that the log should not keep
 
     def write(self, text: str) -> int:
         self._terminal.write(text)
