@@ -5,7 +5,7 @@ from __future__ import annotations
 import tempfile
 
 import apache_beam as beam
-from apache_beam.options.pipeline_options import PipelineOptions, TestOptions
+from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions, TestOptions
 
 from pipeline.options import ConvertConfig
 from transforms.count_progress import CountProgress
@@ -38,6 +38,22 @@ class _LabelSetFn(beam.CombineFn):
 
 def _shard_examples(shard: dict) -> int:
     return int(shard.get("num_examples", 0))
+
+
+# Runners whose workers run on this machine and inherit the progress folder's variable.
+_LOCAL_RUNNERS = ("DirectRunner", "direct", "BundleBasedDirectRunner", "SwitchingDirectRunner")
+
+
+def _add_progress(listing, inspection, written, rejected, deduped) -> None:
+    """Side branches that count files for the live progress line (pipeline/progress.py)."""
+    listed = listing["listed"]
+    _ = listed | "ProgressListed" >> CountProgress("listed", len)
+    _ = listing["rejected"] | "ProgressListRejects" >> CountProgress("listed")
+    _ = inspection["inspected"] | "ProgressInspected" >> CountProgress("inspected", len)
+    _ = inspection["rejected"] | "ProgressInspectRejects" >> CountProgress("inspected")
+    _ = written["shards"] | "ProgressWritten" >> CountProgress("written", _shard_examples)
+    _ = rejected | "ProgressRejected" >> CountProgress("rejected")
+    _ = deduped["duplicates"] | "ProgressDuplicates" >> CountProgress("duplicates")
 
 
 def add_convert(p: beam.Pipeline, config: ConvertConfig, provenance: dict) -> beam.PCollection:
@@ -104,14 +120,11 @@ def add_convert(p: beam.Pipeline, config: ConvertConfig, provenance: dict) -> be
         inspection["rejected"],
         written["rejected"],
     ) | "AllRejected" >> beam.Flatten()
-    # Live progress: side branches that only count (pipeline/progress.py), no output.
-    _ = listed | "ProgressListed" >> CountProgress("listed", len)
-    _ = listing["rejected"] | "ProgressListRejects" >> CountProgress("listed")
-    _ = inspection["inspected"] | "ProgressInspected" >> CountProgress("inspected", len)
-    _ = inspection["rejected"] | "ProgressInspectRejects" >> CountProgress("inspected")
-    _ = written["shards"] | "ProgressWritten" >> CountProgress("written", _shard_examples)
-    _ = rejected | "ProgressRejected" >> CountProgress("rejected")
-    _ = deduped["duplicates"] | "ProgressDuplicates" >> CountProgress("duplicates")
+    # Live progress: side branches that only count (pipeline/progress.py), no output. Local
+    # runs only: a distributed runner's job graph stays as it was (its counters are polled).
+    runner = str(p.options.view_as(StandardOptions).runner or "DirectRunner")
+    if runner in _LOCAL_RUNNERS:
+        _add_progress(listing, inspection, written, rejected, deduped)
     return p | "Describe" >> DescribeDataset(
         config,
         provenance,
