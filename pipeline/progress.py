@@ -105,7 +105,7 @@ def _rate_eta(counts: dict, started: float | None) -> tuple[float, float | None]
         return 0.0, None
     listed = counts["listed"]
     done = counts["inspected"] + counts["written"] + counts["rejected"] + counts["duplicates"]
-    elapsed = max(time.monotonic() - started, 1e-6)
+    elapsed = max(time.monotonic() - started, 1.0)  # no wild rate from the first poll
     rate = counts["inspected"] / elapsed
     todo = 2 * listed - done  # Rejects and duplicates end early: never counted twice.
     if done <= 0 or listed <= 0:
