@@ -497,7 +497,7 @@ def build_report(data_dir: str) -> str:
         out.append(f'<div class=plots>{_img(_plot_classes(counts, names), "classes per split")}</div>')
 
     # Contact sheet.
-    split = info.get("statistics", {}).get("train_split") or "train"
+    split = (info.get("statistics") or {}).get("train_split") or "train"
     if split not in info["splits"] or not info["splits"][split].get("num_examples"):
         split = next((s for s, v in info["splits"].items() if v.get("num_examples")), None)
     if split:
