@@ -41,7 +41,7 @@ REPORT_FILE = "report.html"
 # counts), a sample beyond it. 256 MB reads in ~1-2 s from a local disk.
 SCAN_BYTES = 256 * 2**20
 # Contact sheet: images per class, and the thumbnail's longer side in pixels.
-PER_CLASS = 6
+PER_CLASS = 8  # two rows of four at 1280 px
 THUMB_PX = 160
 # Rejected/duplicate examples listed per reason; files larger than this get no thumbnail.
 EXAMPLES_PER_REASON = 4
@@ -437,7 +437,8 @@ height:120px;background:#eee;color:#888;text-align:center;line-height:120px;font
 
 def _img(uri: str | None, alt: str, cls: str = "") -> str:
     if uri is None:
-        return f'<span class="none">{html.escape(alt)}: none</span>'
+        text = alt if alt.startswith("no ") else f"no {alt}"
+        return f'<span class="none">{html.escape(text)}</span>'
     cls_attr = f' class="{cls}"' if cls else ""
     return f'<img{cls_attr} alt="{html.escape(alt)}" src="{uri}">'
 
