@@ -62,7 +62,13 @@ def _preview(argv: list[str]) -> int:
     parser.add_argument("dir", help="the converted dataset (its dataset_info.json)")
     parser.add_argument("--out", help="where to write the HTML (default: DIR/report.html)")
     args = parser.parse_args(argv)
-    path = write_report(args.dir, args.out)
+    from pipeline.schema import DatasetInfoError
+
+    try:
+        path = write_report(args.dir, args.out)
+    except DatasetInfoError as e:
+        print(f"imgrec: {e}", file=sys.stderr)
+        return 1
     print(f"imgrec: report {path}")
     return 0
 

@@ -17,10 +17,13 @@ from __future__ import annotations
 import base64
 import collections
 import datetime
+import hashlib
 import html
 import io
 import json
+import os
 import struct
+import tempfile
 
 from apache_beam.io.filesystems import FileSystems
 
@@ -48,7 +51,7 @@ EXAMPLES_PER_REASON = 4
 THUMB_MAX_FILE_BYTES = 32 * 2**20
 # The reader's evaluation output size shown beside each original.
 EVAL_SIZE = (224, 224)
-# Records the eval-crop pass may read while looking for the contact sheet's images.
+# Records the contact sheet may read while looking for images of every class.
 EVAL_SEARCH_RECORDS = 4096
 
 
@@ -275,34 +278,39 @@ def _open_any(path: str):
         ImageFile.LOAD_TRUNCATED_IMAGES = old
 
 
-def _eval_crops(data_dir: str, split: str, wanted: set[bytes]) -> dict[bytes, str]:
-    """sha256 key -> data URI of the reader's evaluation output for the `wanted` records."""
+def _eval_crops(info: dict, records: list[bytes]) -> list[str | None]:
+    """The reader's evaluation output for each of `records`, as data URIs (None if unavailable).
+
+    The records go into a one-shard local copy, so `make_dataset` (whose file systems know no
+    S3) serves datasets in any store, and reads only the records shown.
+    """
+    if not records:
+        return []
     try:
-        import tensorflow as tf  # noqa: F401 - the reader needs it
+        import tensorflow as tf
 
         from pipeline.reader import make_dataset
-    except ImportError:
-        return {}
+    except ImportError:  # a converter-only install: originals only
+        return [None] * len(records)
     from PIL import Image
 
-    found = {}
-    ds = make_dataset(
-        data_dir,
-        split,
-        global_batch_size=64,
-        training=False,
-        image_size=EVAL_SIZE,
-        extra_features=(schema.SHA256,),
-    )
-    seen = 0
-    for images, _, extras in ds:
-        for image, key in zip(images.numpy(), extras[schema.SHA256].numpy()):
-            if key in wanted:
-                found[key] = _thumb(Image.fromarray(image))
-        seen += len(images)
-        if len(found) == len(wanted) or seen >= EVAL_SEARCH_RECORDS:
-            break
-    return found
+    with tempfile.TemporaryDirectory(prefix="imgrec-report-") as d:
+        rel = "sheet/sheet-00000-of-00001.tfrecord"
+        os.makedirs(os.path.join(d, "sheet"))
+        with tf.io.TFRecordWriter(os.path.join(d, rel)) as writer:
+            for record in records:
+                writer.write(record)
+        with open(os.path.join(d, rel), "rb") as f:
+            data = f.read()
+        shard = {"file": rel, "num_examples": len(records), "num_bytes": len(data),
+                 "sha256": hashlib.sha256(data).hexdigest()}  # fmt: skip
+        split = {"num_examples": len(records), "num_bytes": len(data), "num_shards": 1,
+                 "shards": [shard]}  # fmt: skip
+        with open(os.path.join(d, schema.DATASET_INFO), "w") as f:
+            json.dump(dict(info, splits={"sheet": split}), f)
+        ds = make_dataset(d, "sheet", global_batch_size=len(records), image_size=EVAL_SIZE)
+        images = next(iter(ds))[0].numpy()
+    return [_thumb(Image.fromarray(image)) for image in images]
 
 
 def _contact_sheet(data_dir: str, info: dict, split: str) -> dict[str, list[dict]]:
@@ -330,7 +338,7 @@ def _contact_sheet(data_dir: str, info: dict, split: str) -> dict[str, list[dict
                 {
                     "path": fields.get(schema.FILENAME, b"").decode("utf-8", "replace"),
                     "size": f"{fields.get(schema.WIDTH)}×{fields.get(schema.HEIGHT)}",
-                    "key": fields.get(schema.SHA256, b""),
+                    "record": record,
                     "original": original,
                 }
             )
@@ -338,10 +346,9 @@ def _contact_sheet(data_dir: str, info: dict, split: str) -> dict[str, list[dict
             len(chosen[n]) >= PER_CLASS for n in names
         ) and len(chosen) >= len(names):
             break
-    crops = _eval_crops(data_dir, split, {c["key"] for v in chosen.values() for c in v})
-    for items in chosen.values():
-        for c in items:
-            c["eval"] = crops.get(c.pop("key"))
+    items = [c for v in chosen.values() for c in v]
+    for c, crop in zip(items, _eval_crops(info, [c.pop("record") for c in items])):
+        c["eval"] = crop
     return {n: chosen[n] for n in names if n in chosen} | {
         n: v for n, v in chosen.items() if n not in names
     }
@@ -452,7 +459,13 @@ def _jsonl(data_dir: str, name: str) -> list[dict]:
 
 def build_report(data_dir: str) -> str:
     """The report of the dataset in `data_dir` as one HTML string."""
-    info = schema.load_dataset_info(data_dir)
+    info_path = storage.join(data_dir, schema.DATASET_INFO)
+    if not storage.exists(info_path):
+        raise schema.DatasetInfoError(
+            f"{info_path} not found: {data_dir!r} is not a converted dataset "
+            "(run `imgrec convert --output DIR` first, or check the path)"
+        )
+    info = json.loads(storage.read_bytes(info_path))
     names = list(info.get("label_names", []))
     scan = scan_dataset(data_dir, info)
     counts = _label_counts(info, scan)
