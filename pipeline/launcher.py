@@ -389,9 +389,8 @@ def run_convert(argv: list[str]) -> int:
 
         print(f"imgrec: {_beam_error_line(e)}{log_hint()}", file=sys.stderr)
         # Too many rejects is the input's problem, not a crash: its own status (see --help).
-        return EXIT_TOO_MANY_REJECTS if "TooManyRejectsError" in str(type(e).__name__) + str(
-            e
-        ) else 1
+        too_many = "TooManyRejectsError" in f"{type(e).__name__} {e}"  # Beam wraps our error
+        return EXIT_TOO_MANY_REJECTS if too_many else 1
     info_path = storage.join(config.output, schema.DATASET_INFO)
     if storage.exists(info_path):
         info = json.loads(storage.read_bytes(info_path))
@@ -408,7 +407,10 @@ def _write_report(output: str) -> None:
     try:
         path = write_report(output)
     except Exception as e:  # noqa: BLE001 - the dataset is written; the report is a view of it
-        print(f"imgrec: report not written ({type(e).__name__}: {str(e)[:200]}); "
-              f"retry with `imgrec preview {output}`", file=sys.stderr)
+        print(
+            f"imgrec: report not written ({type(e).__name__}: {str(e)[:200]}); "
+            f"retry with `imgrec preview {output}`",
+            file=sys.stderr,
+        )
         return
     print(f"  report      {path}")

@@ -144,7 +144,8 @@ class Progress:
     def __enter__(self) -> Progress:
         if self.stream.isatty():
             from rich.console import Console
-            from rich.progress import BarColumn, Progress as RichProgress, TextColumn
+            from rich.progress import BarColumn, TextColumn
+            from rich.progress import Progress as RichProgress
 
             console = Console(file=self.stream, force_terminal=True)
             self._live = RichProgress(

@@ -21,7 +21,15 @@ import os
 import sys
 import tempfile
 
-__all__ = ["LOG_DIR_ENV", "LOG_FILE_ENV", "VERBOSE_ENV", "Capture", "pop_verbose", "log_dir", "log_hint"]
+__all__ = [
+    "LOG_DIR_ENV",
+    "LOG_FILE_ENV",
+    "VERBOSE_ENV",
+    "Capture",
+    "pop_verbose",
+    "log_dir",
+    "log_hint",
+]
 
 # Where logs go (default: <tmp>/imgrec-logs); a run's log is named in its failure line.
 LOG_DIR_ENV = "IMGREC_LOG_DIR"

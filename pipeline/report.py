@@ -23,6 +23,7 @@ import io
 import json
 import os
 import struct
+import sys
 import tempfile
 
 from apache_beam.io.filesystems import FileSystems
@@ -308,8 +309,14 @@ def _eval_crops(info: dict, records: list[bytes]) -> list[str | None]:
                  "shards": [shard]}  # fmt: skip
         with open(os.path.join(d, schema.DATASET_INFO), "w") as f:
             json.dump(dict(info, splits={"sheet": split}), f)
-        ds = make_dataset(d, "sheet", global_batch_size=len(records), image_size=EVAL_SIZE)
-        images = next(iter(ds))[0].numpy()
+        try:
+            ds = make_dataset(d, "sheet", global_batch_size=len(records), image_size=EVAL_SIZE)
+            images = next(iter(ds))[0].numpy()
+        except (tf.errors.OpError, ValueError) as e:  # a record the reader cannot decode
+            print(
+                f"imgrec: report: no eval crops ({str(e).splitlines()[0][:200]})", file=sys.stderr
+            )
+            return [None] * len(records)
     return [_thumb(Image.fromarray(image)) for image in images]
 
 
@@ -342,12 +349,14 @@ def _contact_sheet(data_dir: str, info: dict, split: str) -> dict[str, list[dict
                     "original": original,
                 }
             )
-        if read >= EVAL_SEARCH_RECORDS or all(
-            len(chosen[n]) >= PER_CLASS for n in names
-        ) and len(chosen) >= len(names):
+        if (
+            read >= EVAL_SEARCH_RECORDS
+            or all(len(chosen[n]) >= PER_CLASS for n in names)
+            and len(chosen) >= len(names)
+        ):
             break
     items = [c for v in chosen.values() for c in v]
-    for c, crop in zip(items, _eval_crops(info, [c.pop("record") for c in items])):
+    for c, crop in zip(items, _eval_crops(info, [c.pop("record") for c in items]), strict=True):
         c["eval"] = crop
     return {n: chosen[n] for n in names if n in chosen} | {
         n: v for n, v in chosen.items() if n not in names
@@ -400,7 +409,7 @@ def _plot_sizes(rows: list[dict]) -> tuple[str, str]:
     ax.set_title("image sizes")
     sizes = _png(plt, fig)
     plt, fig, ax = _figure(4.6, 3.4)
-    ax.hist([w / h for w, h in zip(widths, heights) if h], bins=30)
+    ax.hist([w / h for w, h in zip(widths, heights, strict=True) if h], bins=30)
     ax.set_xlabel("aspect ratio (width / height)")
     ax.set_ylabel("images")
     ax.set_title("aspect ratios")
@@ -454,7 +463,9 @@ def _jsonl(data_dir: str, name: str) -> list[dict]:
     path = storage.join(data_dir, name)
     if not storage.exists(path):
         return []
-    return [json.loads(line) for line in storage.read_bytes(path).decode("utf-8").splitlines() if line]
+    return [
+        json.loads(line) for line in storage.read_bytes(path).decode("utf-8").splitlines() if line
+    ]
 
 
 def build_report(data_dir: str) -> str:
@@ -508,7 +519,9 @@ def build_report(data_dir: str) -> str:
     ]
     out.append("</tr></table>")
     if names and counts:
-        out.append(f'<div class=plots>{_img(_plot_classes(counts, names), "classes per split")}</div>')
+        out.append(
+            f"<div class=plots>{_img(_plot_classes(counts, names), 'classes per split')}</div>"
+        )
 
     # Contact sheet.
     split = (info.get("statistics") or {}).get("train_split") or "train"
@@ -562,8 +575,10 @@ def build_report(data_dir: str) -> str:
                 f"({e((x.get(schema.TRANSCODED_FROM) or b'').decode())})</div>"
                 for x in examples.get(reason, [])
             )
-            out.append(f'<tr id="transcode-{e(reason)}"><td>{e(reason)}</td>'
-                       f"<td class=n>{n}</td><td>{paths}</td></tr>")
+            out.append(
+                f'<tr id="transcode-{e(reason)}"><td>{e(reason)}</td>'
+                f"<td class=n>{n}</td><td>{paths}</td></tr>"
+            )
         out.append("</table>")
     else:
         out.append("<p>None: every stored image is the original file's bytes.</p>")

@@ -156,12 +156,16 @@ def test_readme_demo_summary_matches_a_real_demo_conversion(tmp_path, capsys):
     readme = _readme_demo_block()
     assert readme[0] == "imgrec: converting the demo corpus demo_data/photos -> out/demo"
     timing = re.compile(r"in [\d.]+ s \(\d+ files/s\)")
-    assert [timing.sub("in T", ln) for ln in readme[1:]] == [timing.sub("in T", ln) for ln in printed]
+    assert [timing.sub("in T", ln) for ln in readme[1:]] == [
+        timing.sub("in T", ln) for ln in printed
+    ]
 
 
 @pytest.mark.parametrize("command", ["inspect", "verify", "preview"])
 def test_run_local_dispatches_every_subcommand(command):
     with open(os.path.join(ROOT, "run_local.sh")) as f:
         script = f.read()
-    dispatch = re.search(r"case \"\$\{1:-\}\" in\n\s+([\w|]+)\) exec python -m pipeline \"\$@\"", script)
+    dispatch = re.search(
+        r"case \"\$\{1:-\}\" in\n\s+([\w|]+)\) exec python -m pipeline \"\$@\"", script
+    )
     assert dispatch and command in dispatch.group(1).split("|")

@@ -79,4 +79,7 @@ def test_dataflow_counters_are_summed_and_printed_while_waiting():
     with progress.poll_remote(result, stream, every_s=0.05):
         time.sleep(0.3)
     # Unchanged counters are printed once.
-    assert stream.getvalue() == "imgrec: progress: listed 100  inspected 60  written 40  rejected 3  duplicates 0\n"
+    assert (
+        stream.getvalue()
+        == "imgrec: progress: listed 100  inspected 60  written 40  rejected 3  duplicates 0\n"
+    )

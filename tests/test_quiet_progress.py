@@ -99,9 +99,7 @@ def test_demo_prints_only_imgrec_lines_and_progress_when_piped(piped):
 def test_workers_report_progress_while_the_job_runs(piped):
     proc, _, _ = piped
     lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("imgrec: progress: ")]
-    counts = [
-        dict(re.findall(r"(listed|inspected|written) (\d+)", ln)) for ln in lines
-    ]
+    counts = [dict(re.findall(r"(listed|inspected|written) (\d+)", ln)) for ln in lines]
     # Some poll saw files listed (by a worker process) before all of them were written.
     assert any(int(c["listed"]) > 0 and int(c["written"]) < 41 for c in counts), lines
 

@@ -47,7 +47,7 @@ def dataset(tmp_path_factory):
 def test_convert_writes_a_report_whose_counts_match_dataset_info(dataset):
     _, info, page = dataset
     for key in ("num_listed", "num_written", "num_rejected", "num_duplicates"):
-        assert re.search(rf'id={key}>{info[key]}<', page), key
+        assert re.search(rf"id={key}>{info[key]}<", page), key
     for split, s in info["splits"].items():
         assert f'id="split-{split}">{s["num_examples"]}<' in page
         cells = re.findall(rf'<td class=n data-split="{split}">(\d+)</td>', page)
@@ -181,7 +181,9 @@ def test_report_renders_in_chromium_without_horizontal_overflow(dataset, chromiu
     report = tmp_path / "report.html"
     shutil.copy(os.path.join(out, "report.html"), report)
     shot = tmp_path / "shot.png"
-    proc = _chromium(chromium, "--window-size=1280,1600", f"--screenshot={shot}", f"file://{report}")
+    proc = _chromium(
+        chromium, "--window-size=1280,1600", f"--screenshot={shot}", f"file://{report}"
+    )
     assert shot.exists(), proc.stderr[-2000:]
     with Image.open(shot) as image:
         stat = ImageStat.Stat(image.convert("L"))
