@@ -169,3 +169,23 @@ def test_run_local_dispatches_every_subcommand(command):
         r"case \"\$\{1:-\}\" in\n\s+([\w|]+)\) exec python -m pipeline \"\$@\"", script
     )
     assert dispatch and command in dispatch.group(1).split("|")
+
+
+def test_shipped_configs_parse_and_the_local_one_stays_offline():
+    from pipeline.launcher import parse_convert_args
+
+    _, config, _ = parse_convert_args(["--config", os.path.join(ROOT, "configs", "local.yaml")])
+    assert config.inputs and not any("://" in p for p in [*config.inputs, config.output])
+    _, config, _ = parse_convert_args(["--config", os.path.join(ROOT, "configs", "example.yaml")])
+    assert config.output.startswith("gs://")
+
+
+def test_verify_caps_a_problem_at_one_short_line():
+    from pipeline.verify import VerifyReport
+
+    report = VerifyReport()
+    report.problem("shard x: corrupted record at 12: " + "ab" * 45_000 + "\nmore")
+    report.problem("short one")
+    assert len(report.problems[0]) < 400 and "\n" not in report.problems[0]
+    assert report.problems[0].startswith("shard x: corrupted record at 12: abab")
+    assert report.problems[1] == "short one"
