@@ -15,6 +15,7 @@ story).
 from __future__ import annotations
 
 import datetime
+import fcntl
 import io
 import logging
 import os
@@ -126,6 +127,8 @@ class Capture:
         fd, self.log_path = tempfile.mkstemp(
             prefix=f"imgrec-{self.command}-{stamp}-", suffix=".log", dir=directory
         )
+        # O_APPEND: the worker processes inheriting the descriptor never write over each other.
+        fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) | os.O_APPEND)
         log = os.fdopen(fd, "a", buffering=1, encoding="utf-8", errors="replace")
         self.log_file = log
         os.environ[LOG_FILE_ENV] = self.log_path
