@@ -101,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
                 file=sys.stderr,
             )
             status, named = 1, True
-        if status not in (0, 2) and not named:
+        if status not in (0, 2) and not named and capture.has_other_output():
             print(
                 f"imgrec: full log: {capture.log_path} (-v prints it on the terminal)",
                 file=sys.stderr,

@@ -74,9 +74,10 @@ def _prune(directory: str) -> None:
 class _Tee(io.TextIOBase):
     """imgrec's own output: to the terminal, and a copy into the log."""
 
-    def __init__(self, terminal: io.TextIOWrapper, log):
+    def __init__(self, terminal: io.TextIOWrapper, log, counter: list[int]):
         self._terminal = terminal
         self._log = log
+        self._counter = counter  # bytes copied into the log, shared by stdout's and stderr's
         self.terminal = terminal  # for redrawn lines (progress) that the log should not keep
 
     def write(self, text: str) -> int:
@@ -85,6 +86,7 @@ class _Tee(io.TextIOBase):
         try:
             self._log.write(text)
             self._log.flush()
+            self._counter[0] += len(text.encode("utf-8", "replace"))
         except (OSError, ValueError):
             pass  # The log is a copy; a full disk must not stop the run's own output.
         return len(text)
@@ -138,8 +140,9 @@ class Capture:
         os.dup2(log.fileno(), 1)
         os.dup2(log.fileno(), 2)
         self._saved = [sys.stdout, sys.stderr, terminal_out, terminal_err, log]
-        sys.stdout = _Tee(open(terminal_out, "w", closefd=False, encoding="utf-8"), log)
-        sys.stderr = _Tee(open(terminal_err, "w", closefd=False, encoding="utf-8"), log)
+        self._teed = [0]
+        sys.stdout = _Tee(open(terminal_out, "w", closefd=False, encoding="utf-8"), log, self._teed)
+        sys.stderr = _Tee(open(terminal_err, "w", closefd=False, encoding="utf-8"), log, self._teed)
         root = logging.getLogger()
         self._handler = logging.StreamHandler(log)
         self._handler.setFormatter(
@@ -151,6 +154,13 @@ class Capture:
         root.setLevel(logging.INFO)
         logging.captureWarnings(True)
         return self
+
+    def has_other_output(self) -> bool:
+        """Whether the log holds more than imgrec's own lines (then it is worth naming)."""
+        try:
+            return os.path.getsize(self.log_path) > self._teed[0]
+        except (OSError, TypeError):
+            return False
 
     def __exit__(self, *exc) -> None:
         if self.verbose or not self._saved:
