@@ -18,7 +18,7 @@ usage: ./run_dataflow.sh --project PROJECT --region REGION --temp_location gs://
 Runs `imgrec convert` on DataflowRunner with --setup_file ./setup.py. Inputs, manifest and output
 must be gs:// (or s3://) paths the workers can reach. --dry_run builds the Dataflow job and prints
 it without submitting (with --dataflow_job_file FILE, also as JSON). Convert options:
-./run_local.sh --help. Dataflow setup (IAM, buckets, containers, cost): docs/README_dataflow.md.
+./run_local.sh --help. Dataflow setup (IAM, buckets, containers, cost): docs/dataflow.md.
 EOF
 }
 

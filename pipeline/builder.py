@@ -5,9 +5,10 @@ from __future__ import annotations
 import tempfile
 
 import apache_beam as beam
-from apache_beam.options.pipeline_options import PipelineOptions, TestOptions
+from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions, TestOptions
 
 from pipeline.options import ConvertConfig
+from transforms.count_progress import CountProgress
 from transforms.dedupe import DropDuplicates
 from transforms.describe import DescribeDataset
 from transforms.inspect_images import InspectImages
@@ -33,6 +34,26 @@ class _LabelSetFn(beam.CombineFn):
 
     def extract_output(self, acc):
         return sorted(acc - {""})
+
+
+def _shard_examples(shard: dict) -> int:
+    return int(shard.get("num_examples", 0))
+
+
+# Runners whose workers run on this machine and inherit the progress folder's variable.
+_LOCAL_RUNNERS = ("DirectRunner", "direct", "BundleBasedDirectRunner", "SwitchingDirectRunner")
+
+
+def _add_progress(listing, inspection, written, rejected, deduped) -> None:
+    """Side branches that count files for the live progress line (pipeline/progress.py)."""
+    listed = listing["listed"]
+    _ = listed | "ProgressListed" >> CountProgress("listed", len)
+    _ = listing["rejected"] | "ProgressListRejects" >> CountProgress("listed")
+    _ = inspection["inspected"] | "ProgressInspected" >> CountProgress("inspected", len)
+    _ = inspection["rejected"] | "ProgressInspectRejects" >> CountProgress("inspected")
+    _ = written["shards"] | "ProgressWritten" >> CountProgress("written", _shard_examples)
+    _ = rejected | "ProgressRejected" >> CountProgress("rejected")
+    _ = deduped["duplicates"] | "ProgressDuplicates" >> CountProgress("duplicates")
 
 
 def add_convert(p: beam.Pipeline, config: ConvertConfig, provenance: dict) -> beam.PCollection:
@@ -99,6 +120,11 @@ def add_convert(p: beam.Pipeline, config: ConvertConfig, provenance: dict) -> be
         inspection["rejected"],
         written["rejected"],
     ) | "AllRejected" >> beam.Flatten()
+    # Live progress: side branches that only count (pipeline/progress.py), no output. Local
+    # runs only: a distributed runner's job graph stays as it was (its counters are polled).
+    runner = str(p.options.view_as(StandardOptions).runner or "DirectRunner")
+    if runner in _LOCAL_RUNNERS:
+        _add_progress(listing, inspection, written, rejected, deduped)
     return p | "Describe" >> DescribeDataset(
         config,
         provenance,

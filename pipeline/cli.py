@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import sys
 
+from pipeline import quiet
+
 __all__ = ["main"]
 
 _USAGE = """usage: imgrec COMMAND [ARGS]
@@ -11,7 +13,14 @@ _USAGE = """usage: imgrec COMMAND [ARGS]
 commands:
   convert   convert image files into sharded TFRecords (imgrec convert --help)
   verify    re-read a converted dataset and check every record (imgrec verify DIR)
-  inspect   print a converted dataset's summary from its dataset_info.json (imgrec inspect DIR)
+  inspect   print a converted dataset's summary and class histogram (imgrec inspect DIR)
+  preview   write the dataset's visual report.html (imgrec preview DIR [--out FILE])
+
+  -v, --verbose   also show other libraries' logs (TensorFlow, Beam, libjpeg); without it they
+                  go to a log file, named when a command fails
+
+exit status: 0 done, 1 failed (one imgrec: line says why), 2 bad usage, option, input or output,
+  3 more than --max_bad_fraction of the files were rejected, 130 interrupted
 """
 
 
@@ -35,12 +44,72 @@ def _inspect(argv: list[str]) -> int:
         f"  converted   {elapsed.get('finished', '?')} by imgrec "
         f"{elapsed.get('versions', {}).get('imgrec', '?')}"
     )
+    from pipeline.report import class_histogram_lines
+
+    print("\n".join(class_histogram_lines(info, argv[0])))
+    return 0
+
+
+def _preview(argv: list[str]) -> int:
+    import argparse
+
+    from pipeline.report import write_report
+
+    parser = argparse.ArgumentParser(
+        prog="imgrec preview",
+        description="Write a self-contained HTML report of a converted dataset (local or bucket).",
+    )
+    parser.add_argument("dir", help="the converted dataset (its dataset_info.json)")
+    parser.add_argument("--out", help="where to write the HTML (default: DIR/report.html)")
+    args = parser.parse_args(argv)
+    from pipeline.schema import DatasetInfoError
+
+    try:
+        path = write_report(args.dir, args.out)
+    except DatasetInfoError as e:
+        print(f"imgrec: {e}", file=sys.stderr)
+        return 1
+    print(f"imgrec: report {path}")
     return 0
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Dispatch `imgrec COMMAND ARGS`; returns the exit status."""
-    argv = list(sys.argv[1:] if argv is None else argv)
+    """Dispatch `imgrec COMMAND ARGS`; returns the exit status.
+
+    Run as a program (argv None), other libraries' output goes to a log file unless -v is given
+    (pipeline/quiet.py); called with an explicit argv (tests, scripts), the streams are left alone.
+    """
+    as_program = argv is None
+    argv, verbose = quiet.pop_verbose(list(sys.argv[1:] if argv is None else argv))
+    if not as_program or verbose or not argv or argv[0] in ("-h", "--help", "help"):
+        return _dispatch(argv)
+    command = "convert" if argv[0].startswith("--") else argv[0]
+    named = command == "convert"  # convert's own failure line names the log
+    with quiet.Capture(verbose=False, command=command) as capture:
+        try:
+            status = _dispatch(argv)
+        except KeyboardInterrupt:
+            status = 130
+        except SystemExit as e:  # argparse's usage errors
+            status = e.code if isinstance(e.code, int) else 2
+        except Exception as e:  # noqa: BLE001 - one line on the terminal, the traceback in the log
+            import traceback
+
+            traceback.print_exc(file=capture.log_file)
+            print(
+                f"imgrec: {argv[0]} failed: {type(e).__name__}: {str(e)[:300]}{quiet.log_hint()}",
+                file=sys.stderr,
+            )
+            status, named = 1, True
+        if status not in (0, 2) and not named and capture.has_other_output():
+            print(
+                f"imgrec: full log: {capture.log_path} (-v prints it on the terminal)",
+                file=sys.stderr,
+            )
+    return status
+
+
+def _dispatch(argv: list[str]) -> int:
     if not argv or argv[0] in ("-h", "--help", "help"):
         print(_USAGE)
         return 0 if argv else 2
@@ -51,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
         from pipeline.launcher import run_convert
 
         return run_convert(rest)
-    if command in ("verify", "inspect"):
+    if command in ("verify", "inspect", "preview"):
         from pipeline import storage
         from pipeline.errors import ERROR_PREFIX
 
@@ -60,6 +129,8 @@ def main(argv: list[str] | None = None) -> int:
                 from pipeline.verify import main as verify_main
 
                 return verify_main(rest)
+            if command == "preview":
+                return _preview(rest)
             return _inspect(rest)
         except storage.StoreOutageError as e:  # one line, like convert's
             print(f"imgrec: {str(e).removeprefix(ERROR_PREFIX)}", file=sys.stderr)

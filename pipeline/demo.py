@@ -128,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     s = build_corpus(args.out_dir, args.num_images, args.seed, broken=not args.no_broken)
     print(
-        f"demo corpus: {s['images']} photos ({s['bytes'] / 1e6:.1f} MB) and "
+        f"imgrec: demo corpus: {s['images']} photos ({s['bytes'] / 1e6:.1f} MB) and "
         f"{len(s['broken']) + 2 if s['broken'] else 0} odd files in {args.out_dir}"
     )
     return 0

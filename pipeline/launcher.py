@@ -43,6 +43,9 @@ __all__ = [
 ]
 
 IMGREC_VERSION = "0.1.0"
+# Exit status when more than --max_bad_fraction of the listed files were rejected (documented in
+# `imgrec --help`): scripts can tell "fix the input" from "the job crashed" (1).
+EXIT_TOO_MANY_REJECTS = 3
 
 # Option names whose values never reach logs, provenance or error messages.
 _SECRET_RE = re.compile(r"(secret|token|password|credential|access_key|key_id|session)", re.I)
@@ -208,6 +211,7 @@ def _delete_dataset(output: str) -> None:
         storage.join(output, schema.DATASET_INFO),
         storage.join(output, schema.REJECTED),
         storage.join(output, schema.DUPLICATES),
+        storage.join(output, "report.html"),  # pipeline/report.py REPORT_FILE
         storage.join(output, "*", "*-of-*.tfrecord*"),
         storage.join(output, "*", ".tmp-*"),
         storage.join(output, ".imgrec", "**"),
@@ -477,7 +481,10 @@ def print_help() -> None:
         prog="imgrec convert",
         description="Convert image files (local, gs://, s3://) into sharded TFRecords.",
         epilog="Any Apache Beam pipeline option passes through (--runner, --direct_num_workers, "
-        "--project, --temp_location, --s3_endpoint_url, ...).",
+        "--project, --temp_location, --s3_endpoint_url, ...). -v/--verbose shows other "
+        "libraries' logs, which otherwise go to a log file named when a run fails. Exit status: "
+        "0 done, 1 failed, 2 bad option/input/output, 3 too many rejects (--max_bad_fraction), "
+        "130 interrupted. Options reference: docs/options.md.",
     )
     ConvertOptions._add_argparse_args(parser)
     parser.print_help()
@@ -515,17 +522,24 @@ def run_convert(argv: list[str]) -> int:
     pipeline = build_pipeline(config, options, provenance)
     runner = str(options.view_as(StandardOptions).runner or "")
     remote = "Dataflow" in runner
+    from pipeline import progress
+
     try:
-        result = pipeline.run()
-        if dry_run:
-            return 0  # The runner reported the job it built; nothing ran, nothing to summarise.
-        if remote and hasattr(result, "job_id"):
-            gcp = options.view_as(GoogleCloudOptions)
-            print(
-                f"imgrec: Dataflow job {result.job_id()}: https://console.cloud.google.com/"
-                f"dataflow/jobs/{gcp.region}/{result.job_id()}?project={gcp.project}"
-            )
-        result.wait_until_finish()
+        # Local runs show live counts fed by the workers (pipeline/progress.py).
+        with progress.live(enabled=not remote and not dry_run):
+            result = pipeline.run()
+            if dry_run:
+                return 0  # The runner reported the job it built; nothing ran to summarise.
+            if remote and hasattr(result, "job_id"):
+                gcp = options.view_as(GoogleCloudOptions)
+                print(
+                    f"imgrec: Dataflow job {result.job_id()}: https://console.cloud.google.com/"
+                    f"dataflow/jobs/{gcp.region}/{result.job_id()}?project={gcp.project}"
+                )
+                with progress.poll_remote(result):  # the job's counters while it runs
+                    result.wait_until_finish()
+            else:
+                result.wait_until_finish()
     except KeyboardInterrupt:
         if remote:
             print(
@@ -539,10 +553,32 @@ def run_convert(argv: list[str]) -> int:
             )
         return 130
     except Exception as e:  # noqa: BLE001 - any pipeline failure becomes one clear line
-        print(f"imgrec: {_beam_error_line(e)}", file=sys.stderr)
-        return 1
+        from pipeline.quiet import log_hint
+
+        print(f"imgrec: {_beam_error_line(e)}{log_hint()}", file=sys.stderr)
+        # Too many rejects is the input's problem, not a crash: its own status (see --help).
+        too_many = "TooManyRejectsError" in f"{type(e).__name__} {e}"  # Beam wraps our error
+        return EXIT_TOO_MANY_REJECTS if too_many else 1
     info_path = storage.join(config.output, schema.DATASET_INFO)
     if storage.exists(info_path):
         info = json.loads(storage.read_bytes(info_path))
         print(format_summary(info, config.output, time.time() - started))
+        if not options.view_as(ConvertOptions).no_report:
+            _write_report(config.output)
     return 0
+
+
+def _write_report(output: str) -> None:
+    """report.html next to dataset_info.json; a report that fails never fails the conversion."""
+    from pipeline.report import write_report
+
+    try:
+        path = write_report(output)
+    except Exception as e:  # noqa: BLE001 - the dataset is written; the report is a view of it
+        print(
+            f"imgrec: report not written ({type(e).__name__}: {str(e)[:200]}); "
+            f"retry with `imgrec preview {output}`",
+            file=sys.stderr,
+        )
+        return
+    print(f"  report      {path}")

@@ -203,6 +203,11 @@ class ConvertOptions(PipelineOptions):
             help="Skip the tensorflow-transform statistics phase.",
         )
         g.add_argument(
+            "--no_report",
+            action="store_true",
+            help="Do not write DIR/report.html at the end (`imgrec preview DIR` writes it later).",
+        )
+        g.add_argument(
             "--stats_sample_fraction",
             type=float,
             default=1.0,

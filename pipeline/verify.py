@@ -10,6 +10,9 @@ import sys
 
 __all__ = ["verify_dataset", "main", "VerifyReport"]
 
+# Longest problem line printed (see Report.problem).
+_MAX_PROBLEM_CHARS = 300
+
 
 class VerifyReport:
     """What verification found: counts per split and the list of problems (empty when clean)."""
@@ -21,7 +24,12 @@ class VerifyReport:
         self.bytes = 0
 
     def problem(self, text: str) -> None:
-        self.problems.append(text)
+        # One line each, capped: a decoder's message can embed the record's bytes (a 90 KB hex
+        # dump); the first line and _MAX_PROBLEM_CHARS name the problem.
+        first = text.splitlines()[0] if text else text
+        if len(first) > _MAX_PROBLEM_CHARS or first != text:
+            first = f"{first[:_MAX_PROBLEM_CHARS]}... ({len(text)} chars cut)"
+        self.problems.append(first)
 
     @property
     def ok(self) -> bool:

@@ -366,7 +366,8 @@ def test_too_many_rejects_fails_after_writing_report(tmp_path):
         "--no_analyze",
         check=False,
     )
-    assert proc.returncode == 1
+    assert proc.returncode == 3  # EXIT_TOO_MANY_REJECTS
+    assert "--resume" in proc.stderr and "--overwrite" in proc.stderr
     assert (
         "4 of 7 listed files were rejected" in proc.stderr and "--max_bad_fraction" in proc.stderr
     )

@@ -50,8 +50,9 @@ class _DescribeFn(beam.DoFn):
             raise TooManyRejectsError(
                 f"{ERROR_PREFIX}{len(rejected)} of {num_listed} listed files were rejected "
                 f"({bad:.1%} > --max_bad_fraction {c.max_bad_fraction}; {top}); see "
-                f"{storage.join(out, schema.REJECTED)}. Fix the input (wrong path or bucket?) "
-                "or raise --max_bad_fraction. No dataset_info.json was written."
+                f"{storage.join(out, schema.REJECTED)}. Fix the input (wrong path or bucket?), "
+                "or rerun with a higher --max_bad_fraction plus --resume (keeps the shards "
+                "written) or --overwrite. No dataset_info.json was written."
             )
 
         by_split = collections.defaultdict(dict)

@@ -1,0 +1,182 @@
+"""A quiet terminal: other libraries' output (every process, every fd) goes to a log file.
+
+Without `-v` the `imgrec` command points file descriptors 1 and 2 at a log file before
+TensorFlow or Beam is imported. Everything written below Python (absl's C++ logging, oneDNN and
+CUDA notices, libjpeg's "Premature end of JPEG data") and everything written by child processes
+(DirectRunner's multi-process SDK workers inherit the descriptors, see Beam's
+`SubprocessSdkWorker`) lands in the log. Python's logging (Beam's "Discarding unparseable args",
+the workers' log records relayed by the job service, TensorFlow's logger) and `warnings` go to
+the same file through a root handler installed first, so no library adds its own stderr handler.
+`sys.stdout`/`sys.stderr` are re-opened on copies of the terminal's descriptors: imgrec's own
+`print` calls reach the terminal unchanged (and are copied into the log, so it tells the whole
+story).
+"""
+
+from __future__ import annotations
+
+import datetime
+import fcntl
+import io
+import logging
+import os
+import sys
+import tempfile
+
+__all__ = [
+    "LOG_DIR_ENV",
+    "LOG_FILE_ENV",
+    "VERBOSE_ENV",
+    "Capture",
+    "pop_verbose",
+    "log_dir",
+    "log_hint",
+]
+
+# Where logs go (default: <tmp>/imgrec-logs); a run's log is named in its failure line.
+LOG_DIR_ENV = "IMGREC_LOG_DIR"
+# Set while a quiet run logs to a file: failure lines name it (launcher, cli).
+LOG_FILE_ENV = "IMGREC_LOG_FILE"
+# Set to 1 for -v behaviour without the flag (e.g. in a wrapper script).
+VERBOSE_ENV = "IMGREC_VERBOSE"
+# Logs older than this are deleted when a new run starts: a week keeps a failed run's log around
+# long enough to read it, without letting a busy machine fill <tmp>.
+_KEEP_LOGS_S = 7 * 24 * 3600
+
+
+def pop_verbose(argv: list[str]) -> tuple[list[str], bool]:
+    """Remove `-v` / `--verbose` from argv; returns (rest, verbose)."""
+    rest = [a for a in argv if a not in ("-v", "--verbose")]
+    verbose = len(rest) != len(argv) or os.environ.get(VERBOSE_ENV, "") not in ("", "0")
+    return rest, verbose
+
+
+def log_hint() -> str:
+    """' (full log: PATH)' while a quiet run logs to a file, else ''."""
+    path = os.environ.get(LOG_FILE_ENV)
+    return f" (full log: {path})" if path else ""
+
+
+def log_dir() -> str:
+    return os.environ.get(LOG_DIR_ENV) or os.path.join(tempfile.gettempdir(), "imgrec-logs")
+
+
+def _prune(directory: str) -> None:
+    now = datetime.datetime.now().timestamp()
+    for name in os.listdir(directory):
+        path = os.path.join(directory, name)
+        try:
+            if name.endswith(".log") and now - os.path.getmtime(path) > _KEEP_LOGS_S:
+                os.unlink(path)
+        except OSError:
+            pass  # Another run pruned it first.
+
+
+class _Tee(io.TextIOBase):
+    """imgrec's own output: to the terminal, and a copy into the log."""
+
+    def __init__(self, terminal: io.TextIOWrapper, log, counter: list[int]):
+        self._terminal = terminal
+        self._log = log
+        self._counter = counter  # bytes copied into the log, shared by stdout's and stderr's
+        self.terminal = terminal  # for redrawn lines (progress) that the log should not keep
+
+    def write(self, text: str) -> int:
+        self._terminal.write(text)
+        self._terminal.flush()
+        try:
+            self._log.write(text)
+            self._log.flush()
+            self._counter[0] += len(text.encode("utf-8", "replace"))
+        except (OSError, ValueError):
+            pass  # The log is a copy; a full disk must not stop the run's own output.
+        return len(text)
+
+    def flush(self) -> None:
+        self._terminal.flush()
+
+    def isatty(self) -> bool:
+        return self._terminal.isatty()
+
+    def fileno(self) -> int:
+        return self._terminal.fileno()
+
+    @property
+    def encoding(self):
+        return self._terminal.encoding
+
+
+class Capture:
+    """Context manager: send other libraries' output to a log file unless `verbose`.
+
+    Attributes:
+        log_path: the log file (None when verbose: everything is on the terminal).
+    """
+
+    def __init__(self, verbose: bool, command: str = "run"):
+        self.verbose = verbose
+        self.command = command
+        self.log_path: str | None = None
+        self.log_file = None  # the open log (None when verbose)
+        self._saved: list = []
+
+    def __enter__(self) -> Capture:
+        if self.verbose:
+            return self
+        directory = log_dir()
+        os.makedirs(directory, exist_ok=True)
+        _prune(directory)
+        stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+        fd, self.log_path = tempfile.mkstemp(
+            prefix=f"imgrec-{self.command}-{stamp}-", suffix=".log", dir=directory
+        )
+        # O_APPEND: the worker processes inheriting the descriptor never write over each other.
+        fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) | os.O_APPEND)
+        log = os.fdopen(fd, "a", buffering=1, encoding="utf-8", errors="replace")
+        self.log_file = log
+        os.environ[LOG_FILE_ENV] = self.log_path
+        sys.stdout.flush()
+        sys.stderr.flush()
+        terminal_out, terminal_err = os.dup(1), os.dup(2)
+        os.dup2(log.fileno(), 1)
+        os.dup2(log.fileno(), 2)
+        self._saved = [sys.stdout, sys.stderr, terminal_out, terminal_err, log]
+        self._teed = [0]
+        sys.stdout = _Tee(open(terminal_out, "w", closefd=False, encoding="utf-8"), log, self._teed)
+        sys.stderr = _Tee(open(terminal_err, "w", closefd=False, encoding="utf-8"), log, self._teed)
+        root = logging.getLogger()
+        self._handler = logging.StreamHandler(log)
+        self._handler.setFormatter(
+            logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
+        )
+        self._old_handlers = root.handlers[:]
+        self._old_level = root.level
+        root.handlers = [self._handler]
+        root.setLevel(logging.INFO)
+        logging.captureWarnings(True)
+        return self
+
+    def has_other_output(self) -> bool:
+        """Whether the log holds more than imgrec's own lines (then it is worth naming)."""
+        try:
+            return os.path.getsize(self.log_path) > self._teed[0]
+        except (OSError, TypeError):
+            return False
+
+    def __exit__(self, *exc) -> None:
+        if self.verbose or not self._saved:
+            return
+        old_out, old_err, terminal_out, terminal_err, log = self._saved
+        sys.stdout.flush()
+        sys.stderr.flush()
+        logging.captureWarnings(False)
+        root = logging.getLogger()
+        root.handlers = self._old_handlers
+        root.setLevel(self._old_level)
+        os.dup2(terminal_out, 1)
+        os.dup2(terminal_err, 2)
+        os.close(terminal_out)
+        os.close(terminal_err)
+        sys.stdout, sys.stderr = old_out, old_err
+        log.close()
+        os.environ.pop(LOG_FILE_ENV, None)
+        self._saved = []

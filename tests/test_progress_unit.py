@@ -1,0 +1,85 @@
+"""The progress side channel (worker files summed by the launcher) and Dataflow counter polling."""
+
+from __future__ import annotations
+
+import io
+import os
+import subprocess
+import sys
+import time
+
+from apache_beam.metrics.execution import MetricKey, MetricResult
+from apache_beam.metrics.metricbase import MetricName
+
+from pipeline import progress
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def test_counts_from_other_processes_are_summed(tmp_path, monkeypatch):
+    code = (
+        "from pipeline import progress\n"
+        "progress.tally('listed', 10)\nprogress.tally('inspected', 4)\nprogress.flush()\n"
+    )
+    env = dict(os.environ, PYTHONPATH=ROOT, **{progress.PROGRESS_DIR_ENV: str(tmp_path)})
+    for _ in range(2):
+        subprocess.run([sys.executable, "-c", code], env=env, check=True, timeout=120)
+    counts = progress.read_counts(str(tmp_path))
+    assert counts["listed"] == 20 and counts["inspected"] == 8 and counts["written"] == 0
+
+
+def test_tally_without_the_variable_writes_nothing(tmp_path, monkeypatch):
+    monkeypatch.delenv(progress.PROGRESS_DIR_ENV, raising=False)
+    progress.tally("listed", 5)
+    progress.flush()
+    assert os.listdir(tmp_path) == []
+
+
+def test_plain_lines_when_not_a_terminal(tmp_path):
+    stream = io.StringIO()
+    (tmp_path / "1.json").write_text('{"listed": 50, "inspected": 25}')
+    with progress.Progress(str(tmp_path), stream, plain_every_s=0.05):
+        time.sleep(0.4)
+    lines = stream.getvalue().splitlines()
+    assert lines and all(ln.startswith("imgrec: progress: listed 50  inspected 25") for ln in lines)
+    assert "ETA" in lines[-1] and "images/s" in lines[-1]
+
+
+class _FakeResult:
+    def __init__(self, counters):
+        self._counters = counters
+
+    def metrics(self):
+        return self
+
+    def query(self, _filter):
+        return {"counters": self._counters, "distributions": [], "gauges": []}
+
+
+def _counter(step, name, committed):
+    return MetricResult(MetricKey(step, MetricName("imgrec", name)), committed, committed)
+
+
+def test_dataflow_counters_are_summed_and_printed_while_waiting():
+    result = _FakeResult(
+        [
+            _counter("List", "files_matched", 100),
+            _counter("Inspect", "inspected_ok", 60),
+            _counter("Inspect", "rejected_truncated", 2),
+            _counter("Write", "rejected_unreadable", 1),
+            _counter("Write", "written", 40),
+        ]
+    )
+    counts = progress.remote_counts(result)
+    assert counts["files_matched"] == 100 and counts["written"] == 40
+    assert progress.remote_text(counts) == (
+        "listed 100  inspected 60  written 40  rejected 3  duplicates 0"
+    )
+    stream = io.StringIO()
+    with progress.poll_remote(result, stream, every_s=0.05):
+        time.sleep(0.3)
+    # Unchanged counters are printed once.
+    assert (
+        stream.getvalue()
+        == "imgrec: progress: listed 100  inspected 60  written 40  rejected 3  duplicates 0\n"
+    )

@@ -1,0 +1,44 @@
+"""CountProgress: tallies elements of a PCollection into the live progress display."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import apache_beam as beam
+
+from pipeline import progress
+
+__all__ = ["CountProgress"]
+
+
+class _TallyFn(beam.DoFn):
+    """Element -> nothing; adds `size(element)` to the process's count of `stage`."""
+
+    def __init__(self, stage: str, size: Callable):
+        self._stage = stage
+        self._size = size
+
+    def process(self, element):
+        progress.tally(self._stage, self._size(element))
+        return ()
+
+    def finish_bundle(self):
+        progress.flush()
+
+
+class CountProgress(beam.PTransform):
+    """A side branch that counts what flows through a PCollection; outputs nothing.
+
+    Args:
+        stage: one of progress.STAGES.
+        size: element -> how many files it stands for (1 per reject, len(batch) per batch,
+            a shard's num_examples).
+    """
+
+    def __init__(self, stage: str, size: Callable = lambda _: 1):
+        super().__init__()
+        self._stage = stage
+        self._size = size
+
+    def expand(self, pcoll):
+        return pcoll | "Tally" >> beam.ParDo(_TallyFn(self._stage, self._size))
