@@ -99,7 +99,7 @@ def add_convert(p: beam.Pipeline, config: ConvertConfig, provenance: dict) -> be
         inspection["rejected"],
         written["rejected"],
     ) | "AllRejected" >> beam.Flatten()
-    return p | "Describe" >> DescribeDataset(
+    described = p | "Describe" >> DescribeDataset(
         config,
         provenance,
         num_listed=num_listed,
@@ -110,6 +110,12 @@ def add_convert(p: beam.Pipeline, config: ConvertConfig, provenance: dict) -> be
         label_names=label_names,
         statistics=statistics,
     )
+    if config.versioned:
+        from transforms.publish_version import PublishVersion, WriteFileIndex
+
+        index = planned["groups"] | "IndexFiles" >> WriteFileIndex(config.output)
+        _ = described | "PublishVersion" >> PublishVersion(config, index)
+    return described
 
 
 def build_pipeline(

@@ -22,7 +22,7 @@ from apache_beam.options.pipeline_options import (
     _BeamArgumentParser,
 )
 
-from pipeline import schema, storage
+from pipeline import schema, storage, versions
 from pipeline.errors import ERROR_PREFIX
 from pipeline.options import ConvertConfig, ConvertOptions, OptionError
 from transforms.list_images import ManifestError, read_manifest_rows, resolve_local
@@ -329,11 +329,16 @@ def run_convert(argv: list[str]) -> int:
         # --s3_* / GCS options now, not only to the pipeline's workers.
         FileSystems.set_options(options)
         dry_run = bool(options.view_as(TestOptions).dry_run)
+        if config.versioned:  # --output is the root; the run writes one version folder in it
+            config, version_note = versions.plan_run(config)
         preflight(config)
+        if config.versioned and not dry_run:
+            config = versions.claim_run(config, {"argv": _redact(argv)})
+            print(version_note.format(name=versions.split_version_dir(config.output)[1]))
         if config.overwrite and not dry_run:  # A dry run builds the job and touches nothing.
             _delete_dataset(config.output)
         config = _configure_runner(options, argv, config)
-    except (OptionError, PreflightError, ManifestError) as e:
+    except (OptionError, PreflightError, ManifestError, versions.VersionError) as e:
         print(f"imgrec: {e}", file=sys.stderr)
         return 2
     provenance = {
@@ -351,7 +356,8 @@ def run_convert(argv: list[str]) -> int:
         result = pipeline.run()
         if dry_run:
             return 0  # The runner reported the job it built; nothing ran, nothing to summarise.
-        if remote and hasattr(result, "job_id"):
+        # A template launch (Flex Template) only writes the job's spec: no job, no id yet.
+        if remote and getattr(result, "has_job", False):
             gcp = options.view_as(GoogleCloudOptions)
             print(
                 f"imgrec: Dataflow job {result.job_id()}: https://console.cloud.google.com/"
@@ -377,4 +383,6 @@ def run_convert(argv: list[str]) -> int:
     if storage.exists(info_path):
         info = json.loads(storage.read_bytes(info_path))
         print(format_summary(info, config.output, time.time() - started))
+        if config.versioned:
+            print(versions.publication_line(config.output))
     return 0
