@@ -60,7 +60,11 @@ def load_file_facts(version_dir: str) -> dict[str, dict] | None:
             "split": row["split"],
             "label": row["label"],
         }
-    for name, status in ((schema.DUPLICATES, _STATUS_DUPLICATE), (schema.REJECTED, _STATUS_REJECTED)):
+    # Rejected last: a file rejected while its shard was written is in the index too.
+    for name, status in (
+        (schema.DUPLICATES, _STATUS_DUPLICATE),
+        (schema.REJECTED, _STATUS_REJECTED),
+    ):
         path = storage.join(version_dir, name)
         if not storage.exists(path):
             continue

@@ -310,7 +310,9 @@ class ConvertConfig:
         if self.min_shards < 1:
             raise OptionError(f"--min_shards must be >= 1, got {self.min_shards}")
         if self.keep_versions < 0:
-            raise OptionError(f"--keep_versions must be >= 0 (0: keep all), got {self.keep_versions}")
+            raise OptionError(
+                f"--keep_versions must be >= 0 (0: keep all), got {self.keep_versions}"
+            )
         if self.keep_versions and not self.versioned:
             raise OptionError("--keep_versions needs --versioned (it prunes old versions)")
         if self.versioned and self.overwrite:

@@ -78,9 +78,7 @@ def next_version_name(existing: Iterable[str | None], now: datetime.datetime) ->
     names = sorted(n for n in existing if n and is_version_name(n))
     when = now.astimezone(datetime.UTC).replace(microsecond=0)
     if names:
-        newest = datetime.datetime.strptime(names[-1], _VERSION_FORMAT).replace(
-            tzinfo=datetime.UTC
-        )
+        newest = datetime.datetime.strptime(names[-1], _VERSION_FORMAT).replace(tzinfo=datetime.UTC)
         when = max(when, newest + datetime.timedelta(seconds=1))
     return version_name(when)
 
@@ -200,7 +198,9 @@ def is_finished(root: str, name: str) -> bool:
     return storage.exists(_join(_join(root, name), schema.DATASET_INFO))
 
 
-def choose_version(root: str, resume: bool, now: datetime.datetime | None = None) -> tuple[str, bool]:
+def choose_version(
+    root: str, resume: bool, now: datetime.datetime | None = None
+) -> tuple[str, bool]:
     """The version a run writes: (name, continuing an unfinished one).
 
     With `resume`, the newest version newer than LATEST (an interrupted run that never
@@ -405,6 +405,4 @@ def publication_line(folder: str) -> str:
         head = f"{change['headline']} " + (f"(against {base})" if base else "(first version)")
     if latest == name:
         return f"  published   {name} is LATEST of {root}; changes: {head}"
-    return (
-        f"  NOT published: LATEST of {root} names {latest}, not {name}; changes: {head}"
-    )
+    return f"  NOT published: LATEST of {root} names {latest}, not {name}; changes: {head}"

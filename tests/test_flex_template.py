@@ -71,7 +71,8 @@ def test_every_parameter_is_a_convert_option_with_its_help_text():
         assert p["name"] in actions, f"{p['name']} is not an imgrec convert option"
         assert p["helpText"] == _help(actions[p["name"]]), p["name"]
         assert p["label"] and p["regexes"], p["name"]
-    assert {"input", "output", "versioned", "keep_versions", "resume"} <= {p["name"] for p in params}
+    names = {p["name"] for p in params}
+    assert {"input", "output", "versioned", "keep_versions", "resume"} <= names
 
 
 def test_regexes_accept_defaults_and_examples_and_the_parser_accepts_them_too():
@@ -107,8 +108,14 @@ def test_regexes_accept_defaults_and_examples_and_the_parser_accepts_them_too():
 def test_flag_parameters_become_flags_and_dataflow_is_the_runner():
     flex = _flex_main()
     argv = flex.flex_argv(
-        ["--input=gs://b/*.jpg", "--output=gs://b/o", "--versioned=true", "--resume=false",
-         "--keep_versions=3", "--project=p"]  # fmt: skip
+        [
+            "--input=gs://b/*.jpg",
+            "--output=gs://b/o",
+            "--versioned=true",
+            "--resume=false",
+            "--keep_versions=3",
+            "--project=p",
+        ]  # fmt: skip
     )
     assert argv == [
         "--input=gs://b/*.jpg", "--output=gs://b/o", "--versioned", "--keep_versions=3",
@@ -151,9 +158,7 @@ def test_dockerfile_installs_exactly_the_pinned_requirements_on_the_pinned_beam_
     for needed in ("requirements.txt", "constraints.txt", "setup.py", "pipeline", "transforms",
                    "templates/flex/main.py"):  # fmt: skip
         assert needed in copied, needed
-    env = dict(
-        re.match(r"ENV (\S+)=(\S+)", ln).groups() for ln in lines if ln.startswith("ENV ")
-    )
+    env = dict(re.match(r"ENV (\S+)=(\S+)", ln).groups() for ln in lines if ln.startswith("ENV "))
     assert env["FLEX_TEMPLATE_PYTHON_PY_FILE"] == "${WORKDIR}/main.py"
     assert 'ENTRYPOINT ["/opt/apache/beam/boot"]' in text
 

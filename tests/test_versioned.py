@@ -252,11 +252,10 @@ def test_versions_changes_reader_verify_inspect_and_pruning(corpus, tmp_path):
     assert f"{v1} is LATEST of {root}; changes: +9 added (first version)" in first.stdout
     c1 = json.loads((root / v1 / versions.CHANGES).read_text())
     assert c1["previous_version"] is None and c1["added"]["count"] == 9
-    index = [
-        json.loads(x) for x in gzip.decompress((root / v1 / versions.FILE_INDEX).read_bytes()).split()
-    ]
+    index_text = gzip.decompress((root / v1 / versions.FILE_INDEX).read_bytes())
+    index = [json.loads(x) for x in index_text.splitlines()]
     info1 = json.loads((root / v1 / schema.DATASET_INFO).read_text())
-    assert len(index) == info1["num_written"] + 0 and {r["path"] for r in index} <= {
+    assert len(index) == info1["num_written"] and {r["path"] for r in index} <= {
         str(p) for p, _ in rows
     }
 
@@ -327,7 +326,8 @@ def test_refuses_a_root_holding_an_unversioned_dataset(tmp_path):
     (tmp_path / schema.DATASET_INFO).write_text("{}")
     proc = convert("--input", str(tmp_path / "*.jpg"), "--output", str(tmp_path))
     assert proc.returncode == 2
-    assert "holds an unversioned dataset" in proc.stderr and "choose another --output" in proc.stderr
+    assert "holds an unversioned dataset" in proc.stderr
+    assert "choose another --output" in proc.stderr
 
 
 def test_kill_9_leaves_latest_and_resume_completes_the_same_version(tmp_path_factory, tmp_path):
@@ -347,9 +347,7 @@ def test_kill_9_leaves_latest_and_resume_completes_the_same_version(tmp_path_fac
         deadline = time.monotonic() + RUN_TIMEOUT_S
         newer = []
         while time.monotonic() < deadline and proc.poll() is None:
-            newer = [
-                p for p in root.glob("v*/*/*-of-*.tfrecord*") if p.parts[-3] != v1
-            ]
+            newer = [p for p in root.glob("v*/*/*-of-*.tfrecord*") if p.parts[-3] != v1]
             if newer:
                 break
             time.sleep(0.01)
