@@ -31,6 +31,9 @@ __all__ = ["run_convert", "parse_convert_args", "PreflightError", "IMGREC_VERSIO
 
 IMGREC_VERSION = "0.1.0"
 
+# Set in a Dataflow Flex Template's launcher container (templates/flex/Dockerfile).
+_FLEX_TEMPLATE_ENV = "FLEX_TEMPLATE_PYTHON_PY_FILE"
+
 # Option names whose values never reach logs, provenance or error messages.
 _SECRET_RE = re.compile(r"(secret|token|password|credential|access_key|key_id|session)", re.I)
 
@@ -356,6 +359,8 @@ def run_convert(argv: list[str]) -> int:
         result = pipeline.run()
         if dry_run:
             return 0  # The runner reported the job it built; nothing ran, nothing to summarise.
+        if os.environ.get(_FLEX_TEMPLATE_ENV):
+            return 0  # Dataflow's rule for template launchers: submit, then exit (no waiting).
         # A template launch (Flex Template) only writes the job's spec: no job, no id yet.
         if remote and getattr(result, "has_job", False):
             gcp = options.view_as(GoogleCloudOptions)

@@ -12,10 +12,19 @@ import json
 import subprocess
 import sys
 
-from tests.test_dataflow_dry_run import PROJECT, RUN_TIMEOUT_S, ROOT, env, gcs  # noqa: F401
+import pytest
+
+from tests.test_dataflow_dry_run import PROJECT, ROOT, RUN_TIMEOUT_S, env, gcs  # noqa: F401
 
 
-def test_template_launch_builds_the_versioned_job_and_publishes_nothing(gcs, env, tmp_path):
+@pytest.mark.parametrize("in_launcher_image", [True, False])
+def test_template_launch_builds_the_versioned_job_and_publishes_nothing(
+    gcs, env, tmp_path, in_launcher_image
+):
+    """In the template's image (FLEX_TEMPLATE_PYTHON_PY_FILE set) the launcher returns right
+    after submitting; elsewhere it finds no job to wait for and returns too."""
+    if in_launcher_image:
+        env = {**env, "FLEX_TEMPLATE_PYTHON_PY_FILE": "main.py"}
     template = tmp_path / "job-spec.json"
     proc = subprocess.run(
         [
@@ -32,11 +41,15 @@ def test_template_launch_builds_the_versioned_job_and_publishes_nothing(gcs, env
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
     assert "imgrec: writing new version v" in proc.stdout
-    job = json.loads(template.read_text())
-    steps = json.dumps(job)
-    for step in ("PublishVersion", "IndexFiles", "Describe"):
-        assert step in steps, step
+    options = json.loads(template.read_text())["environment"]["sdkPipelineOptions"]["options"]
+    assert options["versioned"] is True and options["runner"] == "DataflowRunner"
+    # Runner v2 stages the pipeline's graph next to the job: the versioned steps are in it.
+    graphs = [k for k in gcs.keys("imgrec-tmp") if k.endswith("pipeline.pb")]
+    assert graphs, gcs.keys("imgrec-tmp")
+    graph = gcs.client.bucket("imgrec-tmp").blob(graphs[-1]).download_as_bytes()
+    for step in (b"PublishVersion", b"IndexFiles", b"Describe"):
+        assert step in graph, step
     keys = gcs.keys("imgrec-out")
     claimed = [k for k in keys if k.startswith("flex/v") and k.endswith("/version.json")]
-    assert len(claimed) == 1, keys
+    assert claimed, keys
     assert "flex/LATEST" not in keys, "a launch must not publish: the job does, at its end"
