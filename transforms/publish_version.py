@@ -139,9 +139,16 @@ class _PublishFn(beam.DoFn):
         root, name = versions.split_version_dir(self._folder)
         check_version(self._folder, info)
         previous = versions.read_latest(root)
-        if previous is not None and previous >= name:
-            _log.warning("imgrec: LATEST of %s names %s, not older than %s", root, previous, name)
-        base = None if previous is None or previous >= name else previous
+        if previous is not None and previous < name:
+            base = previous  # the usual case: what readers saw until now
+        else:  # first version, or a newer run published first: the newest complete one before
+            if previous is not None:
+                _log.warning(
+                    "imgrec: LATEST of %s names %s, not older than %s", root, previous, name
+                )
+            older = [n for n in versions.list_versions(root) if n < name]
+            finished = [n for n in older if versions.is_finished(root, n)]
+            base = finished[-1] if finished else None
         before = changes.load_file_facts(storage.join(root, base)) if base else None
         current = changes.load_file_facts(self._folder)
         change = changes.compute_changes(before, current, version=name, previous_version=base)
