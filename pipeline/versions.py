@@ -185,8 +185,16 @@ def list_versions(root: str) -> list[str]:
     pattern = _join(_join(root, "v*"), VERSION_MARKER)
     try:
         found = FileSystems.match([pattern])[0].metadata_list
-    except (OSError, ValueError):  # Beam raises when nothing matches on some filesystems
-        return []
+    except (OSError, ValueError) as e:
+        # Some filesystems raise for an empty match; anything else (an outage) must surface:
+        # an empty answer would make a prune keep everything and a resume start afresh.
+        detail = str(e).splitlines()[0][:300] if str(e) else type(e).__name__
+        if "No files found" in detail or "matched no files" in detail:
+            return []
+        raise VersionError(
+            f"--output {root}: cannot list its versions ({detail}); check the path, the "
+            "bucket and the credentials"
+        ) from e
     names = {m.path.rstrip("/").split("/")[-2] for m in found}
     return sorted(n for n in names if is_version_name(n))
 
