@@ -126,8 +126,12 @@ def _read_text(path: str, fs: str) -> str | None:
     if fs == "gfile":
         import tensorflow as tf
 
-        if not tf.io.gfile.exists(path):
-            return None
+        try:
+            if not tf.io.gfile.exists(path):
+                return None
+        except tf.errors.UnimplementedError:
+            # A scheme TensorFlow has no filesystem for (s3:// in TF 2.21): only Beam reads it.
+            return _read_text(path, "beam")
         with tf.io.gfile.GFile(path, "rb") as f:
             return f.read().decode("utf-8", "replace")
     if fs == "beam":
@@ -149,8 +153,9 @@ def resolve_dataset_dir(path: str, fs: str = "gfile") -> str:
     Args:
         path: a dataset folder, a versioned root, or a version folder (local, gs://, and with
             fs="beam" any store Beam FileSystems reads, such as s3://).
-        fs: "gfile" reads through TensorFlow (the Beam-free reader), "beam" through Beam
-            FileSystems (`verify`, `inspect`, the converter).
+        fs: "gfile" reads through TensorFlow (the Beam-free reader; a scheme TensorFlow
+            cannot read, such as s3://, falls back to Beam), "beam" through Beam FileSystems
+            (`verify`, `inspect`, the converter).
 
     Returns:
         The folder holding dataset_info.json.

@@ -20,7 +20,7 @@ import pytest
 
 from pipeline import changes, schema, versions
 from pipeline.demo import build_corpus
-from tests.servers import cloud_env, s3  # noqa: F401 - fixtures
+from tests.servers import cloud_env, gcs, s3, tensorflow_gcs_env  # noqa: F401 - fixtures
 
 ROOT = Path(__file__).resolve().parent.parent
 CONVERT_ARGS = [
@@ -413,3 +413,36 @@ def beam_filesystems_s3(s3):
         yield
     finally:
         FileSystems._pipeline_options = previous  # noqa: SLF001
+
+
+_RESOLVE_ON_GCS = """
+import sys
+from pipeline.versions import resolve_dataset_dir
+print(resolve_dataset_dir(sys.argv[1]))
+print(resolve_dataset_dir(sys.argv[1] + "/v20261201T030000Z"))
+assert "apache_beam" not in sys.modules, "the reader's resolution imported Beam"
+"""
+
+
+def test_reader_resolves_a_gcs_root_through_tensorflows_filesystem(gcs, tensorflow_gcs_env):
+    """The reader's path (tf.io.gfile, no Beam) reads LATEST on gs://."""
+    bucket = gcs.new_bucket("versions")
+    gcs.put(gcs.uri(bucket, "flowers/LATEST"), b"v20261202T030000Z\n")
+    gcs.put(gcs.uri(bucket, "flowers/v20261202T030000Z/version.json"), b"{}")
+    env = dict(_env(), **tensorflow_gcs_env)
+    root = gcs.uri(bucket, "flowers")
+    proc = subprocess.run([sys.executable, "-c", _RESOLVE_ON_GCS, root], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=RUN_TIMEOUT_S)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.split() == [f"{root}/v20261202T030000Z", f"{root}/v20261201T030000Z"]
+
+
+def test_an_s3_root_resolves_through_beam_where_tensorflow_has_no_s3(s3, beam_filesystems_s3):
+    bucket = s3.new_bucket("versions")
+    s3.put(s3.uri(bucket, "flowers/LATEST"), b"v20261202T030000Z\n")
+    root = s3.uri(bucket, "flowers")
+    for fs in ("gfile", "beam"):
+        assert versions.resolve_dataset_dir(root, fs=fs) == f"{root}/v20261202T030000Z"
+    s3.put(s3.uri(bucket, "flowers/LATEST"), b"garbage")
+    with pytest.raises(versions.VersionError, match="flowers/LATEST: expected one version"):
+        versions.resolve_dataset_dir(root)
