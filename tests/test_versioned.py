@@ -10,6 +10,7 @@ import datetime
 import gzip
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -279,8 +280,6 @@ def test_versions_changes_reader_verify_inspect_and_pruning(corpus, tmp_path):
     (partial / "train" / "train-00000-of-00001.tfrecord").write_bytes(b"half a shard")
     assert steps_per_epoch(str(root), "train", 1) == n_train
     assert sum(1 for _ in make_dataset(str(root), "train", 1, image_size=16)) == n_train
-    import shutil
-
     shutil.rmtree(partial)
 
     # Second run: one file changed, one relabeled, one removed, one added, the broken file
@@ -446,3 +445,36 @@ def test_an_s3_root_resolves_through_beam_where_tensorflow_has_no_s3(s3, beam_fi
     s3.put(s3.uri(bucket, "flowers/LATEST"), b"garbage")
     with pytest.raises(versions.VersionError, match="flowers/LATEST: expected one version"):
         versions.resolve_dataset_dir(root)
+
+
+def test_resume_rewrites_a_shard_whose_labels_changed(corpus, tmp_path):
+    """A scheduled `--versioned --resume` continues a version with tonight's input: a shard
+    whose files kept their bytes but not their label (or label id) must not be kept."""
+    import tensorflow as tf
+
+    files = sorted(p for p in corpus.glob("*/*_0000*.jpg") if "copy_of" not in p.name)[:5]
+    m1 = _write_manifest(tmp_path / "m1.csv", [(p, "a") for p in files])
+    m2 = _write_manifest(tmp_path / "m2.csv", [(p, "z" if i == 0 else "a")
+                                                for i, p in enumerate(files)])  # fmt: skip
+    root = tmp_path / "root"
+    _ok(convert("--manifest", str(m1), "--output", str(root)))
+    v1 = _latest(root)
+    # An interrupted run of the relabeled manifest: v1's shards and markers, never published.
+    v2 = versions.next_version_name([v1], datetime.datetime.now(datetime.UTC))
+    shutil.copytree(root / v1, root / v2)
+    (root / v2 / schema.DATASET_INFO).unlink()
+    resumed = _ok(convert("--manifest", str(m2), "--output", str(root), "--resume"))
+    assert f"continuing unfinished version {v2}" in resumed.stdout
+    assert _latest(root) == v2
+    labels = {}
+    for name in _shards(root / v2):
+        for record in tf.data.TFRecordDataset(str(root / v2 / name)):
+            f = tf.train.Example.FromString(record.numpy()).features.feature
+            labels[f[schema.FILENAME].bytes_list.value[0].decode()] = (
+                f[schema.LABEL_TEXT].bytes_list.value[0].decode(),
+                f[schema.LABEL].int64_list.value[0],
+            )
+    assert labels[str(files[0])] == ("z", 1)
+    assert all(labels[str(p)] == ("a", 0) for p in files[1:])
+    change = json.loads((root / v2 / versions.CHANGES).read_text())
+    assert change["relabeled"]["items"] == [{"path": str(files[0]), "from": "a", "to": "z"}]
