@@ -66,6 +66,7 @@ def version_name(when: datetime.datetime) -> str:
 
 
 def is_version_name(name: str) -> bool:
+    """Whether `name` has the version form `vYYYYMMDDTHHMMSSZ`."""
     return bool(VERSION_RE.match(name))
 
 
