@@ -125,7 +125,7 @@ def add_convert(p: beam.Pipeline, config: ConvertConfig, provenance: dict) -> be
     runner = str(p.options.view_as(StandardOptions).runner or "DirectRunner")
     if runner in _LOCAL_RUNNERS:
         _add_progress(listing, inspection, written, rejected, deduped)
-    return p | "Describe" >> DescribeDataset(
+    described = p | "Describe" >> DescribeDataset(
         config,
         provenance,
         num_listed=num_listed,
@@ -136,6 +136,12 @@ def add_convert(p: beam.Pipeline, config: ConvertConfig, provenance: dict) -> be
         label_names=label_names,
         statistics=statistics,
     )
+    if config.versioned:
+        from transforms.publish_version import PublishVersion, WriteFileIndex
+
+        index = planned["groups"] | "IndexFiles" >> WriteFileIndex(config.output)
+        _ = described | "PublishVersion" >> PublishVersion(config, index)
+    return described
 
 
 def build_pipeline(

@@ -29,21 +29,28 @@ def _inspect(argv: list[str]) -> int:
 
     from pipeline import schema, storage
     from pipeline.launcher import format_summary
+    from pipeline.versions import VersionError, resolve_dataset_dir
 
     if len(argv) != 1:
         print("usage: imgrec inspect DIR", file=sys.stderr)
         return 2
-    path = storage.join(argv[0].rstrip("/"), schema.DATASET_INFO)
+    try:
+        data_dir = resolve_dataset_dir(argv[0], fs="beam")  # a versioned root: LATEST's version
+    except VersionError as e:
+        print(f"imgrec: {e}", file=sys.stderr)
+        return 1
+    path = storage.join(data_dir, schema.DATASET_INFO)
     if not storage.exists(path):
         print(f"imgrec: {path} not found; is {argv[0]} a converted dataset?", file=sys.stderr)
         return 1
     info = json.loads(storage.read_bytes(path))
     elapsed = info.get("provenance", {})
-    print(format_summary(info, argv[0], 0.0).split("\n", 1)[1])
+    print(format_summary(info, data_dir, 0.0).split("\n", 1)[1])
     print(
         f"  converted   {elapsed.get('finished', '?')} by imgrec "
         f"{elapsed.get('versions', {}).get('imgrec', '?')}"
     )
+    _print_version(data_dir)
     from pipeline.report import class_histogram_lines
 
     print("\n".join(class_histogram_lines(info, argv[0])))
@@ -64,13 +71,31 @@ def _preview(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     from pipeline.schema import DatasetInfoError
 
+    from pipeline.versions import VersionError, resolve_dataset_dir
+
     try:
-        path = write_report(args.dir, args.out)
-    except DatasetInfoError as e:
+        # A versioned root: the version LATEST names.
+        path = write_report(resolve_dataset_dir(args.dir, fs="beam"), args.out)
+    except (DatasetInfoError, VersionError) as e:
         print(f"imgrec: {e}", file=sys.stderr)
         return 1
     print(f"imgrec: report {path}")
     return 0
+
+
+def _print_version(data_dir: str) -> None:
+    """For a version of a versioned root: its name and its changes headline."""
+    import json
+
+    from pipeline import storage, versions
+
+    try:
+        _, name = versions.split_version_dir(data_dir)
+    except versions.VersionError:
+        return  # an unversioned dataset
+    path = storage.join(data_dir, versions.CHANGES)
+    head = json.loads(storage.read_bytes(path))["headline"] if storage.exists(path) else "?"
+    print(f"  version     {name}: {head}")
 
 
 def main(argv: list[str] | None = None) -> int:

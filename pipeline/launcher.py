@@ -28,7 +28,7 @@ from apache_beam.options.pipeline_options import (
     _BeamArgumentParser,
 )
 
-from pipeline import schema, storage
+from pipeline import schema, storage, versions
 from pipeline.errors import ERROR_PREFIX
 from pipeline.options import ConvertConfig, ConvertOptions, OptionError
 from transforms.list_images import ManifestError, read_manifest_rows, resolve_local
@@ -46,6 +46,9 @@ IMGREC_VERSION = "0.1.0"
 # Exit status when more than --max_bad_fraction of the listed files were rejected (documented in
 # `imgrec --help`): scripts can tell "fix the input" from "the job crashed" (1).
 EXIT_TOO_MANY_REJECTS = 3
+
+# Set in a Dataflow Flex Template's launcher container (templates/flex/Dockerfile).
+_FLEX_TEMPLATE_ENV = "FLEX_TEMPLATE_PYTHON_PY_FILE"
 
 # Option names whose values never reach logs, provenance or error messages.
 _SECRET_RE = re.compile(r"(secret|token|password|credential|access_key|key_id|session)", re.I)
@@ -502,13 +505,18 @@ def run_convert(argv: list[str]) -> int:
         # --s3_* / GCS options now, not only to the pipeline's workers.
         FileSystems.set_options(options)
         dry_run = bool(options.view_as(TestOptions).dry_run)
+        if config.versioned:  # --output is the root; the run writes one version folder in it
+            config, version_note = versions.plan_run(config)
         num_files = preflight(config, count_up_to=AUTO_PROCESSES_MIN_FILES)
         if not dry_run:  # A dry run builds the job and touches nothing.
             check_writable(config, options)
+        if config.versioned and not dry_run:
+            config = versions.claim_run(config, {"argv": _redact(argv)})
+            print(version_note.format(name=versions.split_version_dir(config.output)[1]))
         if config.overwrite and not dry_run:  # A dry run builds the job and touches nothing.
             _delete_dataset(config.output)
         config = _configure_runner(options, argv, config, num_files)
-    except (OptionError, PreflightError, ManifestError) as e:
+    except (OptionError, PreflightError, ManifestError, versions.VersionError) as e:
         print(f"imgrec: {e}", file=sys.stderr)
         return 2
     provenance = {
@@ -530,7 +538,10 @@ def run_convert(argv: list[str]) -> int:
             result = pipeline.run()
             if dry_run:
                 return 0  # The runner reported the job it built; nothing ran to summarise.
-            if remote and hasattr(result, "job_id"):
+            if os.environ.get(_FLEX_TEMPLATE_ENV):
+                return 0  # Dataflow's rule for template launchers: submit, then exit (no waiting).
+            # A template launch (Flex Template) only writes the job's spec: no job, no id yet.
+            if remote and getattr(result, "has_job", False):
                 gcp = options.view_as(GoogleCloudOptions)
                 print(
                     f"imgrec: Dataflow job {result.job_id()}: https://console.cloud.google.com/"
@@ -563,6 +574,8 @@ def run_convert(argv: list[str]) -> int:
     if storage.exists(info_path):
         info = json.loads(storage.read_bytes(info_path))
         print(format_summary(info, config.output, time.time() - started))
+        if config.versioned:
+            print(versions.publication_line(config.output))
         if not options.view_as(ConvertOptions).no_report:
             _write_report(config.output)
     return 0

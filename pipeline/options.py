@@ -110,6 +110,20 @@ class ConvertOptions(PipelineOptions):
             "--overwrite", action="store_true", help="Replace a dataset already in --output."
         )
         g.add_argument(
+            "--versioned",
+            action="store_true",
+            help="Write each run into a new version folder under --output (ROOT/vYYYYMMDDTHHMMSSZ) "
+            "and point ROOT/LATEST at it once it is complete; with --resume, continue the newest "
+            "unfinished version instead.",
+        )
+        g.add_argument(
+            "--keep_versions",
+            type=int,
+            default=0,
+            help="With --versioned: keep this many complete versions, LATEST included, and "
+            "delete older ones (0: keep all).",
+        )
+        g.add_argument(
             "--max_bad_fraction",
             type=float,
             default=DEFAULT_MAX_BAD_FRACTION,
@@ -270,6 +284,8 @@ class ConvertConfig:
     seed: int = 0
     resume: bool = False
     overwrite: bool = False
+    versioned: bool = False
+    keep_versions: int = 0
     max_bad_fraction: float = DEFAULT_MAX_BAD_FRACTION
     dedupe: bool = True
     max_pixels: int = DEFAULT_MAX_PIXELS
@@ -303,6 +319,17 @@ class ConvertConfig:
             raise OptionError(f"--target_shard_mb must be > 0, got {self.target_shard_mb}")
         if self.min_shards < 1:
             raise OptionError(f"--min_shards must be >= 1, got {self.min_shards}")
+        if self.keep_versions < 0:
+            raise OptionError(
+                f"--keep_versions must be >= 0 (0: keep all), got {self.keep_versions}"
+            )
+        if self.keep_versions and not self.versioned:
+            raise OptionError("--keep_versions needs --versioned (it prunes old versions)")
+        if self.versioned and self.overwrite:
+            raise OptionError(
+                "--overwrite does not apply to --versioned (each run writes a new version); "
+                "drop one of them"
+            )
         if not 0.0 <= self.max_bad_fraction <= 1.0:
             raise OptionError(f"--max_bad_fraction must be in [0, 1], got {self.max_bad_fraction}")
         self.check_options()  # The per-image limits validate themselves.
@@ -360,6 +387,8 @@ class ConvertConfig:
             seed=o.seed,
             resume=o.resume,
             overwrite=o.overwrite,
+            versioned=o.versioned,
+            keep_versions=o.keep_versions,
             max_bad_fraction=o.max_bad_fraction,
             dedupe=o.dedupe,
             max_pixels=o.max_pixels,

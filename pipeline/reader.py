@@ -13,6 +13,7 @@ from typing import Literal
 import tensorflow as tf
 
 from pipeline import schema
+from pipeline.versions import resolve_dataset_dir
 
 __all__ = ["ShardFile", "make_dataset", "split_files", "steps_per_epoch"]
 
@@ -143,6 +144,7 @@ def split_files(data_dir: str, split: str) -> tuple[dict, tuple[ShardFile, ...]]
 
 def _load_split(data_dir: str, split: str) -> tuple[dict, dict, tuple[ShardFile, ...]]:
     """(dataset_info.json, the split's entry, its checked shards); see split_files."""
+    data_dir = resolve_dataset_dir(data_dir)  # a versioned root reads the version LATEST names
     info = schema.load_dataset_info(data_dir)
     info_path = posixpath.join(data_dir.rstrip("/"), schema.DATASET_INFO)
     splits = info.get("splits") or {}
@@ -214,7 +216,7 @@ def steps_per_epoch(
     """
     if global_batch_size <= 0:
         raise ValueError(f"global_batch_size must be positive, got {global_batch_size}")
-    info = schema.load_dataset_info(data_dir)
+    info = schema.load_dataset_info(resolve_dataset_dir(data_dir))
     splits = info.get("splits") or {}
     if split not in splits:
         raise ValueError(
@@ -302,7 +304,11 @@ def make_dataset(
 
     A shard that turns out corrupt while reading (CRC mismatch, truncation) stops iteration
     with `tf.errors.InvalidArgumentError` naming the shard.
+
+    A versioned root (`imgrec convert --versioned`) is read at the version its LATEST pointer
+    names when this is called; a version published later is picked up by the next call.
     """
+    data_dir = resolve_dataset_dir(data_dir)  # once: every later read stays in this version
     info, split_info, shards = _load_split(data_dir, split)
     num_examples = int(split_info.get("num_examples", sum(s.num_examples for s in shards)))
     num_bytes = int(split_info.get("num_bytes", 0))

@@ -22,6 +22,7 @@ class VerifyReport:
         self.records = 0
         self.shards = 0
         self.bytes = 0
+        self.data_dir = ""  # the folder checked (a versioned root resolves to its LATEST version)
 
     def problem(self, text: str) -> None:
         # One line each, capped: a decoder's message can embed the record's bytes (a 90 KB hex
@@ -74,8 +75,15 @@ def verify_dataset(data_dir: str, decode: bool = True) -> VerifyReport:
     import tensorflow as tf
 
     from pipeline import schema, storage
+    from pipeline.versions import VersionError, resolve_dataset_dir
 
     report = VerifyReport()
+    try:
+        data_dir = resolve_dataset_dir(data_dir, fs="beam")  # a versioned root: LATEST's version
+    except VersionError as e:
+        report.problem(str(e))
+        return report
+    report.data_dir = data_dir
     info_path = storage.join(data_dir, schema.DATASET_INFO)
     if not storage.exists(info_path):
         report.problem(f"{info_path}: missing; not a converted dataset (or the run failed)")
@@ -169,6 +177,7 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"imgrec verify: OK: {report.records} records in {report.shards} shards "
             f"({report.bytes / 1e6:.1f} MB) match dataset_info.json"
+            + (f" of {report.data_dir}" if report.data_dir != args.data_dir.rstrip("/") else "")
         )
         return 0
     for p in report.problems[:50]:

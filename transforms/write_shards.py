@@ -26,6 +26,7 @@ MARKER_DIR = ".imgrec"
 _PATH, _KEY, _SHA256, _TRANSCODE = (
     WRITER_FIELDS.index(f) for f in ("path", "key", "sha256", "transcode")
 )
+_LABEL = WRITER_FIELDS.index("label")
 
 
 def plan_marker_path(output: str, split: str, index: int, num_shards: int) -> str:
@@ -110,7 +111,13 @@ class _WriteShardFn(beam.DoFn):
         marker = plan_marker_path(self._output, split, index, num_shards)
         digest = hashlib.sha256(repr(self._opts).encode())
         for e in entries:
-            digest.update(f"{e[_KEY]}\0{e[_SHA256]}\0{e[_TRANSCODE]}\n".encode())
+            # Also what an Example holds that neither the bytes nor the options decide: its
+            # path, label and label id (a relabel or a new class must not keep a stale shard).
+            label = e[_LABEL]
+            digest.update(
+                f"{e[_KEY]}\0{e[_SHA256]}\0{e[_TRANSCODE]}\0{e[_PATH]}\0{label}\0"
+                f"{label_ids.get(label, -1)}\n".encode()
+            )
         plan_digest = digest.hexdigest()
 
         if self._resume:

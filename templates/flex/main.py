@@ -1,0 +1,52 @@
+"""Flex Template entry point: the template launcher runs this file with the job's parameters.
+
+The launcher passes every parameter as `--name=value`. imgrec's on/off flags take no value
+(`--versioned`), so `--versioned=true` becomes `--versioned` and `--versioned=false` is
+dropped; everything else goes to `imgrec convert` as given. The job runs on Dataflow.
+"""
+
+from __future__ import annotations
+
+import sys
+
+__all__ = ["flex_argv", "main"]
+
+# Flex Template values that mean "on" for a flag parameter.
+_TRUE = ("true", "1", "yes", "on")
+
+
+def flex_argv(argv: list[str]) -> list[str]:
+    """The launcher's `--name=value` arguments -> `imgrec convert` arguments."""
+    import argparse
+
+    from pipeline.options import ConvertOptions
+
+    parser = argparse.ArgumentParser(add_help=False)
+    ConvertOptions._add_argparse_args(parser)
+    flags = {
+        s
+        for a in parser._actions
+        if isinstance(a, argparse._StoreTrueAction)
+        for s in a.option_strings
+    }
+    out = []
+    for arg in argv:
+        name, sep, value = arg.partition("=")
+        if sep and name in flags:
+            if value.strip().lower() in _TRUE:
+                out.append(name)
+            continue
+        out.append(arg)
+    if not any(a == "--runner" or a.startswith("--runner=") for a in out):
+        out.append("--runner=DataflowRunner")
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    from pipeline.launcher import run_convert
+
+    return run_convert(flex_argv(list(sys.argv[1:] if argv is None else argv)))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

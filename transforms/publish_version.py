@@ -1,0 +1,182 @@
+"""Versioned output: write the per-file index, then check the version, write changes.json, and
+point LATEST at it (the last step of a `--versioned` conversion, on whatever runner runs it).
+
+Publishing inside the pipeline rather than in the launcher makes a Dataflow Flex Template
+launch (whose launcher exits once the job is submitted) publish too.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import apache_beam as beam
+from apache_beam import pvalue
+from apache_beam.io.filesystems import FileSystems
+
+from pipeline import changes, schema, storage, versions
+from pipeline.errors import ERROR_PREFIX
+from transforms.plan_shards import WRITER_FIELDS
+
+__all__ = ["WriteFileIndex", "PublishVersion", "VersionCheckError", "check_version"]
+
+_log = logging.getLogger(__name__)
+
+_PATH, _LABEL, _SHA256 = (WRITER_FIELDS.index(f) for f in ("path", "label", "sha256"))
+
+
+class VersionCheckError(RuntimeError):
+    """A finished version does not match its own dataset_info.json; LATEST is left alone."""
+
+
+def _index_rows(group) -> list[dict]:
+    """((split, index), [entry]) -> one index row per file of the shard."""
+    (split, index), entries = group
+    return [
+        {
+            "path": e[_PATH],
+            "sha256": e[_SHA256],
+            "split": split,
+            "label": e[_LABEL],
+            "shard": index,
+        }
+        for e in entries
+    ]
+
+
+class _ConcatFn(beam.CombineFn):
+    """Lists of index rows -> one list (what dedupe's combine holds per file, and less)."""
+
+    def create_accumulator(self):
+        return []
+
+    def add_input(self, acc, rows):
+        acc.extend(rows)
+        return acc
+
+    def merge_accumulators(self, accumulators):
+        merged = []
+        for acc in accumulators:
+            merged.extend(acc)
+        return merged
+
+    def extract_output(self, acc):
+        return acc
+
+
+class WriteFileIndex(beam.PTransform):
+    """((split, index), [entry]) shard groups -> files.jsonl.gz in `output`; yields its path.
+
+    One file per version, sorted by path: changes.json is computed from two of them without
+    opening a shard (the alternative, reading image/filename and sha256 back from every record
+    of two versions, reads both datasets whole).
+    """
+
+    def __init__(self, output: str):
+        super().__init__()
+        self._output = output
+
+    def expand(self, groups):
+        path = storage.join(self._output, versions.FILE_INDEX)
+
+        def write(rows):
+            storage.write_bytes_atomic(path, changes.index_bytes(rows), "application/gzip")
+            return path
+
+        return (
+            groups
+            | "IndexRows" >> beam.Map(_index_rows)
+            # [row] per shard
+            | "AllRows" >> beam.CombineGlobally(_ConcatFn())
+            | "WriteIndex" >> beam.Map(write)
+        )
+
+
+def check_version(folder: str, info: dict) -> None:
+    """Check a finished version against its own counts before it is published.
+
+    Raises:
+        VersionCheckError: accounting does not add up, or a shard is missing or of another size.
+    """
+    problems = []
+    listed, written = info["num_listed"], info["num_written"]
+    if listed != written + info["num_rejected"] + info["num_duplicates"]:
+        problems.append(
+            f"num_listed {listed} != written {written} + rejected {info['num_rejected']} "
+            f"+ duplicates {info['num_duplicates']}"
+        )
+    for split, entry in info["splits"].items():
+        found = FileSystems.match([storage.join(folder, split, "*")])[0].metadata_list
+        sizes = {m.path: m.size_in_bytes for m in found}
+        for shard in entry["shards"]:
+            path = storage.join(folder, shard["file"])
+            if path not in sizes:
+                problems.append(f"{shard['file']} is missing")
+            elif sizes[path] != shard["num_bytes"]:
+                problems.append(
+                    f"{shard['file']} has {sizes[path]} bytes, dataset_info.json says "
+                    f"{shard['num_bytes']}"
+                )
+    if not storage.exists(storage.join(folder, versions.FILE_INDEX)):
+        problems.append(f"{versions.FILE_INDEX} is missing")
+    if problems:
+        raise VersionCheckError(
+            f"{ERROR_PREFIX}version {folder} does not match its {schema.DATASET_INFO} "
+            f"({'; '.join(problems[:5])}); LATEST still names the previous version. Rerun "
+            "with --resume --versioned to complete it."
+        )
+
+
+class _PublishFn(beam.DoFn):
+    """dataset_info dict -> checks, changes.json, LATEST, pruning; yields what it did."""
+
+    def __init__(self, config):
+        self._folder = config.output
+        self._keep = config.keep_versions
+
+    def process(self, info, index_path):
+        del index_path  # A side input only so that the index is written before this runs.
+        root, name = versions.split_version_dir(self._folder)
+        check_version(self._folder, info)
+        previous = versions.read_latest(root)
+        if previous is not None and previous < name:
+            base = previous  # the usual case: what readers saw until now
+        else:  # first version, or a newer run published first: the newest complete one before
+            if previous is not None:
+                _log.warning(
+                    "imgrec: LATEST of %s names %s, not older than %s", root, previous, name
+                )
+            older = [n for n in versions.list_versions(root) if n < name]
+            finished = [n for n in older if versions.is_finished(root, n)]
+            base = finished[-1] if finished else None
+        before = changes.load_file_facts(storage.join(root, base)) if base else None
+        current = changes.load_file_facts(self._folder)
+        change = changes.compute_changes(before, current, version=name, previous_version=base)
+        storage.write_bytes_atomic(
+            storage.join(self._folder, versions.CHANGES),
+            json.dumps(change, indent=1, sort_keys=False).encode("utf-8"),
+            mime_type="application/json",
+        )
+        published, _ = versions.publish(root, name)
+        pruned = versions.prune(root, self._keep, name) if published and self._keep else []
+        yield {
+            "version": name,
+            "published": published,
+            "previous": previous,
+            "headline": change["headline"],
+            "pruned": pruned,
+        }
+
+
+class PublishVersion(beam.PTransform):
+    """The dataset_info PCollection of a versioned run -> the version checked and published."""
+
+    def __init__(self, config, index_written):
+        super().__init__()
+        self._config = config
+        self._index_written = index_written
+
+    def expand(self, described):
+        return described | "Publish" >> beam.ParDo(
+            _PublishFn(self._config), index_path=pvalue.AsSingleton(self._index_written)
+        )
