@@ -295,8 +295,12 @@ def _cache_root(cache_dir: str, data_dir: str) -> str:
     return os.path.join(cache_dir, f"{readable}-{hashlib.sha256(uri.encode()).hexdigest()[:12]}")
 
 
-def _gb(n: int) -> str:
-    return f"{n / 1e9:.2f} GB"
+def _size(n: int) -> str:
+    """Bytes for people: '1.20 GB', '96.5 MB', '12.0 kB'."""
+    for unit, scale in (("GB", 1e9), ("MB", 1e6)):
+        if n >= scale:
+            return f"{n / scale:.{2 if unit == 'GB' else 1}f} {unit}"
+    return f"{n / 1e3:.1f} kB"
 
 
 class ShardCache:
@@ -349,9 +353,10 @@ class ShardCache:
         if need > free:
             total = sum(max(0, e.num_bytes) for e in self._entries.values())
             raise ShardCacheError(
-                f"cache_dir {self.root} has {_gb(free)} free, but split {self.split!r} of "
-                f"{self.data_dir} needs {_gb(need)} more ({len(missing)} shards; {_gb(total)} "
-                "in all): free space there or pass cache_dir= on a disk with room"
+                f"cache_dir {self.root} has {_size(free)} free, but split {self.split!r} of "
+                f"{self.data_dir} needs {_size(need)} more ({need} bytes, {len(missing)} "
+                f"shards; {_size(total)} in all): free space there or pass cache_dir= on a "
+                "disk with room"
             )
 
     def mirror(self, rel_folder: str) -> str:
