@@ -430,15 +430,16 @@ def _export_dir(data_dir: str, local_copies: shard_cache.ShardCache | None) -> s
 def _typical_min_side(
     info: dict, shard: ShardFile, local_copies: shard_cache.ShardCache | None = None
 ) -> int:
-    """Median shorter side of the images: from the converter's statistics, else sampled (from
-    the cached copy of `shard` when there is a cache)."""
+    """Median shorter side of the images: from the converter's statistics, else sampled (with a
+    cache, from the first records of `shard`, read without downloading the whole shard)."""
     stats = info.get("statistics") or {}
     height = (stats.get("height_quantiles") or {}).get("p50")
     width = (stats.get("width_quantiles") or {}).get("p50")
     if height and width:
         return int(min(height, width))
     if local_copies is not None:
-        shard = dataclasses.replace(shard, path=local_copies.local_path(shard.path))
+        sample = local_copies.head_sample(shard.path, shard.compression, _SIZE_SAMPLE_RECORDS)
+        shard = ShardFile(path=sample, compression="", num_examples=-1)
     return _sampled_min_side(shard)
 
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
+import gzip
 import hashlib
 import json
 import logging
@@ -30,6 +31,7 @@ import os
 import posixpath
 import re
 import shutil
+import struct
 import tempfile
 import threading
 import time
@@ -73,6 +75,9 @@ _RETRY_BACKOFF_S = 1.0
 # Marks a partial download; a killed process can leave one behind, never a final name.
 _TEMP_MARK = ".imgrec-partial-"
 _VERIFIED_SUFFIX = ".verified"
+# Bytes read from a shard's start to sample image sizes (when dataset_info.json has no size
+# statistics): ~64 ImageNet-sized records of ~110 KB.
+_SAMPLE_BYTES = 8 << 20
 # Schemes TensorFlow reads itself (tf.io.gfile.get_registered_schemes(): "", "file", "gs", ...).
 _TF_SCHEMES = frozenset(tf.io.gfile.get_registered_schemes())
 
@@ -96,8 +101,9 @@ def tensorflow_reads(path: str) -> bool:
 class Store:
     """Read access to one store: what the reader needs before and while caching."""
 
-    def open(self, uri: str) -> IO[bytes]:
-        """A binary stream of the object's bytes."""
+    def open(self, uri: str, first_bytes: int | None = None) -> IO[bytes]:
+        """A binary stream of the object's bytes (only its first `first_bytes` when given and
+        the store can ask for a range; callers stop reading there either way)."""
         raise NotImplementedError
 
     def listdir(self, folder: str) -> list[str]:
@@ -133,7 +139,7 @@ class Store:
 class _TensorFlowStore(Store):
     """Local paths and gs://, through tf.io.gfile (what the reader has always used)."""
 
-    def open(self, uri: str) -> IO[bytes]:
+    def open(self, uri: str, first_bytes: int | None = None) -> IO[bytes]:
         return tf.io.gfile.GFile(uri, "rb")
 
     def listdir(self, folder: str) -> list[str]:
@@ -181,12 +187,13 @@ class _S3Store(Store):
             ),
         )
 
-    def open(self, uri: str) -> IO[bytes]:
+    def open(self, uri: str, first_bytes: int | None = None) -> IO[bytes]:
         from botocore.exceptions import ClientError
 
         bucket, key = _split_s3(uri)
+        extra = {"Range": f"bytes=0-{first_bytes - 1}"} if first_bytes else {}
         try:
-            return self._client.get_object(Bucket=bucket, Key=key)["Body"]
+            return self._client.get_object(Bucket=bucket, Key=key, **extra)["Body"]
         except ClientError as e:
             if e.response.get("Error", {}).get("Code") in ("NoSuchKey", "404"):
                 raise FileNotFoundError(f"{uri} not found") from e
@@ -234,7 +241,7 @@ class _BeamStore(Store):
 
             FileSystems.set_options(PipelineOptions([f"--s3_endpoint_url={s3_endpoint_url}"]))
 
-    def open(self, uri: str) -> IO[bytes]:
+    def open(self, uri: str, first_bytes: int | None = None) -> IO[bytes]:
         from apache_beam.io.filesystem import BeamIOError, CompressionTypes
 
         try:
@@ -368,6 +375,36 @@ class ShardCache:
             if not os.path.exists(local):
                 self._copy(_Entry(f"{base}/{rel}", local, -1, ""))
         return self.root
+
+    def head_sample(self, uri: str, compression: str, num_records: int) -> str:
+        """A local TFRecord file of the first `num_records` records of shard `uri`.
+
+        For the reader's image-size sampling: one partial read of the object's first records
+        (a few MB) instead of downloading a whole shard this input pipeline may never read. A
+        shard already in the cache is used as it is; ZLIB shards are downloaded whole.
+        """
+        entry = self._entries[uri]
+        if self._is_verified(entry) or compression not in ("", "GZIP"):
+            return self.local_path(uri)
+        # Named by the shard's hash: a re-converted shard gets a new sample.
+        sample = f"{entry.local}.head-{entry.sha256[:12]}"
+        if os.path.exists(sample):
+            return sample
+        os.makedirs(os.path.dirname(sample), exist_ok=True)
+        tmp = f"{sample}{_TEMP_MARK}{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        try:
+            with (
+                self.store.open(uri, first_bytes=_SAMPLE_BYTES) as raw,
+                tf.io.TFRecordWriter(tmp) as out,
+            ):
+                src = gzip.GzipFile(fileobj=raw) if compression == "GZIP" else raw
+                for record in _tfrecords(src, num_records):
+                    out.write(record)
+            os.replace(tmp, sample)
+        finally:
+            if os.path.exists(tmp):
+                os.remove(tmp)
+        return sample
 
     # ---------------------------------------------------------------- while reading
 
@@ -504,6 +541,23 @@ class ShardCache:
         with open(tmp, "w") as f:
             json.dump(note, f)
         os.replace(tmp, entry.local + _VERIFIED_SUFFIX)
+
+
+def _tfrecords(stream: IO[bytes], limit: int) -> Iterator[bytes]:
+    """Up to `limit` records from a TFRecord byte stream (8-byte length, 4-byte CRC, data,
+    4-byte CRC); stops quietly at a short read (the CRCs are checked when the shard is read)."""
+    for _ in range(limit):
+        try:
+            header = stream.read(12)
+            if len(header) < 12:
+                return
+            (length,) = struct.unpack("<Q", header[:8])
+            data = stream.read(length)
+            if len(data) < length or len(stream.read(4)) < 4:
+                return
+        except EOFError:  # a GZIP range that ends inside the compressed stream
+            return
+        yield data
 
 
 def _hash_file(path: str) -> tuple[int, str]:

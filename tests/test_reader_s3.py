@@ -51,18 +51,25 @@ class RecordedS3(S3Server):
         self._api("reset-recording")
         self._api("start-recording")
 
-    def requests(self) -> list[tuple[str, str]]:
-        """(method, path) of every S3 request since reset()."""
+    def requests(self) -> list[tuple[str, str, bool]]:
+        """(method, path, ranged) of every S3 request since reset()."""
         if not self.recording.exists():
             return []
         out = []
         for line in self.recording.read_text().splitlines():
             entry = json.loads(line)
-            out.append((entry["method"], urllib.parse.urlsplit(entry["url"]).path))
+            ranged = any(k.lower() == "range" for k in entry["headers"])
+            out.append((entry["method"], urllib.parse.urlsplit(entry["url"]).path, ranged))
         return out
 
     def shard_gets(self) -> list[str]:
-        return [p for m, p in self.requests() if m == "GET" and p.endswith(".tfrecord")]
+        """Paths of whole-shard GETs (ranged ones are the reader's image-size sample)."""
+        gets = [(p, r) for m, p, r in self.requests() if m == "GET" and p.endswith(".tfrecord")]
+        return [p for p, ranged in gets if not ranged]
+
+    def shard_samples(self) -> list[str]:
+        gets = [(p, r) for m, p, r in self.requests() if m == "GET" and p.endswith(".tfrecord")]
+        return [p for p, ranged in gets if ranged]
 
 
 @pytest.fixture(scope="module")
@@ -236,7 +243,7 @@ def test_second_make_dataset_on_the_same_cache_downloads_nothing(s3rec, datasets
     # What it did ask the server: dataset_info.json, and one listing of the split's folder.
     requests = s3rec.requests()
     assert len(requests) == 2, requests
-    assert [p for _, p in requests if p.endswith(schema.DATASET_INFO)]
+    assert [p for _, p, _ in requests if p.endswith(schema.DATASET_INFO)]
 
 
 def test_corrupt_shard_is_caught_by_its_sha256(datasets, tmp_path):
@@ -351,3 +358,35 @@ def test_steps_per_epoch_and_split_files_on_s3(datasets):
     assert [s.path for s in shards] == [
         f"{datasets['s3']}/{schema.shard_name('train', i, 4)}" for i in range(4)
     ]
+
+
+def test_each_input_pipeline_downloads_only_the_shards_it_reads(s3rec, datasets, tmp_path):
+    """Two input pipelines (as a multi-worker strategy makes them) each fetch their half; the
+    image-size sample (the test data has no statistics) is one ranged GET, not a download."""
+    bucket_path = datasets["s3"][len("s3://") :]
+    seen = {}
+    for pipeline_id in (0, 1):
+        s3rec.reset()
+        ctx = tf.distribute.InputContext(
+            num_input_pipelines=2, input_pipeline_id=pipeline_id, num_replicas_in_sync=2
+        )
+        ds = reader.make_dataset(
+            datasets["s3"],
+            "train",
+            8,
+            input_context=ctx,
+            image_size=IMAGE_SIZE,
+            extra_features=[schema.FILENAME],
+            cache_dir=str(tmp_path / f"worker{pipeline_id}"),
+            s3_endpoint_url=datasets["endpoint"],
+        )
+        seen[pipeline_id] = [f.decode() for _, _, x in ds for f in x[schema.FILENAME].numpy()]
+        mine = [
+            f"/{bucket_path}/{schema.shard_name('train', i, 4)}"
+            for i in (pipeline_id, pipeline_id + 2)
+        ]
+        assert sorted(s3rec.shard_gets()) == mine
+        assert s3rec.shard_samples() == [f"/{bucket_path}/{schema.shard_name('train', 0, 4)}"]
+        cached = sorted(p.name for p in (tmp_path / f"worker{pipeline_id}").rglob("*.tfrecord"))
+        assert cached == sorted(os.path.basename(p) for p in mine)
+    assert len(seen[0]) + len(seen[1]) == 60 and not set(seen[0]) & set(seen[1])
