@@ -128,14 +128,19 @@ def main() -> int:
             for name, store in stores.items():
                 rates[name].append(_download_rate(store, s3_dir, split))
 
-        rows: dict[str, list[tuple[float, float, int]]] = {"local": [], "s3 cold": [], "s3 warm": []}
+        rows: dict[str, list[tuple[float, float, int]]] = {
+            "local": [],
+            "s3 cold": [],
+            "s3 warm": [],
+        }
         _epoch(local)  # warm-up: graph tracing, thread pools
         for _ in range(args.repeats):
             cache_dir = tempfile.mkdtemp(prefix="imgrec-bench-cache-")
             try:
                 rows["local"].append(_epoch(local))
-                rows["s3 cold"].append(_epoch(s3_dir, cache_dir=cache_dir, s3_endpoint_url=server.url))
-                rows["s3 warm"].append(_epoch(s3_dir, cache_dir=cache_dir, s3_endpoint_url=server.url))
+                s3_kw = {"cache_dir": cache_dir, "s3_endpoint_url": server.url}
+                rows["s3 cold"].append(_epoch(s3_dir, **s3_kw))
+                rows["s3 warm"].append(_epoch(s3_dir, **s3_kw))
             finally:
                 shutil.rmtree(cache_dir, ignore_errors=True)
     finally:
@@ -152,7 +157,12 @@ def main() -> int:
         f"evaluation epoch, batch 64, 224x224, median of {args.repeats} ({load_average()})",
         ["source", "first batch s", "steady images/s", "images"],
         [
-            [name, f"{median([r[0] for r in v]):.2f}", f"{median([r[1] for r in v]):.0f}", v[0][2]]
+            [
+                name,
+                f"{median([r[0] for r in v]):.2f}",
+                f"{median([r[1] for r in v]):.0f}",
+                v[0][2],
+            ]
             for name, v in rows.items()
         ],
     )

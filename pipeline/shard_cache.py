@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
+import functools
 import gzip
 import hashlib
 import json
@@ -280,8 +281,16 @@ def open_store(data_dir: str, s3_endpoint_url: str | None = None, beam: bool = F
     if scheme in _TF_SCHEMES:
         return _TensorFlowStore()
     if scheme == "s3" and not beam:
-        return _S3Store(s3_endpoint_url)
+        return _s3_store(s3_endpoint_url or None)
     return _BeamStore(s3_endpoint_url)
+
+
+@functools.lru_cache(maxsize=8)
+def _s3_store(endpoint_url: str | None) -> _S3Store:
+    """One client per endpoint per process: making one loads botocore's service model (~0.3 s
+    of CPU), and steps_per_epoch plus two make_dataset calls would pay it three times. boto3
+    clients are thread-safe."""
+    return _S3Store(endpoint_url)
 
 
 # ------------------------------------------------------------------------------ the cache
