@@ -506,12 +506,17 @@ def _pipeline_dataset(
         files = files.shard(num_pipelines, pipeline_id)
     if config.repeat and not config.cache:
         files = files.repeat()  # Repeat names, not records: no drain between epochs.
-    if config.local_copies is not None:
-        # Remote paths -> verified local copies, downloaded a few files ahead, order kept.
-        files = config.local_copies.localize(files)
     check_counts = all(s.num_examples >= 0 for s in shards)
+
+    def read(path, compression, expected):
+        return _read_shard(path, compression, expected, check_counts)
+
+    if config.local_copies is not None:
+        # Downloads start a few files ahead; each shard is read from its verified local copy.
+        files = config.local_copies.localize(files)
+        read = config.local_copies.after_download(read)
     records = files.interleave(
-        lambda path, compression, expected: _read_shard(path, compression, expected, check_counts),
+        read,
         cycle_length=max(1, min(_MAX_PARALLEL_SHARDS, files_per_pipeline)),
         block_length=1,
         num_parallel_calls=AUTOTUNE,

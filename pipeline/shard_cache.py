@@ -73,6 +73,9 @@ _CHUNK_BYTES = 1 << 20
 # client's own retries). botocore retries each request itself but not a body that breaks off.
 _DOWNLOAD_ATTEMPTS = 3
 _RETRY_BACKOFF_S = 1.0
+# How often a shard's reader checks whether its download has finished: 20 cheap checks a
+# second per waiting shard; a shard of ~100 MB takes ~1 s to download at 100 MB/s anyway.
+_POLL_US = 50_000
 # Marks a partial download; a killed process can leave one behind, never a final name.
 _TEMP_MARK = ".imgrec-partial-"
 _VERIFIED_SUFFIX = ".verified"
@@ -417,11 +420,13 @@ class ShardCache:
 
     # ---------------------------------------------------------------- while reading
 
-    def start(self, uri: str) -> concurrent.futures.Future:
-        """Begin copying `uri` (no-op when under way or done); its future gives the local path."""
+    def start(self, uri: str, retry_failed: bool = True) -> concurrent.futures.Future:
+        """Begin copying `uri` (no-op when under way or done; a failed copy is begun again
+        only with `retry_failed`); its future gives the local path."""
         with self._lock:
             future = self._futures.get(uri)
-            if future is None or (future.done() and future.exception() is not None):
+            failed = future is not None and future.done() and future.exception() is not None
+            if future is None or (failed and retry_failed):
                 entry = self._entries.get(uri)
                 if entry is None:
                     raise ShardCacheError(f"{uri} is not a shard of split {self.split!r}")
@@ -434,23 +439,48 @@ class ShardCache:
         return self.start(uri).result()
 
     def localize(self, files: tf.data.Dataset) -> tf.data.Dataset:
-        """Map (uri, compression, expected) elements to (local path, compression, expected).
+        """Start downloads `_DOWNLOAD_AHEAD` elements before the reader takes them.
 
-        Downloads are started `_DOWNLOAD_AHEAD` elements before the element is consumed; order
-        is kept (prefetch and a sequential map preserve it).
+        `files` holds (uri, ...) elements; they pass through unchanged (order kept): the shard
+        is waited for inside the reader's own per-shard dataset, see `after_download`.
         """
-
-        def call(fn: Callable[[str], str], uri: tf.Tensor) -> tf.Tensor:
-            out = tf.py_function(lambda u: fn(u.numpy().decode()), [uri], tf.string)
-            return tf.ensure_shape(out, [])
 
         def begin(uri: str) -> str:
             self.start(uri)
             return uri
 
-        started = files.map(lambda uri, *rest: (call(begin, uri), *rest))
-        started = started.prefetch(_DOWNLOAD_AHEAD)
-        return started.map(lambda uri, *rest: (call(self.local_path, uri), *rest))
+        started = files.map(lambda uri, *rest: (_py_string(begin, uri), *rest))
+        return started.prefetch(_DOWNLOAD_AHEAD)
+
+    def after_download(
+        self, read: Callable[..., tf.data.Dataset]
+    ) -> Callable[..., tf.data.Dataset]:
+        """Wrap the reader's `read(path, ...) -> records` so it reads the verified local copy.
+
+        The wait happens inside the shard's own dataset, so a parallel interleave keeps reading
+        the shards that are already local. It polls (a C++ sleep between cheap checks) rather
+        than blocking: tf.py_function calls run one at a time, so one blocked call would stall
+        every other shard's, and a parallel interleave also stops producing while its input
+        blocks (both measured with TF 2.21).
+        """
+
+        def ready_path(uri: str) -> str:
+            # A failed copy raises here (naming the shard); the next epoch's start() retries it.
+            future = self.start(uri, retry_failed=False)
+            return future.result() if future.done() else ""
+
+        def wrapped(uri: tf.Tensor, *rest: tf.Tensor) -> tf.data.Dataset:
+            polls = tf.data.Dataset.from_tensors(uri).concatenate(
+                tf.data.Dataset.from_tensors(uri).repeat().apply(_sleep(_POLL_US))
+            )
+            local = (
+                polls.map(lambda u: _py_string(ready_path, u))
+                .filter(lambda path: tf.strings.length(path) > 0)
+                .take(1)
+            )
+            return local.flat_map(lambda path: read(path, *rest))
+
+        return wrapped
 
     # ---------------------------------------------------------------- internals
 
@@ -550,6 +580,19 @@ class ShardCache:
         with open(tmp, "w") as f:
             json.dump(note, f)
         os.replace(tmp, entry.local + _VERIFIED_SUFFIX)
+
+
+def _py_string(fn: Callable[[str], str], value: tf.Tensor) -> tf.Tensor:
+    """tf.py_function over one string scalar."""
+    out = tf.py_function(lambda v: fn(v.numpy().decode()), [value], tf.string)
+    return tf.ensure_shape(out, [])
+
+
+def _sleep(microseconds: int) -> Callable[[tf.data.Dataset], tf.data.Dataset]:
+    """A dataset transformation that sleeps (in C++, no GIL) before each element."""
+    from tensorflow.python.data.experimental.ops import testing  # No public API for it.
+
+    return testing.sleep(microseconds)
 
 
 def _tfrecords(stream: IO[bytes], limit: int) -> Iterator[bytes]:

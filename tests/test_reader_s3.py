@@ -14,6 +14,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import threading
 import urllib.parse
 import urllib.request
 from pathlib import Path
@@ -436,3 +437,43 @@ def test_mirror_copies_a_folder_such_as_the_transform_export(s3rec, datasets, tm
     root = Path(cache.mirror("transform_fn"))
     assert (root / "transform_fn" / "saved_model.pb").read_bytes() == b"model"
     assert (root / "transform_fn" / "variables" / "variables.index").read_bytes() == b"index"
+
+
+def test_first_batch_comes_before_the_whole_split_is_local(s3rec, tmp_path, monkeypatch):
+    """20 shards of 2 images; downloads of shards 8-19 are held back until the first batch of 8
+    (round-robin over the first 8 shards) has arrived: reading does not wait for the split."""
+    local = write_dataset(str(tmp_path / "many"), splits={"validation": (40, 20)})
+    uri = s3rec.uri(s3rec.new_bucket(), "many")
+    _upload(s3rec, local, uri)
+    gate = threading.Event()
+    real_download = shard_cache.ShardCache._download
+
+    def gated(self, shard_uri, tmp):
+        if int(re.search(r"validation-(\d+)-of", shard_uri).group(1)) >= 8:
+            gate.wait(timeout=120)
+        return real_download(self, shard_uri, tmp)
+
+    monkeypatch.setattr(shard_cache.ShardCache, "_download", gated)
+    ds = reader.make_dataset(
+        uri,
+        "validation",
+        8,
+        image_size=IMAGE_SIZE,
+        cache_dir=str(tmp_path / "cache"),
+        s3_endpoint_url=s3rec.relay.url,
+        jpeg_dct_scaling=False,
+    )
+    it = iter(ds)
+    first = []
+    reader_thread = threading.Thread(target=lambda: first.append(next(it)), daemon=True)
+    reader_thread.start()
+    reader_thread.join(timeout=90)
+    try:
+        assert first, "no first batch while shards 8-19 were still downloading"
+        assert int(first[0][0].shape[0]) == 8
+        local_now = list((tmp_path / "cache").rglob("*.tfrecord"))
+        assert len(local_now) == 8  # exactly the first 8 shards are local
+    finally:
+        gate.set()
+    rest = sum(int(batch.shape[0]) for _, batch in it)
+    assert 8 + rest == 40
