@@ -53,7 +53,7 @@ def _inspect(argv: list[str]) -> int:
     _print_version(data_dir)
     from pipeline.report import class_histogram_lines
 
-    print("\n".join(class_histogram_lines(info, argv[0])))
+    print("\n".join(class_histogram_lines(info, data_dir)))
     return 0
 
 

@@ -12,8 +12,7 @@ from typing import Literal
 
 import tensorflow as tf
 
-from pipeline import schema
-from pipeline.versions import resolve_dataset_dir
+from pipeline import schema, shard_cache, versions
 
 __all__ = ["ShardFile", "make_dataset", "split_files", "steps_per_epoch"]
 
@@ -106,6 +105,7 @@ class _Config:
     extra_features: tuple[str, ...]
     postprocess: Callable | None
     normalize_dir: str | None = None
+    local_copies: shard_cache.ShardCache | None = None  # stores TensorFlow cannot read
 
     def __post_init__(self) -> None:
         if self.global_batch_size <= 0:
@@ -123,12 +123,15 @@ class _Config:
             )
 
 
-def split_files(data_dir: str, split: str) -> tuple[dict, tuple[ShardFile, ...]]:
+def split_files(
+    data_dir: str, split: str, *, s3_endpoint_url: str | None = None
+) -> tuple[dict, tuple[ShardFile, ...]]:
     """The split's entry in dataset_info.json and its shards, checked to exist.
 
     Args:
-        data_dir: the converter's output directory (local path or URI).
+        data_dir: the converter's output directory (local path or URI: gs://, s3://, ...).
         split: a split name listed in dataset_info.json, e.g. "train".
+        s3_endpoint_url: S3 endpoint for s3:// data (default: boto3's, or AWS_ENDPOINT_URL_S3).
 
     Returns:
         (the split's dict from dataset_info.json, its shards in listed order).
@@ -138,14 +141,29 @@ def split_files(data_dir: str, split: str) -> tuple[dict, tuple[ShardFile, ...]]
         ValueError: the split is not in dataset_info.json, or lists no shards.
         FileNotFoundError: a listed shard is missing, naming it.
     """
-    _, split_info, shards = _load_split(data_dir, split)
+    store = shard_cache.open_store(data_dir, s3_endpoint_url)
+    _, split_info, shards = _load_split(data_dir, split, store)
     return split_info, shards
 
 
-def _load_split(data_dir: str, split: str) -> tuple[dict, dict, tuple[ShardFile, ...]]:
+def _resolve_version(data_dir: str, store: shard_cache.Store) -> str:
+    """A versioned root -> the version folder its LATEST pointer names (read through `store`,
+    so s3:// roots resolve with the reader's own client); other folders as they are."""
+    path = data_dir.rstrip("/") or data_dir
+    if versions.is_version_name(path.rpartition("/")[2]):
+        return path  # an explicit version: nothing to read
+    pointer = path + "/" + versions.LATEST
+    if not store.exists(pointer):
+        return path
+    return path + "/" + versions.parse_pointer(store.read_bytes(pointer).decode("utf-8"), pointer)
+
+
+def _load_split(
+    data_dir: str, split: str, store: shard_cache.Store
+) -> tuple[dict, dict, tuple[ShardFile, ...]]:
     """(dataset_info.json, the split's entry, its checked shards); see split_files."""
-    data_dir = resolve_dataset_dir(data_dir)  # a versioned root reads the version LATEST names
-    info = schema.load_dataset_info(data_dir)
+    data_dir = _resolve_version(data_dir, store)  # a versioned root reads LATEST's version
+    info = store.load_dataset_info(data_dir)
     info_path = posixpath.join(data_dir.rstrip("/"), schema.DATASET_INFO)
     splits = info.get("splits") or {}
     if split not in splits:
@@ -167,21 +185,20 @@ def _load_split(data_dir: str, split: str) -> tuple[dict, dict, tuple[ShardFile,
                 num_examples=int(entry.get("num_examples", -1)),
             )
         )
-    _check_shards_exist(data_dir, split, shards)
+    _check_shards_exist(data_dir, split, shards, store)
     return info, split_info, tuple(shards)
 
 
-def _check_shards_exist(data_dir: str, split: str, shards: Sequence[ShardFile]) -> None:
+def _check_shards_exist(
+    data_dir: str, split: str, shards: Sequence[ShardFile], store: shard_cache.Store
+) -> None:
     """One directory listing per folder (cheap on object stores) instead of a stat per shard."""
     present: dict[str, set[str]] = {}
     missing = []
     for shard in shards:
         folder, name = posixpath.split(shard.path)
         if folder not in present:
-            try:
-                present[folder] = set(tf.io.gfile.listdir(folder))
-            except tf.errors.NotFoundError:
-                present[folder] = set()
+            present[folder] = set(store.listdir(folder))
         if name not in present[folder]:
             missing.append(shard.path)
     if missing:
@@ -196,7 +213,12 @@ def _check_shards_exist(data_dir: str, split: str, shards: Sequence[ShardFile]) 
 
 
 def steps_per_epoch(
-    data_dir: str, split: str, global_batch_size: int, *, drop_remainder: bool = True
+    data_dir: str,
+    split: str,
+    global_batch_size: int,
+    *,
+    drop_remainder: bool = True,
+    s3_endpoint_url: str | None = None,
 ) -> int:
     """Global steps in one pass over the split, exactly, from dataset_info.json.
 
@@ -206,6 +228,7 @@ def steps_per_epoch(
         global_batch_size: examples per step over all replicas.
         drop_remainder: True (training) counts full batches only; False (evaluation) counts
             the last partial batch too.
+        s3_endpoint_url: S3 endpoint for s3:// data, as for make_dataset.
 
     Returns:
         The number of steps.
@@ -216,7 +239,9 @@ def steps_per_epoch(
     """
     if global_batch_size <= 0:
         raise ValueError(f"global_batch_size must be positive, got {global_batch_size}")
-    info = schema.load_dataset_info(resolve_dataset_dir(data_dir))
+    store = shard_cache.open_store(data_dir, s3_endpoint_url)
+    data_dir = _resolve_version(data_dir, store)
+    info = store.load_dataset_info(data_dir)
     splits = info.get("splits") or {}
     if split not in splits:
         raise ValueError(
@@ -252,6 +277,8 @@ def make_dataset(
     extra_features: Sequence[str] = (),
     postprocess: Callable[[tf.Tensor, tf.Tensor], tuple[tf.Tensor, tf.Tensor]] | None = None,
     normalize: bool = False,
+    cache_dir: str | None = None,
+    s3_endpoint_url: str | None = None,
 ) -> tf.data.Dataset | tf.distribute.DistributedDataset:
     """The input pipeline of a converted split, batched per replica and prefetched.
 
@@ -262,7 +289,9 @@ def make_dataset(
     resized to `image_size` and returned as uint8: normalise on the accelerator.
 
     Args:
-        data_dir: the converter's output directory (local path or gs:// URI).
+        data_dir: the converter's output directory: a local path, gs:// (read by TensorFlow),
+            or s3:// and any other store Apache Beam's FileSystems reads (copied to
+            `cache_dir` first, see below).
         split: split name from dataset_info.json, e.g. "train" or "validation".
         global_batch_size: examples per step over all replicas; must divide by the replicas.
         strategy: when given, returns `strategy.distribute_datasets_from_function(...)`, each
@@ -291,6 +320,14 @@ def make_dataset(
             batch: float32 images `(x - pixel_mean) / pixel_std` with the training split's
             statistics. Off by default: uint8 batches are 4x smaller to move, and normalising on
             the accelerator is cheaper than on the host.
+        cache_dir: copy shards to this local directory before reading them: each is checked
+            against the size and sha256 in dataset_info.json, written under a temporary name
+            and renamed, downloaded in parallel a few shards ahead of the reader, and reused by
+            later runs. Default: for stores TensorFlow cannot read (s3://, ...) a folder under
+            the system temp dir (`shard_cache.DEFAULT_CACHE_DIR`); none for local and gs://.
+        s3_endpoint_url: S3 endpoint for s3:// data (MinIO, Ceph, ...); default: boto3's, or
+            AWS_ENDPOINT_URL_S3. Credentials and region come from the standard AWS environment
+            (AWS_ACCESS_KEY_ID, AWS_PROFILE, AWS_DEFAULT_REGION, ...).
 
     Returns:
         A `tf.data.Dataset` of `(images uint8 [B, H, W, 3], labels int64 [B])` with `B` the
@@ -301,15 +338,31 @@ def make_dataset(
         schema.DatasetInfoError: `data_dir` has no readable dataset_info.json.
         ValueError: unknown split, bad arguments, or a batch size the replicas cannot share.
         FileNotFoundError: a shard listed in dataset_info.json is missing.
+        shard_cache.ShardCacheError: `cache_dir`'s disk cannot hold the split's shards.
 
     A shard that turns out corrupt while reading (CRC mismatch, truncation) stops iteration
-    with `tf.errors.InvalidArgumentError` naming the shard.
+    with `tf.errors.InvalidArgumentError` naming the shard; with a cache, a shard whose
+    download fails or does not match its sha256 stops it with a `tf.errors.OpError` naming it.
 
     A versioned root (`imgrec convert --versioned`) is read at the version its LATEST pointer
     names when this is called; a version published later is picked up by the next call.
     """
-    data_dir = resolve_dataset_dir(data_dir)  # once: every later read stays in this version
-    info, split_info, shards = _load_split(data_dir, split)
+    store = shard_cache.open_store(data_dir, s3_endpoint_url)
+    data_dir = _resolve_version(data_dir, store)  # once: every later read stays in this version
+    info, split_info, shards = _load_split(data_dir, split, store)
+    local_copies = None
+    if cache_dir is not None or not shard_cache.tensorflow_reads(data_dir):
+        if shard_cache.tensorflow_reads(data_dir) and "://" not in data_dir:
+            _log.info("data_dir %s is local: cache_dir is not used", data_dir)
+        else:
+            local_copies = shard_cache.ShardCache(
+                store,
+                data_dir,
+                split,
+                split_info["shards"],
+                cache_dir or shard_cache.DEFAULT_CACHE_DIR,
+            )
+            local_copies.check_space()
     num_examples = int(split_info.get("num_examples", sum(s.num_examples for s in shards)))
     num_bytes = int(split_info.get("num_bytes", 0))
     if isinstance(image_size, int):
@@ -326,7 +379,8 @@ def make_dataset(
         )
     avg_record = max(1, num_bytes // max(1, num_examples))
     if jpeg_dct_scaling is None:
-        jpeg_dct_scaling = _typical_min_side(info, shards[0]) >= _DCT_MIN_SCALE * max(image_size)
+        min_side = _typical_min_side(info, shards[0], local_copies)
+        jpeg_dct_scaling = min_side >= _DCT_MIN_SCALE * max(image_size)
     config = _Config(
         shards=shards,
         num_examples=num_examples,
@@ -343,7 +397,8 @@ def make_dataset(
         dct_scaling=bool(jpeg_dct_scaling),
         extra_features=tuple(extra_features),
         postprocess=postprocess,
-        normalize_dir=data_dir if normalize else None,
+        normalize_dir=_export_dir(data_dir, local_copies) if normalize else None,
+        local_copies=local_copies,
     )
     if strategy is not None:
         return strategy.distribute_datasets_from_function(
@@ -383,13 +438,27 @@ def _physical_memory() -> int:
         return 0
 
 
-def _typical_min_side(info: dict, shard: ShardFile) -> int:
-    """Median shorter side of the images: from the converter's statistics, else sampled."""
+def _export_dir(data_dir: str, local_copies: shard_cache.ShardCache | None) -> str:
+    """Where normalize_layer finds `transform_fn/`: data_dir, or its copy in the cache."""
+    if local_copies is None or shard_cache.tensorflow_reads(data_dir):
+        return data_dir
+    local_copies.mirror("transformed_metadata")
+    return local_copies.mirror("transform_fn")
+
+
+def _typical_min_side(
+    info: dict, shard: ShardFile, local_copies: shard_cache.ShardCache | None = None
+) -> int:
+    """Median shorter side of the images: from the converter's statistics, else sampled (with a
+    cache, from the first records of `shard`, read without downloading the whole shard)."""
     stats = info.get("statistics") or {}
     height = (stats.get("height_quantiles") or {}).get("p50")
     width = (stats.get("width_quantiles") or {}).get("p50")
     if height and width:
         return int(min(height, width))
+    if local_copies is not None:
+        sample = local_copies.head_sample(shard.path, shard.compression, _SIZE_SAMPLE_RECORDS)
+        shard = ShardFile(path=sample, compression="", num_examples=-1)
     return _sampled_min_side(shard)
 
 
@@ -457,8 +526,16 @@ def _pipeline_dataset(
     if config.repeat and not config.cache:
         files = files.repeat()  # Repeat names, not records: no drain between epochs.
     check_counts = all(s.num_examples >= 0 for s in shards)
+
+    def read(path, compression, expected):
+        return _read_shard(path, compression, expected, check_counts)
+
+    if config.local_copies is not None:
+        # Downloads start a few files ahead; each shard is read from its verified local copy.
+        files = config.local_copies.localize(files)
+        read = config.local_copies.after_download(read)
     records = files.interleave(
-        lambda path, compression, expected: _read_shard(path, compression, expected, check_counts),
+        read,
         cycle_length=max(1, min(_MAX_PARALLEL_SHARDS, files_per_pipeline)),
         block_length=1,
         num_parallel_calls=AUTOTUNE,

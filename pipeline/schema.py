@@ -31,6 +31,7 @@ __all__ = [
     "shard_name",
     "make_example",
     "load_dataset_info",
+    "parse_dataset_info",
     "DatasetInfoError",
 ]
 
@@ -173,8 +174,21 @@ def load_dataset_info(data_dir: str) -> dict:
         )
     try:
         with tf.io.gfile.GFile(path, "r") as f:
-            info = json.load(f)
-    except (json.JSONDecodeError, tf.errors.OpError) as e:
+            text = f.read()
+    except tf.errors.OpError as e:
+        raise DatasetInfoError(f"{path} is unreadable ({e}); re-run the conversion") from e
+    return parse_dataset_info(text, path)
+
+
+def parse_dataset_info(text: str, path: str) -> dict:
+    """Parse and check the text of a dataset_info.json read from `path` (any store).
+
+    Raises:
+        DatasetInfoError: naming `path` and what to do.
+    """
+    try:
+        info = json.loads(text)
+    except json.JSONDecodeError as e:
         raise DatasetInfoError(f"{path} is unreadable ({e}); re-run the conversion") from e
     version = info.get("schema_version")
     if version != SCHEMA_VERSION:
