@@ -142,6 +142,7 @@ def split_files(
         FileNotFoundError: a listed shard is missing, naming it.
     """
     store = shard_cache.open_store(data_dir, s3_endpoint_url)
+    data_dir = _resolve_version(data_dir, store)  # a versioned root reads LATEST's version
     _, split_info, shards = _load_split(data_dir, split, store)
     return split_info, shards
 
@@ -162,7 +163,6 @@ def _load_split(
     data_dir: str, split: str, store: shard_cache.Store
 ) -> tuple[dict, dict, tuple[ShardFile, ...]]:
     """(dataset_info.json, the split's entry, its checked shards); see split_files."""
-    data_dir = _resolve_version(data_dir, store)  # a versioned root reads LATEST's version
     info = store.load_dataset_info(data_dir)
     info_path = posixpath.join(data_dir.rstrip("/"), schema.DATASET_INFO)
     splits = info.get("splits") or {}

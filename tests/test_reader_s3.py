@@ -243,9 +243,11 @@ def test_second_make_dataset_on_the_same_cache_downloads_nothing(s3rec, datasets
     labels = [int(x) for _, batch in ds for x in batch.numpy()]
     assert len(labels) == 21
     assert s3rec.shard_gets() == []
-    # What it did ask the server: dataset_info.json, and one listing of the split's folder.
+    # What it did ask the server: whether a LATEST pointer makes it a versioned root (one
+    # HEAD), dataset_info.json, and one listing of the split's folder.
     requests = s3rec.requests()
-    assert len(requests) == 2, requests
+    assert len(requests) == 3, requests
+    assert [m for m, p, _ in requests if p.endswith("/LATEST")] == ["HEAD"]
     assert [p for _, p, _ in requests if p.endswith(schema.DATASET_INFO)]
 
 
