@@ -24,8 +24,9 @@ __all__ = ["probe", "pixels", "DECODE_TIMEOUT_S", "TEST_ABORT_ENV"]
 # has not answered after this long is stuck in a loop on a crafted file and is killed.
 DECODE_TIMEOUT_S = 120.0
 
-# Test-only hook: a worker whose request bytes contain this variable's value calls os.abort()
-# (proves that a decoder crash costs one file, not the job). Unset in real runs.
+# Test-only hook: while this variable is set in the converter's process, a worker whose file
+# bytes contain its value calls os.abort() (proves that a decoder crash costs one file, not the
+# job). Unset in real runs.
 TEST_ABORT_ENV = "IMGREC_TEST_ABORT_ON"
 
 # Longest exception text kept in a decoder_error detail.
@@ -147,7 +148,8 @@ def _ask(op: str, data: bytes, formats: tuple[str, ...]):
     from transforms.image_check import Rejected
 
     try:
-        reply = _POOL.call((op, data, tuple(formats)))
+        # The test hook travels with each request: a worker started earlier obeys it too.
+        reply = _POOL.call((op, data, tuple(formats), os.environ.get(TEST_ABORT_ENV)))
     except _Died as e:
         raise Rejected("decoder_error", f"Pillow ({'/'.join(formats)}): {e}") from None
     kind = reply[0]
@@ -179,11 +181,10 @@ def pixels(data: bytes, formats: tuple[str, ...]):
 
 
 # ----------------------------------------------------------------------------- worker side
-def _serve(op: str, data: bytes, formats: tuple[str, ...]):
+def _serve(op: str, data: bytes, formats: tuple[str, ...], abort_marker: str | None):
     from transforms import image_check
 
-    marker = os.environ.get(TEST_ABORT_ENV)
-    if marker and marker.encode() in data:
+    if abort_marker and abort_marker.encode() in data:
         os.abort()
     im = image_check._pillow_open(data, formats)
     if im is None:
@@ -205,9 +206,9 @@ def _main() -> None:
         head = stdin.read(_LEN)
         if len(head) < _LEN:
             return  # the converter closed the pipe (or exited): so do we
-        op, data, formats = pickle.loads(stdin.read(int.from_bytes(head, "big")))
+        request = pickle.loads(stdin.read(int.from_bytes(head, "big")))
         try:
-            reply = ("ok", _serve(op, data, formats))
+            reply = ("ok", _serve(*request))
         except Rejected as e:
             reply = ("rejected", e.reason, e.detail)
         except Exception as e:  # noqa: BLE001  (the per-file boundary, on the worker's side)
