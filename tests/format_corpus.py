@@ -193,7 +193,8 @@ def tf_decodable_paths(paths: list[str]) -> set[str]:
             cwd=root,
             timeout=600,
         )
-        done = [line.split(" ", 1) for line in proc.stdout.splitlines() if line[:2] in ("0 ", "1 ")]
+        lines = proc.stdout.splitlines()
+        done = [line.split(" ", 1) for line in lines if line[:2] in ("0 ", "1 ")]
         decodable.update(path for flag, path in done if flag == "1")
         todo = todo[len(done) + (proc.returncode != 0) :]
     return decodable
@@ -240,7 +241,8 @@ def make_format_corpus(root: str, seed: int = 0, copies: int = 3) -> dict[str, s
             _encode(Image.fromarray(np.asarray(gray).astype(np.uint16) * 257), "PNG"),
         )
         add("png", f"interlaced_{k}.png", _encode(im, "PNG", interlace=1))
-        add("png", f"apng_{k}.png", _encode(im, "PNG", save_all=True, append_images=[im.rotate(90)]))
+        apng = _encode(im, "PNG", save_all=True, append_images=[im.rotate(90)])
+        add("png", f"apng_{k}.png", apng)
         # GIF
         add("gif", f"still_{k}.gif", _encode(pal, "GIF"))
         add("gif", f"transparent_{k}.gif", _encode(pal, "GIF", transparency=0))
@@ -271,13 +273,15 @@ def make_format_corpus(root: str, seed: int = 0, copies: int = 3) -> dict[str, s
 
 
 def _bmp_rle8(pal: Image.Image) -> bytes:
-    """An 8-bit RLE-compressed BMP (BI_RLE8), which Pillow reads but does not write: absolute
-    runs of 1 pixel per row... encoded as (count, index) pairs."""
+    """An 8-bit RLE-compressed BMP (BI_RLE8), which Pillow reads but does not write: every pixel
+    an encoded run of 1, each row ended by an end-of-line escape."""
     px = np.asarray(pal)
     h, w = px.shape
     palette = pal.getpalette()[: 256 * 3]
     palette += [0] * (256 * 3 - len(palette))
-    table = b"".join(bytes((palette[3 * i + 2], palette[3 * i + 1], palette[3 * i], 0)) for i in range(256))
+    table = b"".join(
+        bytes((palette[3 * i + 2], palette[3 * i + 1], palette[3 * i], 0)) for i in range(256)
+    )
     data = bytearray()
     for row in px[::-1]:
         for v in row:
@@ -286,4 +290,5 @@ def _bmp_rle8(pal: Image.Image) -> bytes:
     data += b"\x00\x01"  # end of bitmap
     info = struct.pack("<IiiHHIIiiII", 40, w, h, 1, 8, 1, len(data), 2835, 2835, 256, 0)
     offset = 14 + 40 + len(table)
-    return b"BM" + struct.pack("<IHHI", offset + len(data), 0, 0, offset) + info + table + bytes(data)
+    head = b"BM" + struct.pack("<IHHI", offset + len(data), 0, 0, offset)
+    return head + info + table + bytes(data)

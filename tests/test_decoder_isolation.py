@@ -226,7 +226,8 @@ def test_writer_turns_a_failing_re_encode_into_a_reject_and_keeps_the_rest(tmp_p
             out["shards"] | beam.Map(lambda s: s["num_examples"]), equal_to([1]), label="Written"
         )
         assert_that(
-            out["rejected"] | beam.Map(lambda r: (os.path.basename(r["path"]), r["reason"], r["detail"])),
+            out["rejected"]
+            | beam.Map(lambda r: (os.path.basename(r["path"]), r["reason"], r["detail"])),
             equal_to([("boom.jpg", "decoder_error", "SyntaxError: Layer block too short")]),
             label="Rejected",
         )
@@ -241,7 +242,8 @@ def test_a_decoder_that_aborts_costs_one_file_not_the_job(tmp_path):
     for label in ("a", "b"):
         (src / label).mkdir(parents=True)
         for i in range(6):
-            (src / label / f"{i}.jpg").write_bytes(_encode(_photo(100 + i + 10 * ord(label)), "JPEG"))
+            data = _encode(_photo(100 + i + 10 * ord(label)), "JPEG")
+            (src / label / f"{i}.jpg").write_bytes(data)
         (src / label / "page.tiff").write_bytes(_encode(_photo(7 + ord(label)), "TIFF"))
     marked = src / "a" / "crash.tiff"
     marked.write_bytes(_encode(_photo(9), "TIFF") + b"IMGREC-ABORT-MARKER")

@@ -566,7 +566,8 @@ _BMP_HEADER_SIZES = (12, 40, 52, 56, 64, 108, 124)
 
 
 def _is_bmp(d: bytes) -> bool:
-    return d[:2] == b"BM" and len(d) >= 18 and int.from_bytes(d[14:18], "little") in _BMP_HEADER_SIZES
+    size = int.from_bytes(d[14:18], "little")
+    return d[:2] == b"BM" and len(d) >= 18 and size in _BMP_HEADER_SIZES
 
 
 def _is_tga(d: bytes) -> bool:
@@ -589,9 +590,9 @@ _CONTAINERS = (
     (lambda d: d[:4] == b"8BPS", "psd"),
     (lambda d: d[:4] == b"\x00\x00\x01\x00" and d[4:6] not in (b"", b"\x00\x00"), "ico"),
     (lambda d: d[:4] == b"\x00\x00\x02\x00" and d[4:6] not in (b"", b"\x00\x00"), "cur"),
-    (lambda d: d[:1] == b"P" and d[1:2] in tuple(b"1234567"[i : i + 1] for i in range(7))
-     and d[2:3] in (b" ", b"\n", b"\r", b"\t"), "ppm"),
-    (lambda d: d[:12] == b"\x00\x00\x00\x0cjP  \r\n\x87\n" or d[:4] == b"\xff\x4f\xff\x51", "jpeg2000"),
+    (lambda d: len(d) > 2 and d[0] == 0x50 and 0x31 <= d[1] <= 0x37 and d[2] in b" \n\r\t", "ppm"),
+    (lambda d: d[:12] == b"\x00\x00\x00\x0cjP  \r\n\x87\n", "jpeg2000"),
+    (lambda d: d[:4] == b"\xff\x4f\xff\x51", "jpeg2000"),  # a bare J2K codestream
     (lambda d: d[:4] == b"qoif", "qoi"),
     (lambda d: d[4:8] == b"ftyp" and d[8:12] in (b"avif", b"avis"), "avif"),
     (lambda d: d[:4] == b"DDS ", "dds"),
@@ -722,7 +723,9 @@ def _probe_other(data: bytes, opts: CheckOptions) -> tuple[str, _Header]:
             "--transcode none to keep BMP and WebP, or pass --transcode png|jpeg",
         )
     if fmt in _NO_PIXELS:
-        raise Rejected("unsupported_format", f"{fmt.upper()} is {_NO_PIXELS[fmt]}; cannot transcode")
+        raise Rejected(
+            "unsupported_format", f"{fmt.upper()} is {_NO_PIXELS[fmt]}; cannot transcode"
+        )
     if fmt not in _TF_DECODABLE_OTHER and opts.transcode == "auto":
         raise Rejected(
             "unsupported_format",
