@@ -113,6 +113,32 @@ def _raise_rejected():
     raise Rejected("animated", "not animated: nothing to check")
 
 
+def _one_frame_animation(data: bytes) -> bytes:
+    """An animated WebP cut to its first ANMF frame (the VP8X animation flag stays set)."""
+    out, i, frames = bytearray(data[:12]), 12, 0
+    while i + 8 <= len(data):
+        size = int.from_bytes(data[i + 4 : i + 8], "little")
+        chunk = data[i : i + 8 + size + (size & 1)]
+        frames += chunk[:4] == b"ANMF"
+        if chunk[:4] != b"ANMF" or frames == 1:
+            out += chunk
+        i += len(chunk)
+    out[4:8] = (len(out) - 8).to_bytes(4, "little")
+    return bytes(out)
+
+
+def test_a_one_frame_animated_webp_is_stored_as_png_not_handed_to_tensorflow():
+    """libwebp calls it animated (TF refuses channels=3, and TF 2.21 corrupts its heap on
+    animated WebP with channels=0), though Pillow counts one frame."""
+    data = _one_frame_animation(dict(webp_variants(_IM))["animated"])
+    assert data[12:16] == b"VP8X" and data[20] & 0x02 and data.count(b"ANMF") == 1
+    assert Image.open(io.BytesIO(data)).n_frames == 1
+    info = check_image(data, CheckOptions())
+    assert (info.format, info.transcode) == ("png", "webp_to_png")
+    stored = encode_for_storage(data, info, CheckOptions())
+    assert tf.io.decode_image(stored, channels=3).shape == (info.height, info.width, 3)
+
+
 def test_a_stored_webp_reads_through_the_reader(tmp_path):
     """The training reader decodes a record whose image/encoded is a WebP."""
     from pipeline import schema

@@ -280,6 +280,7 @@ class _Header:
     jpeg_sos_at: int = -1
     pil: Any = None  # the lazily opened Pillow image of a non-stored format
     isolated: bool = False  # Pillow runs in a decoder subprocess for this format (decode_worker)
+    webp_as_is: bool = False  # a WebP TensorFlow decodes with channels=3 (see _webp_as_is)
 
 
 # ----------------------------------------------------------------------------- format detection
@@ -678,8 +679,17 @@ def _pil_pixels(im):
         raise Rejected(reason, f"Pillow ({im.format}): {type(e).__name__}: {e}") from e
 
 
+def _webp_as_is(data: bytes) -> bool:
+    """Whether TensorFlow decodes this WebP with channels=3: libwebp (TensorFlow's decoder too)
+    reports neither alpha (VP8X flag, VP8L bit) nor animation (VP8X flag). TensorFlow refuses
+    channels=3 on the others, and TF 2.21 corrupts the heap decoding an animated WebP with
+    channels=0: they are decoded by Pillow and stored as PNG, never handed to TensorFlow."""
+    animated = data[12:16] == b"VP8X" and len(data) > 20 and bool(data[20] & 0x02)
+    return not animated and not _webp_alpha(data)
+
+
 def _webp_alpha(data: bytes) -> bool:
-    """Whether libwebp (TensorFlow's decoder too) reports alpha: VP8X's flag or VP8L's bit."""
+    """Whether libwebp reports alpha: VP8X's flag or VP8L's bit."""
     chunk = data[12:16]
     if chunk == b"VP8X" and len(data) > 20:
         return bool(data[20] & 0x10)
@@ -747,6 +757,7 @@ def _probe_other(data: bytes, opts: CheckOptions) -> tuple[str, _Header]:
         h.isolated = True
     if fmt == "webp":
         h.channels = 4 if _webp_alpha(data) else 3
+        h.webp_as_is = _webp_as_is(data)
     return fmt, h
 
 
@@ -1022,7 +1033,7 @@ def _transcode_reasons(fmt: str, h: _Header, opts: CheckOptions) -> list[str]:
     reasons = []
     if fmt not in STORED_FORMATS:
         # _probe_other already rejected what these options do not keep (--transcode none, ...).
-        if fmt == "webp" and h.frames == 1 and h.channels == 3:
+        if fmt == "webp" and h.frames == 1 and h.webp_as_is:
             pass  # decode_image(channels=3) reads a still WebP without alpha: stored as is
         elif fmt in _TF_DECODABLE_OTHER and opts.transcode != "jpeg":
             reasons.append(f"{fmt}_to_png")
