@@ -11,6 +11,7 @@ from transforms.image_check import (
     DEFAULT_MAX_PIXELS,
     JPEG_VERIFY_MODES,
     RESIZE_FILTERS,
+    TRANSCODE_MODES,
     CheckOptions,
 )
 
@@ -168,10 +169,14 @@ class ConvertOptions(PipelineOptions):
         )
         g.add_argument(
             "--transcode",
-            default="none",
-            choices=("none", "png", "jpeg"),
-            help="Formats TensorFlow cannot decode (TIFF, ...): reject (none) or "
-            "re-encode to png/jpeg.",
+            default="auto",
+            choices=TRANSCODE_MODES,
+            help="What to do with formats other than JPEG/PNG/GIF. auto (default): keep every "
+            "image TensorFlow decodes: BMP stored as lossless PNG, WebP as is (as PNG with alpha "
+            "or animation); reject TIFF, PSD, ... as unsupported_format. none: the strict mode "
+            "of old, JPEG/PNG/GIF only (BMP and WebP rejected as unsupported_format). png|jpeg: "
+            "as auto, and also re-encode every other format Pillow decodes (TIFF, PSD, ICO, ...; "
+            "decoded in a subprocess) to png/jpeg (BMP/WebP to jpeg too with jpeg).",
         )
         g.add_argument(
             "--max_side",
@@ -293,7 +298,7 @@ class ConvertConfig:
     max_file_mb: float = 0.0
     apply_exif_orientation: bool = True
     animated: str = "first_frame"
-    transcode: str = "none"
+    transcode: str = "auto"
     max_side: int = 0
     jpeg_quality: int = 95
     jpeg_verify: str = "dct"

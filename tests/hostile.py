@@ -172,27 +172,56 @@ class _Corpus:
                 reasons.append("max_side")
         if "exif_orientation" in reasons and not self.opts.apply_exif_orientation:
             reasons.remove("exif_orientation")
-        order = ("unsupported_format", "animated_first_frame", "exif_orientation", "max_side")
+        order = (
+            "unsupported_format",
+            "bmp_to_png",
+            "webp_to_png",
+            "animated_first_frame",
+            "exif_orientation",
+            "max_side",
+        )
         reasons = [r for r in order if r in reasons]
         if reasons and fmt == "gif":
             fmt = "png"
+        if reasons and fmt == "webp":
+            fmt = "jpeg" if self.opts.transcode == "jpeg" else "png"
         return Expected("written", case, fmt, ",".join(reasons), source or fmt)
 
+    def _kept_as(self, fmt: str) -> tuple[str, list[str]]:
+        """(stored format, transcode reasons) of a non-JPEG/PNG/GIF source that is kept."""
+        if fmt in ("bmp", "webp") and self.opts.transcode != "jpeg":
+            return "png", [f"{fmt}_to_png"]  # --transcode auto|png
+        return self.opts.transcode, ["unsupported_format"]
+
+    def _rejected_format(self, fmt: str) -> bool:
+        """--transcode none keeps JPEG/PNG/GIF only; auto also BMP and WebP."""
+        mode = self.opts.transcode
+        return mode == "none" or (mode == "auto" and fmt not in ("bmp", "webp"))
+
     def animated(self, case: str, fmt: str, size, unsupported: bool = False):
-        if unsupported and self.opts.transcode == "none":
+        if unsupported and self._rejected_format(fmt):
             return Expected("unsupported_format", case)
         if self.opts.animated == "reject":
             return Expected("animated", case)
-        target = self.opts.transcode if unsupported else ("jpeg" if fmt == "jpeg" else "png")
-        reasons = ["unsupported_format"] if unsupported else []
+        target = "jpeg" if fmt == "jpeg" else "png"
+        reasons = []
+        if unsupported:
+            target, reasons = self._kept_as(fmt)
         return self.written(case, target, fmt, reasons + ["animated_first_frame"], size)
 
-    def unsupported(self, case: str, fmt: str, size, animated: bool = False, decodable=True):
-        if self.opts.transcode == "none" or not decodable:
+    def unsupported(
+        self, case: str, fmt: str, size, animated: bool = False, decodable=True, as_is=False
+    ):
+        """A format other than JPEG/PNG/GIF; `as_is`: a WebP that decode_image(channels=3)
+        reads (still, no alpha), stored as it is unless --transcode none."""
+        if self._rejected_format(fmt) or not decodable:
             return Expected("unsupported_format", case)
         if animated:
             return self.animated(case, fmt, size, unsupported=True)
-        return self.written(case, self.opts.transcode, fmt, ["unsupported_format"], size)
+        if as_is:
+            return self.written(case, fmt, fmt, [], size)
+        target, reasons = self._kept_as(fmt)
+        return self.written(case, target, fmt, reasons, size)
 
     def by_tf(self, case: str, data: bytes, fmt: str, failure: str, size):
         """Random damage: the expectation is TensorFlow's own verdict."""
@@ -653,7 +682,8 @@ def _other_formats(c: _Corpus) -> None:
     ]
     for name, data, fmt in simple:
         size = (48, 48) if fmt == "ico" else im.size
-        c.add(name, data, c.unsupported(f"{fmt.upper()} {name}", fmt, size))
+        as_is = fmt == "webp" and not webp_has_alpha(data)
+        c.add(name, data, c.unsupported(f"{fmt.upper()} {name}", fmt, size, as_is=as_is))
     c.add(
         "figure.eps",
         b"%!PS-Adobe-3.0 EPSF-3.0\n%%BoundingBox: 0 0 200 100\n"
@@ -692,6 +722,16 @@ def _other_formats(c: _Corpus) -> None:
         if c.opts.transcode == "none"
         else Expected("truncated", "WebP cut in half"),
     )
+
+
+def webp_has_alpha(data: bytes) -> bool:
+    """The alpha flag libwebp reports (VP8X flag bit, VP8L header bit): TensorFlow's
+    decode_image(channels=3) refuses such a WebP."""
+    if data[12:16] == b"VP8X":
+        return bool(data[20] & 0x10)
+    if data[12:16] == b"VP8L":
+        return bool((int.from_bytes(data[21:25], "little") >> 28) & 1)
+    return False
 
 
 def _bombs(c: _Corpus) -> None:
@@ -754,7 +794,14 @@ def _bombs(c: _Corpus) -> None:
         if struct.unpack("<H", tiff[e : e + 2])[0] in (256, 257):
             big[e + 2 : e + 4] = struct.pack("<H", 4)
             big[e + 8 : e + 12] = struct.pack("<I", 60000)
-    c.add("bomb.tiff", bytes(big), Expected("too_many_pixels", "TIFF 60000x60000 IFD"))
+    c.add(
+        "bomb.tiff",
+        bytes(big),
+        # A TIFF is only parsed when --transcode png|jpeg asks for TIFFs; else no plugin runs.
+        Expected("too_many_pixels", "TIFF 60000x60000 IFD")
+        if c.opts.transcode in ("png", "jpeg")
+        else Expected("unsupported_format", "TIFF 60000x60000 IFD"),
+    )
     prog = encode(photo(c.rng, 64, 64), "JPEG", progressive=True)
     eoi = prog.rindex(b"\xff\xd9")
     sos = prog.rfind(b"\xff\xda")

@@ -15,6 +15,7 @@ __all__ = [
     "MAX_PROGRESSIVE_SCANS",
     "REASONS",
     "STORED_FORMATS",
+    "TRANSCODE_MODES",
     "TRANSCODE_REASONS",
     "JPEG_VERIFY_MODES",
     "RESIZE_FILTERS",
@@ -24,6 +25,7 @@ __all__ = [
     "check_file_size",
     "check_image",
     "encode_for_storage",
+    "sniff_container",
     "sniff_format",
 ]
 
@@ -34,8 +36,9 @@ REASONS = {
     "empty_file": "the file has zero bytes",
     "file_too_large": "the file is larger than --max_file_mb",
     "not_an_image": "the bytes are no image format we know (text, HTML, PDF, zip, ...)",
-    "unsupported_format": "an image format the dataset does not store (BMP, WebP, TIFF, HEIC, "
-    "...); --transcode png|jpeg converts those Pillow can decode",
+    "unsupported_format": "an image format TensorFlow does not decode (TIFF, PSD, HEIC, ...); "
+    "--transcode png|jpeg converts those Pillow can decode. With --transcode none, also BMP "
+    "and WebP",
     "truncated": "the image data ends early (cut-off download or copy)",
     "corrupt": "the header or the compressed data is damaged; detail names the decoder error "
     "(with --jpeg_verify strict, also JPEGs libjpeg warns about: data it repaired silently)",
@@ -44,11 +47,18 @@ REASONS = {
     "too_small": "the shorter side is below --min_side",
     "animated": "an animated image (GIF, APNG, WebP, multi-page TIFF) and --animated reject",
     "changed_during_run": "the file's bytes changed between inspection and writing",
+    "decoder_error": "a decoder (or our own per-file code) failed on this file in a way nobody "
+    "anticipated, or its decoder process died; detail names the exception or the signal. "
+    "The file is left out, the job goes on",
 }
 
 # Why the stored bytes differ from the source (image/transcode_reason, comma-joined in this order).
 TRANSCODE_REASONS = {
     "unsupported_format": "the source format is not stored as is and --transcode png|jpeg is set",
+    "bmp_to_png": "a BMP: TensorFlow's BMP decoder ignores palettes and compression, so its "
+    "pixels are stored as lossless PNG (by default; --transcode jpeg stores JPEG)",
+    "webp_to_png": "a WebP with alpha or animation: tf.io.decode_image(channels=3) refuses those, "
+    "so its (first frame's) pixels are stored as lossless PNG",
     "animated_first_frame": "an animated or multi-frame source; its first frame is stored",
     "exif_orientation": "EXIF says the pixels are stored rotated/flipped; TensorFlow ignores EXIF, "
     "so the upright pixels are stored (--apply_exif_orientation)",
@@ -57,10 +67,20 @@ TRANSCODE_REASONS = {
 
 # Formats stored as they are. Each decodes with tf.io.decode_image(channels=3,
 # expand_animations=False) and with tf.io.decode_jpeg/decode_png (one kernel serves all three)
-# on every TF 2 release. TF 2.21 also decodes BMP and static WebP, but its BMP decoder ignores
-# palettes and compression (it returns wrong pixels without an error) and decode_jpeg cannot read
-# either, so both go the unsupported_format way like TIFF.
+# on every TF 2 release. TF 2.21 also decodes BMP and WebP, but its BMP decoder ignores palettes
+# and compression (it returns wrong pixels without an error), so BMP is stored as PNG; a still
+# WebP without alpha is stored as is unless --transcode none (decode_image, which the reader and
+# `verify` use for every non-JPEG, reads it; TF < 2.15 does not), any other WebP as PNG.
 STORED_FORMATS = ("jpeg", "png", "gif")
+
+# --transcode: auto (the default) keeps every image TensorFlow decodes (BMP -> PNG, WebP as is or
+# PNG) and rejects the rest; none is the strict mode of old (JPEG/PNG/GIF only); png|jpeg also
+# re-encode every other format Pillow decodes here (in a decoder subprocess, see decode_worker).
+TRANSCODE_MODES = ("auto", "none", "png", "jpeg")
+
+# Formats TensorFlow decodes that are kept under --transcode auto|png|jpeg (and that --transcode
+# none rejects without opening them).
+_TF_DECODABLE_OTHER = ("bmp", "webp")
 
 # Real encoders write a handful of progressive scans (Pillow 10, mozjpeg ~10-15). libjpeg redoes
 # work per scan over the whole image, so a crafted file with thousands of tiny scans takes minutes
@@ -146,13 +166,6 @@ _PIL_HEADER_ERRORS = (
     OSError,
     NotImplementedError,
 )
-# Pillow formats that open but whose pixels need an external program (Ghostscript, Windows GDI).
-_PIL_NO_PIXELS = {
-    "EPS": "needs Ghostscript",
-    "WMF": "a vector metafile",
-    "EMF": "a vector metafile",
-}
-
 # ICC profiles are tens of KB (v4 with LUTs a few hundred); larger is junk or a zlib bomb.
 _MAX_ICC_BYTES = 4 << 20
 
@@ -183,7 +196,7 @@ class CheckOptions:
     max_file_mb: float = 0.0
     apply_exif_orientation: bool = True
     animated: str = "first_frame"
-    transcode: str = "none"
+    transcode: str = "auto"
     max_side: int = 0
     jpeg_quality: int = 95
     jpeg_verify: str = "dct"
@@ -198,8 +211,10 @@ class CheckOptions:
             raise ValueError(f"--max_file_mb must be >= 0 (0: no limit), got {self.max_file_mb}")
         if self.animated not in ("first_frame", "reject"):
             raise ValueError(f"--animated must be first_frame or reject, got {self.animated!r}")
-        if self.transcode not in ("none", "png", "jpeg"):
-            raise ValueError(f"--transcode must be none, png or jpeg, got {self.transcode!r}")
+        if self.transcode not in TRANSCODE_MODES:
+            raise ValueError(
+                f"--transcode must be one of {', '.join(TRANSCODE_MODES)}, got {self.transcode!r}"
+            )
         if self.max_side < 0:
             raise ValueError(f"--max_side must be >= 0 (0: keep size), got {self.max_side}")
         if not 1 <= self.jpeg_quality <= 100:
@@ -264,6 +279,8 @@ class _Header:
     jpeg_precision: int = 8
     jpeg_sos_at: int = -1
     pil: Any = None  # the lazily opened Pillow image of a non-stored format
+    isolated: bool = False  # Pillow runs in a decoder subprocess for this format (decode_worker)
+    webp_as_is: bool = False  # a WebP TensorFlow decodes with channels=3 (see _webp_as_is)
 
 
 # ----------------------------------------------------------------------------- format detection
@@ -513,19 +530,22 @@ def _webp_size(data: bytes) -> tuple[int, int]:
     return 0, 0
 
 
-def _pillow_open(data: bytes):
-    """Open lazily (header only) through Pillow's plugin registry, or None if no plugin accepts.
+def _pillow_open(data: bytes, formats: tuple[str, ...]):
+    """Open lazily (header only) with the Pillow plugins of `formats` only, or None if none accepts.
 
-    Image.open would run Pillow's own decompression-bomb check (89.5 Mpx warning, 179 Mpx error);
-    --max_pixels replaces it, so the plugins are called directly and the size is checked by us
-    before anything is decoded.
+    The restriction of Image.open(fp, formats=...), but calling the plugins directly: Image.open
+    would also run Pillow's own decompression-bomb check (89.5 Mpx warning, 179 Mpx error);
+    --max_pixels replaces it, checked by us before anything is decoded. A plugin outside
+    `formats` never runs: less attack surface.
     """
     from PIL import Image
 
     Image.init()
     fp = io.BytesIO(data)
     prefix = data[:16]
-    for fmt in list(Image.ID):
+    for fmt in formats:
+        if fmt not in Image.OPEN:
+            continue  # this Pillow build lacks the plugin
         factory, accept = Image.OPEN[fmt]
         try:
             if accept is not None:
@@ -541,21 +561,163 @@ def _pillow_open(data: bytes):
     return None
 
 
-def _damaged_container(data: bytes) -> str | None:
-    """The format of a WebP/TIFF that Pillow could not even open (damaged or cut), else None."""
-    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
-        return "webp"
-    if data[:4] in (b"II*\x00", b"MM\x00*"):
-        return "tiff"
+# BMP info-header sizes: 12 core (OS/2 v1), 40 v3, 52/56 v3 + RGB(A) masks, 64 OS/2 v2, 108 v4,
+# 124 v5. A "BM" file with any other size is no BMP any decoder here reads.
+_BMP_HEADER_SIZES = (12, 40, 52, 56, 64, 108, 124)
+
+
+def _is_bmp(d: bytes) -> bool:
+    size = int.from_bytes(d[14:18], "little")
+    return d[:2] == b"BM" and len(d) >= 18 and size in _BMP_HEADER_SIZES
+
+
+def _is_tga(d: bytes) -> bool:
+    """TGA has no magic: a plausible 18-byte header (colour-map type, image type, depth, sides)."""
+    return (
+        len(d) >= 18
+        and d[1] in (0, 1)
+        and d[2] in (1, 2, 3, 9, 10, 11)
+        and d[16] in (1, 8, 15, 16, 24, 32)
+        and int.from_bytes(d[12:14], "little") > 0
+        and int.from_bytes(d[14:16], "little") > 0
+    )
+
+
+# Image containers named from their first 64 bytes without running any decoder, checked in order.
+_CONTAINERS = (
+    (_is_bmp, "bmp"),
+    (lambda d: d[:4] == b"RIFF" and d[8:12] == b"WEBP", "webp"),
+    (lambda d: d[:4] in (b"II*\x00", b"MM\x00*", b"II+\x00", b"MM\x00+"), "tiff"),
+    (lambda d: d[:4] == b"8BPS", "psd"),
+    (lambda d: d[:4] == b"\x00\x00\x01\x00" and d[4:6] not in (b"", b"\x00\x00"), "ico"),
+    (lambda d: d[:4] == b"\x00\x00\x02\x00" and d[4:6] not in (b"", b"\x00\x00"), "cur"),
+    (lambda d: len(d) > 2 and d[0] == 0x50 and 0x31 <= d[1] <= 0x37 and d[2] in b" \n\r\t", "ppm"),
+    (lambda d: d[:12] == b"\x00\x00\x00\x0cjP  \r\n\x87\n", "jpeg2000"),
+    (lambda d: d[:4] == b"\xff\x4f\xff\x51", "jpeg2000"),  # a bare J2K codestream
+    (lambda d: d[:4] == b"qoif", "qoi"),
+    (lambda d: d[4:8] == b"ftyp" and d[8:12] in (b"avif", b"avis"), "avif"),
+    (lambda d: d[:4] == b"DDS ", "dds"),
+    (lambda d: d[:2] == b"\x01\xda" and len(d) > 3 and d[2] in (0, 1), "sgi"),
+    (lambda d: d[:4] == b"\xc5\xd0\xd3\xc6" or (d[:4] == b"%!PS" and b"EPSF" in d[:40]), "eps"),
+    (lambda d: d[:4] in (b"\xd7\xcd\xc6\x9a", b"\x01\x00\x09\x00"), "wmf"),
+    (lambda d: d[:4] == b"\x01\x00\x00\x00" and d[40:44] == b" EMF", "emf"),
+    (lambda d: len(d) >= 64 and d[0] == 0x0A and d[1] in (0, 2, 3, 4, 5) and d[2] == 1, "pcx"),
+    (_is_tga, "tga"),
+)
+
+# Our name -> the only Pillow plugin allowed to open it (a name of Image.ID).
+_PIL_PLUGINS = {
+    "bmp": ("BMP",),
+    "webp": ("WEBP",),
+    "gif": ("GIF",),  # the first frame of an animated GIF
+    "tiff": ("TIFF",),
+    "psd": ("PSD",),
+    "ico": ("ICO",),
+    "cur": ("CUR",),
+    "ppm": ("PPM",),
+    "jpeg2000": ("JPEG2000",),
+    "qoi": ("QOI",),
+    "avif": ("AVIF",),
+    "dds": ("DDS",),
+    "sgi": ("SGI",),
+    "pcx": ("PCX",),
+    "tga": ("TGA",),
+}
+# Formats that open but whose pixels need an external program (Ghostscript, Windows GDI).
+_NO_PIXELS = {"eps": "needs Ghostscript", "wmf": "a vector metafile", "emf": "a vector metafile"}
+
+# Decoded by Pillow in the converter's own process: the formats kept by default, whose decoders
+# are small and heavily exercised (BMP and GIF are Pillow's own C, WebP is libwebp as in
+# TensorFlow). Every other plugin runs in a decoder subprocess that may die (decode_worker).
+_IN_PROCESS = ("bmp", "webp", "gif")
+
+
+def sniff_container(data: bytes) -> str | None:
+    """The image format these bytes start like ("jpeg", "png", "gif", "bmp", "webp", "tiff",
+    "psd", ...), from magic bytes only (no decoder runs), else None."""
+    fmt = sniff_format(data)
+    if fmt is not None:
+        return fmt
+    head = data[:64]
+    for test, name in _CONTAINERS:
+        if test(head):
+            return name
     return None
 
 
-def _probe_other(data: bytes) -> tuple[str, _Header]:
-    """A format we do not store: its name and header via Pillow; Rejected if it is none at all."""
-    im = _pillow_open(data)
-    if im is None and _damaged_container(data):
-        return _damaged_container(data), _Header()
-    if im is None:
+def _pil_header(im, fmt: str) -> _Header:
+    """What a lazily opened Pillow image says about itself. Plugins parse lazily (PSD layers,
+    TIFF frames and tags), so their errors here are this file's damage."""
+    try:
+        h = _Header(width=im.size[0], height=im.size[1], complete=True)
+        h.frames = int(getattr(im, "n_frames", 1) or 1)
+        # Our own EXIF reader: Pillow's getexif() warns on damaged EXIF, and it must stay quiet.
+        if isinstance(im.info.get("exif"), bytes):
+            h.orientation = _exif_orientation(im.info["exif"])
+        elif hasattr(im, "tag_v2"):  # TIFF: Orientation is a tag of the image's own IFD
+            value = im.tag_v2.get(0x0112, 1)
+            h.orientation = value if value in _ORIENTATION_TRANSPOSE else 1
+            # Pillow (>= 8) transposes TIFFs on load, always; its size is already the upright one.
+            h.upright_on_load = True
+    except _PIL_HEADER_ERRORS as e:
+        raise Rejected("corrupt", f"Pillow ({fmt.upper()}): {type(e).__name__}: {e}") from e
+    return h
+
+
+def _pil_pixels(im):
+    """The first frame of a lazily opened Pillow image in L, LA, RGB or RGBA, and its ICC."""
+    from PIL import Image
+
+    try:
+        im.seek(0)
+        im.load()
+        return _normalize_mode(im), im.info.get("icc_profile")
+    except Image.DecompressionBombError as e:
+        raise Rejected("too_many_pixels", f"Pillow ({im.format}): {e}") from e
+    except _PIL_HEADER_ERRORS as e:
+        reason = "truncated" if "truncated" in str(e) else "corrupt"
+        raise Rejected(reason, f"Pillow ({im.format}): {type(e).__name__}: {e}") from e
+
+
+def _webp_as_is(data: bytes) -> bool:
+    """Whether TensorFlow decodes this WebP with channels=3: libwebp (TensorFlow's decoder too)
+    reports neither alpha (VP8X flag, VP8L bit) nor animation (VP8X flag). TensorFlow refuses
+    channels=3 on the others, and TF 2.21 corrupts the heap decoding an animated WebP with
+    channels=0: they are decoded by Pillow and stored as PNG, never handed to TensorFlow."""
+    animated = data[12:16] == b"VP8X" and len(data) > 20 and bool(data[20] & 0x02)
+    return not animated and not _webp_alpha(data)
+
+
+def _webp_alpha(data: bytes) -> bool:
+    """Whether libwebp reports alpha: VP8X's flag or VP8L's bit."""
+    chunk = data[12:16]
+    if chunk == b"VP8X" and len(data) > 20:
+        return bool(data[20] & 0x10)
+    if chunk == b"VP8L" and len(data) >= 25:
+        return bool((int.from_bytes(data[21:25], "little") >> 28) & 1)
+    return False
+
+
+def _not_decodable(data: bytes, fmt: str) -> Rejected:
+    """A container whose plugin could not even open it: cut (RIFF size) or damaged."""
+    if data[:4] == b"RIFF" and int.from_bytes(data[4:8], "little") + 8 > len(data):
+        return Rejected(
+            "truncated",
+            f"the RIFF header declares {int.from_bytes(data[4:8], 'little') + 8} bytes; "
+            f"the file has {len(data)}",
+        )
+    return Rejected("corrupt", f"Pillow cannot open this {fmt.upper()} (damaged header)")
+
+
+def _probe_other(data: bytes, opts: CheckOptions) -> tuple[str, _Header]:
+    """A format TensorFlow does not store as is: its name and header, or Rejected.
+
+    The name comes from magic bytes; a format these options do not keep is rejected before any
+    plugin runs. BMP/WebP are opened in this process, every other format in a decoder
+    subprocess (decode_worker).
+    """
+    fmt = sniff_container(data)
+    if fmt is None:
         what = _undecodable_image(data)
         if what:
             raise Rejected(
@@ -564,17 +726,38 @@ def _probe_other(data: bytes) -> tuple[str, _Header]:
                 "nor Pillow decodes it here; convert it before the run",
             )
         raise Rejected("not_an_image", _describe_non_image(data))
-    fmt = (im.format or "unknown").lower()
-    h = _Header(width=im.size[0], height=im.size[1], complete=True, pil=im)
-    h.frames = int(getattr(im, "n_frames", 1) or 1)
-    # Our own EXIF reader: Pillow's getexif() warns on damaged EXIF, and it must stay quiet.
-    if isinstance(im.info.get("exif"), bytes):
-        h.orientation = _exif_orientation(im.info["exif"])
-    elif hasattr(im, "tag_v2"):  # TIFF: Orientation is a tag of the image's own IFD
-        value = im.tag_v2.get(0x0112, 1)
-        h.orientation = value if value in _ORIENTATION_TRANSPOSE else 1
-        # Pillow (>= 8) transposes TIFFs on load, always; its size is already the upright one.
-        h.upright_on_load = True
+    if opts.transcode == "none":
+        raise Rejected(
+            "unsupported_format",
+            f"{fmt.upper()} is not stored with --transcode none (only JPEG, PNG, GIF); drop "
+            "--transcode none to keep BMP and WebP, or pass --transcode png|jpeg",
+        )
+    if fmt in _NO_PIXELS:
+        raise Rejected(
+            "unsupported_format", f"{fmt.upper()} is {_NO_PIXELS[fmt]}; cannot transcode"
+        )
+    if fmt not in _TF_DECODABLE_OTHER and opts.transcode == "auto":
+        raise Rejected(
+            "unsupported_format",
+            f"TensorFlow does not decode {fmt.upper()}; pass --transcode png or "
+            "--transcode jpeg to store it re-encoded",
+        )
+    if fmt in _IN_PROCESS:
+        im = _pillow_open(data, _PIL_PLUGINS[fmt])
+        if im is None:
+            return fmt, _Header()  # _source_pixels names the damage
+        h = _pil_header(im, fmt)
+        h.pil = im
+    else:
+        from transforms import decode_worker
+
+        h = decode_worker.probe(data, _PIL_PLUGINS.get(fmt, ()))
+        if h is None:
+            h = _Header()
+        h.isolated = True
+    if fmt == "webp":
+        h.channels = 4 if _webp_alpha(data) else 3
+        h.webp_as_is = _webp_as_is(data)
     return fmt, h
 
 
@@ -711,8 +894,11 @@ def _decode_failure(fmt: str, data: bytes, h: _Header, error) -> Rejected:
         reason, why = _jpeg_diagnosis(data, h)
     elif fmt == "png":
         reason, why = _png_diagnosis(data)
-    else:
+    elif fmt == "gif":
         reason, why = _gif_diagnosis(data)
+    else:  # a WebP stored as is
+        cut = _not_decodable(data, fmt)
+        reason, why = cut.reason, cut.detail.replace("Pillow cannot open", "libwebp cannot decode")
     return Rejected(reason, f"{why}; {tf_says}")
 
 
@@ -818,7 +1004,7 @@ def _check_dims(width: int, height: int, opts: CheckOptions, what: str) -> None:
         raise Rejected("too_small", f"{width}x{height}: shorter side < --min_side {opts.min_side}")
 
 
-def _probe(data: bytes) -> tuple[str, _Header]:
+def _probe(data: bytes, opts: CheckOptions) -> tuple[str, _Header]:
     fmt = sniff_format(data)
     if fmt == "jpeg":
         return fmt, _probe_jpeg(data)
@@ -829,7 +1015,7 @@ def _probe(data: bytes) -> tuple[str, _Header]:
     cut = _cut_signature(data)
     if cut:
         raise Rejected("truncated", f"{len(data)} bytes: the start of a {cut.upper()} signature")
-    return _probe_other(data)
+    return _probe_other(data, opts)
 
 
 def _probe_checked(data: bytes, opts: CheckOptions) -> tuple[str, _Header]:
@@ -837,7 +1023,7 @@ def _probe_checked(data: bytes, opts: CheckOptions) -> tuple[str, _Header]:
     width, height = _webp_size(data)
     if width and height:
         _check_dims(width, height, opts, "WebP header")
-    fmt, h = _probe(data)
+    fmt, h = _probe(data, opts)
     if h.width and h.height:  # a 0 side is left to the decoder, which names the error
         _check_dims(h.width, h.height, opts, "header")
     return fmt, h
@@ -846,18 +1032,13 @@ def _probe_checked(data: bytes, opts: CheckOptions) -> tuple[str, _Header]:
 def _transcode_reasons(fmt: str, h: _Header, opts: CheckOptions) -> list[str]:
     reasons = []
     if fmt not in STORED_FORMATS:
-        if opts.transcode == "none":
-            raise Rejected(
-                "unsupported_format",
-                f"{fmt.upper()} is not stored as is "
-                "(only JPEG, PNG, GIF); pass --transcode png or --transcode jpeg",
-            )
-        if fmt.upper() in _PIL_NO_PIXELS:
-            raise Rejected(
-                "unsupported_format",
-                f"{fmt.upper()} is {_PIL_NO_PIXELS[fmt.upper()]}; cannot transcode",
-            )
-        reasons.append("unsupported_format")
+        # _probe_other already rejected what these options do not keep (--transcode none, ...).
+        if fmt == "webp" and h.frames == 1 and h.webp_as_is:
+            pass  # decode_image(channels=3) reads a still WebP without alpha: stored as is
+        elif fmt in _TF_DECODABLE_OTHER and opts.transcode != "jpeg":
+            reasons.append(f"{fmt}_to_png")
+        else:
+            reasons.append("unsupported_format")
     if h.frames > 1:
         if opts.animated == "reject":
             raise Rejected(
@@ -1017,8 +1198,8 @@ def _transcode(
         image = image.resize(size, getattr(Image.Resampling, opts.resize_filter.upper()))
     if fmt == "jpeg":
         target = "jpeg"
-    elif fmt in STORED_FORMATS:
-        target = "png"
+    elif fmt in STORED_FORMATS or (fmt in _TF_DECODABLE_OTHER and opts.transcode != "jpeg"):
+        target = "png"  # lossless: BMP is uncompressed; WebP with alpha or animation
     else:
         target = opts.transcode
     if target == "jpeg" and image.mode in ("LA", "RGBA"):
@@ -1075,25 +1256,18 @@ def _source_pixels(data: bytes, fmt: str, h: _Header, ratio: int = 1):
             raise _decode_failure(fmt, data, h, e) from e
         image = Image.fromarray(pixels if pixels.shape[2] > 1 else pixels[:, :, 0])
         return image, h.icc
-    im = h.pil if h.pil is not None else _pillow_open(data)
+    if h.isolated:
+        from transforms import decode_worker
+
+        decoded = decode_worker.pixels(data, _PIL_PLUGINS.get(fmt, ()))
+        if decoded is None:
+            raise _not_decodable(data, fmt)
+        mode, size, raw, icc = decoded
+        return Image.frombytes(mode, size, raw), icc
+    im = h.pil if h.pil is not None else _pillow_open(data, _PIL_PLUGINS.get(fmt, ()))
     if im is None:
-        if data[:4] == b"RIFF" and int.from_bytes(data[4:8], "little") + 8 > len(data):
-            raise Rejected(
-                "truncated",
-                f"the RIFF header declares "
-                f"{int.from_bytes(data[4:8], 'little') + 8} bytes; the file has "
-                f"{len(data)}",
-            )
-        raise Rejected("corrupt", f"Pillow cannot open this {fmt.upper()} (damaged header)")
-    try:
-        im.seek(0)
-        im.load()
-    except Image.DecompressionBombError as e:
-        raise Rejected("too_many_pixels", f"Pillow ({im.format}): {e}") from e
-    except _PIL_HEADER_ERRORS as e:
-        reason = "truncated" if "truncated" in str(e) else "corrupt"
-        raise Rejected(reason, f"Pillow ({im.format}): {e}") from e
-    return _normalize_mode(im), im.info.get("icc_profile")
+        raise _not_decodable(data, fmt)
+    return _pil_pixels(im)
 
 
 def _normalize_mode(im):

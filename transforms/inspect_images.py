@@ -13,7 +13,21 @@ from pipeline import storage
 from transforms.image_check import CheckOptions, Rejected, check_file_size, check_image
 from transforms.keys import unit_hash
 
-__all__ = ["InspectImages", "inspect_bytes"]
+__all__ = ["InspectImages", "decoder_error", "inspect_bytes"]
+
+# A decoder_error detail keeps this many characters of the exception's text: enough for the
+# message, not a whole repr of a huge argument.
+MAX_ERROR_DETAIL = 300
+
+
+def decoder_error(path: str, error: BaseException) -> dict:
+    """The Reject for a file whose per-file step raised something unanticipated (the per-file
+    dead-letter boundary: a decoder bug on one file must not fail a bundle of thousands)."""
+    text = str(error).strip().replace("\n", " ")
+    detail = f"{type(error).__name__}: {text}" if text else type(error).__name__
+    if len(detail) > MAX_ERROR_DETAIL:
+        detail = detail[: MAX_ERROR_DETAIL - 3] + "..."
+    return {"path": path, "reason": "decoder_error", "detail": detail}
 
 
 def inspect_bytes(item: dict, data: bytes, opts: CheckOptions, compute_stats: bool) -> dict:
@@ -99,13 +113,17 @@ class _InspectFn(beam.DoFn):
     def _check(self, item: dict, read: concurrent.futures.Future | None, fraction: float):
         """(InspectedImage, None) or (None, Reject) once the file's read completes (a local
         file, `read` None, is read here, on the calling thread)."""
-        data, reject = read.result() if read is not None else self._read(item)
-        if reject is not None:
-            return None, reject
         try:
+            data, reject = read.result() if read is not None else self._read(item)
+            if reject is not None:
+                return None, reject
             return inspect_bytes(item, data, self._opts, self._wants_stats(item, fraction)), None
         except Rejected as e:
             return None, {"path": item["path"], "reason": e.reason, "detail": e.detail}
+        except storage.StoreOutageError:
+            raise  # the store is down: stop the job (the only per-file failure that may)
+        except Exception as e:  # noqa: BLE001  (the per-file dead-letter boundary)
+            return None, decoder_error(item["path"], e)
 
     def process(self, batch: list[dict], num_listed: int = 0):
         fraction = self._stats_fraction

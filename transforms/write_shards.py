@@ -14,6 +14,7 @@ from apache_beam.metrics import Metrics
 
 from pipeline import schema, storage
 from transforms.image_check import ImageInfo, Rejected, encode_for_storage
+from transforms.inspect_images import decoder_error
 from transforms.keys import int_hash
 from transforms.plan_shards import WRITER_FIELDS, writer_record
 
@@ -101,6 +102,23 @@ class _WriteShardFn(beam.DoFn):
             else:
                 yield record, result, None
 
+    def _stored_bytes(self, record: dict, data: bytes) -> bytes:
+        """The bytes to write for one file, re-checked against inspection. Raises Rejected."""
+        if hashlib.sha256(data).hexdigest() != record["sha256"]:
+            raise Rejected(
+                "changed_during_run",
+                "the file's bytes no longer match the sha256 seen at inspection",
+            )
+        info = ImageInfo(
+            format=record["format"],
+            source_format=record["source_format"],
+            height=record["height"],
+            width=record["width"],
+            channels=record["channels"],
+            transcode=record["transcode"],
+        )
+        return encode_for_storage(data, info, self._opts)
+
     def process(self, element, plan, label_names):
         (split, index), entries = element
         num_shards = plan[split]
@@ -134,22 +152,16 @@ class _WriteShardFn(beam.DoFn):
         try:
             for record, data, error in self._prefetched(entries):
                 reason = "unreadable"
-                if error is None and hashlib.sha256(data).hexdigest() != record["sha256"]:
-                    reason = "changed_during_run"
-                    error = "the file's bytes no longer match the sha256 seen at inspection"
                 if error is None:
-                    info = ImageInfo(
-                        format=record["format"],
-                        source_format=record["source_format"],
-                        height=record["height"],
-                        width=record["width"],
-                        channels=record["channels"],
-                        transcode=record["transcode"],
-                    )
                     try:
-                        stored = encode_for_storage(data, info, self._opts)
+                        stored = self._stored_bytes(record, data)
                     except Rejected as e:
                         reason, error = e.reason, e.detail
+                    except storage.StoreOutageError:
+                        raise
+                    except Exception as e:  # noqa: BLE001  (the per-file dead-letter boundary)
+                        failure = decoder_error(record["path"], e)
+                        reason, error = failure["reason"], failure["detail"]
                 if error is not None:
                     Metrics.counter("imgrec", f"rejected_{reason}").inc()
                     yield pvalue.TaggedOutput(

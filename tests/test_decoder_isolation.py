@@ -1,0 +1,287 @@
+"""No single file fails the job: decoder_error dead letters, the decoder subprocess, regressions."""
+
+from __future__ import annotations
+
+import glob
+import hashlib
+import io
+import json
+import os
+import subprocess
+import sys
+
+import apache_beam as beam
+import pytest
+from apache_beam.testing.test_pipeline import TestPipeline
+from apache_beam.testing.util import assert_that, equal_to
+from PIL import Image
+
+from pipeline import schema
+from pipeline.options import ConvertConfig
+from tests.test_convert import ROOT, read_records
+from transforms import decode_worker, image_check
+from transforms.image_check import REASONS, CheckOptions, Rejected, check_image
+from transforms.inspect_images import MAX_ERROR_DETAIL, InspectImages
+from transforms.plan_shards import writer_entry
+
+REGRESSIONS = os.path.join(os.path.dirname(__file__), "regressions")
+
+
+def _encode(im, fmt: str, **kw) -> bytes:
+    buf = io.BytesIO()
+    im.save(buf, fmt, **kw)
+    return buf.getvalue()
+
+
+def _photo(seed: int, size=(40, 30)) -> Image.Image:
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    return Image.fromarray(rng.integers(0, 255, (size[1], size[0], 3), dtype=np.uint8))
+
+
+def _config(tmp_path, **kw) -> ConvertConfig:
+    kw.setdefault("inputs", (f"{tmp_path}/in/*/*",))
+    return ConvertConfig(manifest=None, output=str(tmp_path / "out"), analyze=False, **kw)
+
+
+# ----------------------------------------------------------------------------- the issue's files
+@pytest.mark.parametrize(
+    "name, raised_before",
+    [
+        ("psd_layer_block_too_short.psd", "SyntaxError"),
+        ("tiff_byte8_ff_missing_dimensions.tiff", "TypeError"),
+    ],
+)
+def test_issue_files_are_rejected_not_raised(name, raised_before):
+    """Pillow raised these from lazy properties (n_frames) outside the guarded open/load: the
+    PSD's layer block is shorter than its layer count, the TIFF's IFD count byte is 0xFF."""
+    with open(os.path.join(REGRESSIONS, name), "rb") as f:
+        data = f.read()
+    # The plugin itself still raises (the regression file still reproduces the bug's trigger).
+    with pytest.raises(Exception) as raw:
+        Image.open(io.BytesIO(data)).n_frames
+    assert type(raw.value).__name__ == raised_before
+    with pytest.raises(Rejected) as default:
+        check_image(data, CheckOptions())
+    assert default.value.reason == "unsupported_format"  # not parsed unless asked for
+    for transcode in ("png", "jpeg"):
+        with pytest.raises(Rejected) as asked:
+            check_image(data, CheckOptions(transcode=transcode))
+        assert asked.value.reason == "corrupt", asked.value.detail
+        assert raised_before in asked.value.detail
+
+
+def test_a_format_nobody_asked_for_runs_no_plugin(monkeypatch):
+    """--transcode auto/none name TIFF/PSD from magic bytes; no Pillow plugin (and no decoder
+    process) runs for them."""
+    from PIL import Image as PILImage
+
+    calls = []
+    real = PILImage.OPEN["TIFF"]
+    monkeypatch.setitem(PILImage.OPEN, "TIFF", (lambda *a: calls.append(1) or real[0](*a), None))
+    monkeypatch.setattr(decode_worker, "_ask", lambda *a: calls.append(2))
+    data = _encode(_photo(1), "TIFF")
+    for mode in ("auto", "none"):
+        with pytest.raises(Rejected) as e:
+            check_image(data, CheckOptions(transcode=mode))
+        assert e.value.reason == "unsupported_format" and "TIFF" in e.value.detail
+    assert calls == []
+
+
+def test_bmp_and_webp_never_run_another_plugin(monkeypatch):
+    """The restriction Image.open(formats=[...]) gives: a BMP is opened by the BMP plugin only."""
+    from PIL import Image as PILImage
+
+    opened = []
+    for fmt in list(PILImage.OPEN):
+        factory, accept = PILImage.OPEN[fmt]
+        monkeypatch.setitem(
+            PILImage.OPEN,
+            fmt,
+            (lambda *a, _f=factory, _n=fmt: opened.append(_n) or _f(*a), accept),
+        )
+    info = check_image(_encode(_photo(2), "BMP"), CheckOptions())
+    assert (info.format, info.transcode) == ("png", "bmp_to_png")
+    assert set(opened) == {"BMP"}
+
+
+# ----------------------------------------------------------------------------- the worker
+def test_decoder_process_death_is_one_reject_and_the_next_file_decodes(monkeypatch):
+    monkeypatch.setenv(decode_worker.TEST_ABORT_ENV, "IMGREC-ABORT-MARKER")
+    good = _encode(_photo(3), "TIFF")
+    bad = good + b"IMGREC-ABORT-MARKER"
+    opts = CheckOptions(transcode="png")
+    with pytest.raises(Rejected) as e:
+        check_image(bad, opts)
+    assert e.value.reason == "decoder_error"
+    assert "decoder process died (signal 6)" in e.value.detail
+    info = check_image(good, opts)  # a fresh worker takes over
+    assert (info.format, info.source_format, info.width) == ("png", "tiff", 40)
+
+
+def test_unexpected_exception_in_the_worker_is_a_decoder_error(monkeypatch):
+    """The worker's own boundary: an exception its plugin raises that no list anticipated."""
+    opts = CheckOptions(transcode="png")
+    monkeypatch.setattr(
+        decode_worker, "_POOL", type("P", (), {"call": lambda self, r: ("error", "KeyError: 7")})()
+    )
+    with pytest.raises(Rejected) as e:
+        check_image(_encode(_photo(4), "TIFF"), opts)
+    assert (e.value.reason, e.value.detail) == ("decoder_error", "Pillow (TIFF): KeyError: 7")
+
+
+# ----------------------------------------------------------------------------- Beam boundaries
+def test_inspection_turns_any_per_file_exception_into_a_decoder_error(tmp_path, monkeypatch):
+    from transforms import inspect_images
+
+    real = inspect_images.check_image
+
+    def flaky(data, opts, compute_stats=False):
+        if b"boom" in data:
+            raise RuntimeError("boom\n" + "x" * 1000)
+        if b"nomem" in data:
+            raise MemoryError()
+        return real(data, opts, compute_stats=compute_stats)
+
+    monkeypatch.setattr(inspect_images, "check_image", flaky)
+    (tmp_path / "in" / "a").mkdir(parents=True)
+    names = {"good.jpg": b"", "boom.jpg": b"boom", "nomem.jpg": b"nomem"}
+    listed = []
+    for name, tail in names.items():
+        path = tmp_path / "in" / "a" / name
+        path.write_bytes(_encode(_photo(5), "JPEG") + tail)
+        listed.append(
+            {"path": str(path), "key": f"a/{name}", "label": "a", "split": "train", "size": -1}
+        )
+    with TestPipeline() as p:
+        out = p | beam.Create([listed]) | InspectImages(_config(tmp_path))
+        assert_that(
+            out["inspected"] | beam.FlatMap(lambda b: [r["key"] for r in b]),
+            equal_to(["a/good.jpg"]),
+        )
+        assert_that(
+            out["rejected"]
+            | beam.Map(
+                lambda r: (
+                    os.path.basename(r["path"]),
+                    r["reason"],
+                    r["detail"][:17],
+                    len(r["detail"]) <= MAX_ERROR_DETAIL,
+                )
+            ),
+            equal_to(
+                [
+                    ("boom.jpg", "decoder_error", "RuntimeError: boo", True),
+                    ("nomem.jpg", "decoder_error", "MemoryError", True),
+                ]
+            ),
+            label="Rejected",
+        )
+
+
+def test_writer_turns_a_failing_re_encode_into_a_reject_and_keeps_the_rest(tmp_path, monkeypatch):
+    from transforms import write_shards
+    from transforms.write_shards import WriteShards
+
+    real = write_shards.encode_for_storage
+
+    def flaky(data, info, opts):
+        if data.endswith(b"boom"):
+            raise SyntaxError("Layer block too short")
+        return real(data, info, opts)
+
+    monkeypatch.setattr(write_shards, "encode_for_storage", flaky)
+    (tmp_path / "in" / "a").mkdir(parents=True)
+    entries = []
+    for name, tail in (("ok.jpg", b""), ("boom.jpg", b"boom")):
+        data = _encode(_photo(6), "JPEG") + tail
+        path = tmp_path / "in" / "a" / name
+        path.write_bytes(data)
+        entries.append(
+            writer_entry(
+                {
+                    "path": str(path),
+                    "key": f"a/{name}",
+                    "label": "a",
+                    "split": "train",
+                    "size": len(data),
+                    "sha256": hashlib.sha256(data).hexdigest(),
+                    "format": "jpeg",
+                    "source_format": "jpeg",
+                    "height": 30,
+                    "width": 40,
+                    "channels": 3,
+                    "transcode": "",
+                }
+            )
+        )
+    with TestPipeline() as p:
+        plan = p | "Plan" >> beam.Create([{"train": 1}])
+        labels = p | "Labels" >> beam.Create([["a"]])
+        out = p | beam.Create([(("train", 0), entries)]) | WriteShards(
+            _config(tmp_path), plan, labels
+        )
+        assert_that(
+            out["shards"] | beam.Map(lambda s: s["num_examples"]), equal_to([1]), label="Written"
+        )
+        assert_that(
+            out["rejected"]
+            | beam.Map(lambda r: (os.path.basename(r["path"]), r["reason"], r["detail"])),
+            equal_to([("boom.jpg", "decoder_error", "SyntaxError: Layer block too short")]),
+            label="Rejected",
+        )
+
+
+# ----------------------------------------------------------------------------- a real conversion
+def test_a_decoder_that_aborts_costs_one_file_not_the_job(tmp_path):
+    """The CLI with --transcode png: one TIFF makes its decoder process call os.abort() (the
+    test-only hook); the job finishes, that file is a decoder_error, every other file is kept,
+    and `imgrec verify` passes."""
+    src = tmp_path / "in"
+    for label in ("a", "b"):
+        (src / label).mkdir(parents=True)
+        for i in range(6):
+            data = _encode(_photo(100 + i + 10 * ord(label)), "JPEG")
+            (src / label / f"{i}.jpg").write_bytes(data)
+        (src / label / "page.tiff").write_bytes(_encode(_photo(7 + ord(label)), "TIFF"))
+    marked = src / "a" / "crash.tiff"
+    marked.write_bytes(_encode(_photo(9), "TIFF") + b"IMGREC-ABORT-MARKER")
+    out = tmp_path / "out"
+    env = dict(
+        os.environ,
+        PYTHONPATH=ROOT,
+        TF_CPP_MIN_LOG_LEVEL="2",
+        **{decode_worker.TEST_ABORT_ENV: "IMGREC-ABORT-MARKER"},
+    )
+    proc = subprocess.run(
+        [sys.executable, "-m", "pipeline", "convert", "--input", f"{src}/*/*", "--output",
+         str(out), "--transcode", "png", "--no_analyze", "--max_bad_fraction", "0.2"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    info = json.loads((out / schema.DATASET_INFO).read_text())
+    assert info["num_listed"] == 15
+    assert (info["num_written"], info["num_rejected"], info["num_duplicates"]) == (14, 1, 0)
+    rejected = [json.loads(line) for line in (out / schema.REJECTED).read_text().splitlines()]
+    assert [(r["path"], r["reason"]) for r in rejected] == [(str(marked), "decoder_error")]
+    assert "decoder process died (signal 6)" in rejected[0]["detail"]
+    assert info["rejected_by_reason"] == {"decoder_error": 1}
+    formats = []
+    for shard in glob.glob(str(out / "*" / "*.tfrecord")):
+        for rec in read_records(shard):
+            import tensorflow as tf
+
+            ex = tf.io.parse_single_example(rec, schema.feature_spec())
+            formats.append(ex[schema.TRANSCODED_FROM].numpy().decode())
+    assert sorted(formats).count("tiff") == 2
+    verify = subprocess.run(
+        [sys.executable, "-m", "pipeline", "verify", str(out)],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert verify.returncode == 0, verify.stdout + verify.stderr
+
+
+def test_decoder_error_is_a_documented_reason():
+    assert "decoder_error" in REASONS
+    assert image_check.TRANSCODE_MODES[0] == "auto"
