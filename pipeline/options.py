@@ -102,6 +102,15 @@ class ConvertOptions(PipelineOptions):
             help="Keep finished shards of an interrupted run with the same plan.",
         )
         g.add_argument(
+            "--resume_verify",
+            default="stamp",
+            choices=("stamp", "full"),
+            help="With --resume: stamp (default) reuses the earlier run's inspection of each "
+            "file whose size and modification stamp (local: mtime, ctime, inode; bucket: "
+            "update time) are unchanged, without reading it; full reads and inspects every "
+            "file again. See docs/resume.md.",
+        )
+        g.add_argument(
             "--overwrite", action="store_true", help="Replace a dataset already in --output."
         )
         g.add_argument(
@@ -259,6 +268,7 @@ class ConvertConfig:
     min_shards: int = 1
     seed: int = 0
     resume: bool = False
+    resume_verify: str = "stamp"
     overwrite: bool = False
     max_bad_fraction: float = DEFAULT_MAX_BAD_FRACTION
     dedupe: bool = True
@@ -291,6 +301,8 @@ class ConvertConfig:
             raise OptionError("--label_from manifest needs --manifest FILE")
         if not self.target_shard_mb > 0:
             raise OptionError(f"--target_shard_mb must be > 0, got {self.target_shard_mb}")
+        if self.resume_verify not in ("stamp", "full"):
+            raise OptionError(f"--resume_verify must be stamp or full, got {self.resume_verify!r}")
         if self.min_shards < 1:
             raise OptionError(f"--min_shards must be >= 1, got {self.min_shards}")
         if not 0.0 <= self.max_bad_fraction <= 1.0:
@@ -349,6 +361,7 @@ class ConvertConfig:
             min_shards=o.min_shards,
             seed=o.seed,
             resume=o.resume,
+            resume_verify=o.resume_verify,
             overwrite=o.overwrite,
             max_bad_fraction=o.max_bad_fraction,
             dedupe=o.dedupe,
