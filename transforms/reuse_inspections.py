@@ -114,7 +114,11 @@ def _load_records(_, folder: str) -> dict:
         except (UnicodeDecodeError, json.JSONDecodeError):
             continue
         for row in rows:
-            records[(row["path"], row["size"], row["stamp"])] = row
+            key = (row["path"], row["size"], row["stamp"])
+            # Two records of one file version differ only in whether pixel statistics were
+            # computed (a later run sampled the file for them): keep the one that has them.
+            if key not in records or records[key]["stats"] is None:
+                records[key] = row
     return records
 
 
