@@ -50,6 +50,7 @@ _INSPECTED_FIELDS = (
     "transcode",
     "stats",
 )
+_STATS = _INSPECTED_FIELDS.index("stats")
 
 
 def records_folder(config) -> str:
@@ -97,7 +98,7 @@ class RecordInspections(beam.PTransform):
 
 
 def _load_records(_, folder: str) -> dict:
-    """Every record under `folder` -> {path: record}; a file that cannot be read or parsed is
+    """Every record under `folder` -> {(path, size, stamp): _INSPECTED_FIELDS values}; a file that cannot be read or parsed is
     skipped (its files are inspected again)."""
     pattern = storage.join(folder, "*.jsonl")
     try:
@@ -117,8 +118,9 @@ def _load_records(_, folder: str) -> dict:
             key = (row["path"], row["size"], row["stamp"])
             # Two records of one file version differ only in whether pixel statistics were
             # computed (a later run sampled the file for them): keep the one that has them.
-            if key not in records or records[key]["stats"] is None:
-                records[key] = row
+            if key not in records or records[key][_STATS] is None:
+                # A tuple of _INSPECTED_FIELDS: ~1.2 KB per file in memory, a dict ~2.2 KB.
+                records[key] = tuple(row[f] for f in _INSPECTED_FIELDS)
     return records
 
 
@@ -151,10 +153,10 @@ class _ReuseFn(beam.DoFn):
             if item.get("stamp") is not None and item["size"] >= 0:
                 row = records.get((item["path"], item["size"], item["stamp"]))
             wants = self._wants_stats(item, fraction)
-            if row is None or (wants and row["stats"] is None):
+            if row is None or (wants and row[_STATS] is None):
                 todo.append(item)
                 continue
-            record = {**item, **{f: row[f] for f in _INSPECTED_FIELDS}}
+            record = {**item, **dict(zip(_INSPECTED_FIELDS, row, strict=True))}
             if not wants:
                 record["stats"] = None
             reused.append(record)
@@ -180,7 +182,7 @@ class ReuseInspections(beam.PTransform):
         records = (
             listed.pipeline
             | "Once" >> beam.Create([None])
-            # {(path, size, stamp): record}: one dict, read once, for every worker.
+            # {(path, size, stamp): inspected values}: one dict, read once, for every worker.
             | "LoadRecords" >> beam.Map(_load_records, records_folder(self._config))
         )
         side = {"records": pvalue.AsSingleton(records)}
