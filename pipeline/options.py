@@ -13,6 +13,7 @@ from transforms.image_check import (
     RESIZE_FILTERS,
     CheckOptions,
 )
+from transforms.reuse_inspections import RESUME_VERIFY_MODES
 
 __all__ = ["ConvertOptions", "ConvertConfig", "OptionError", "parse_splits"]
 
@@ -104,7 +105,7 @@ class ConvertOptions(PipelineOptions):
         g.add_argument(
             "--resume_verify",
             default="stamp",
-            choices=("stamp", "full"),
+            choices=RESUME_VERIFY_MODES,
             help="With --resume: stamp (default) reuses the earlier run's inspection of each "
             "file whose size and modification stamp (local: mtime, ctime, inode; bucket: "
             "update time) are unchanged, without reading it; full reads and inspects every "
@@ -301,8 +302,11 @@ class ConvertConfig:
             raise OptionError("--label_from manifest needs --manifest FILE")
         if not self.target_shard_mb > 0:
             raise OptionError(f"--target_shard_mb must be > 0, got {self.target_shard_mb}")
-        if self.resume_verify not in ("stamp", "full"):
-            raise OptionError(f"--resume_verify must be stamp or full, got {self.resume_verify!r}")
+        if self.resume_verify not in RESUME_VERIFY_MODES:
+            raise OptionError(
+                f"--resume_verify must be one of {', '.join(RESUME_VERIFY_MODES)}, "
+                f"got {self.resume_verify!r}"
+            )
         if self.min_shards < 1:
             raise OptionError(f"--min_shards must be >= 1, got {self.min_shards}")
         if not 0.0 <= self.max_bad_fraction <= 1.0:
