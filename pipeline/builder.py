@@ -14,6 +14,7 @@ from transforms.describe import DescribeDataset
 from transforms.inspect_images import InspectImages
 from transforms.list_images import ListImages
 from transforms.plan_shards import PlanShards
+from transforms.reuse_inspections import RecordInspections, ReuseInspections
 from transforms.write_shards import WriteShards
 
 __all__ = ["build_pipeline", "add_convert"]
@@ -77,13 +78,23 @@ def add_convert(p: beam.Pipeline, config: ConvertConfig, provenance: dict) -> be
         | "LabelSet" >> beam.CombineGlobally(_LabelSetFn())
     )
 
-    inspection = listed | "Inspect" >> InspectImages(config, num_listed if config.analyze else None)
+    stats_count = num_listed if config.analyze else None
+    to_inspect, reused = listed, None
+    if config.resume and config.resume_verify == "stamp":
+        # Files whose listing stamp matches the earlier run's record skip the read and decode.
+        reuse = listed | "ReuseUnchanged" >> ReuseInspections(config, stats_count)
+        to_inspect, reused = reuse["todo"], reuse["reused"]
+    inspection = to_inspect | "Inspect" >> InspectImages(config, stats_count)
+    inspection["inspected"] | "RecordInspections" >> RecordInspections(config)
+    inspected = inspection["inspected"]
+    if reused is not None:
+        inspected = (inspected, reused) | "WithReused" >> beam.Flatten()
     # [InspectedImage]
     deduped = (
-        inspection["inspected"] | "Dedupe" >> DropDuplicates()
+        inspected | "Dedupe" >> DropDuplicates()
         if config.dedupe
         else {
-            "unique": inspection["inspected"],
+            "unique": inspected,
             "duplicates": p | "NoDuplicates" >> beam.Create([]),
         }
     )

@@ -14,6 +14,7 @@ from transforms.image_check import (
     TRANSCODE_MODES,
     CheckOptions,
 )
+from transforms.reuse_inspections import RESUME_VERIFY_MODES
 
 __all__ = ["ConvertOptions", "ConvertConfig", "OptionError", "parse_splits"]
 
@@ -106,6 +107,15 @@ class ConvertOptions(PipelineOptions):
             "--resume",
             action="store_true",
             help="Keep finished shards of an interrupted run with the same plan.",
+        )
+        g.add_argument(
+            "--resume_verify",
+            default="stamp",
+            choices=RESUME_VERIFY_MODES,
+            help="With --resume: stamp (default) reuses the earlier run's inspection of each "
+            "file whose size and modification stamp (local: mtime, ctime, inode; bucket: "
+            "update time) are unchanged, without reading it; full reads and inspects every "
+            "file again. See docs/resume.md.",
         )
         g.add_argument(
             "--overwrite", action="store_true", help="Replace a dataset already in --output."
@@ -288,6 +298,7 @@ class ConvertConfig:
     min_shards: int = 1
     seed: int = 0
     resume: bool = False
+    resume_verify: str = "stamp"
     overwrite: bool = False
     versioned: bool = False
     keep_versions: int = 0
@@ -322,6 +333,11 @@ class ConvertConfig:
             raise OptionError("--label_from manifest needs --manifest FILE")
         if not self.target_shard_mb > 0:
             raise OptionError(f"--target_shard_mb must be > 0, got {self.target_shard_mb}")
+        if self.resume_verify not in RESUME_VERIFY_MODES:
+            raise OptionError(
+                f"--resume_verify must be one of {', '.join(RESUME_VERIFY_MODES)}, "
+                f"got {self.resume_verify!r}"
+            )
         if self.min_shards < 1:
             raise OptionError(f"--min_shards must be >= 1, got {self.min_shards}")
         if self.keep_versions < 0:
@@ -391,6 +407,7 @@ class ConvertConfig:
             min_shards=o.min_shards,
             seed=o.seed,
             resume=o.resume,
+            resume_verify=o.resume_verify,
             overwrite=o.overwrite,
             versioned=o.versioned,
             keep_versions=o.keep_versions,

@@ -14,6 +14,7 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 
 from transforms.keys import assign_split
+from transforms.match_local import match_local
 
 __all__ = [
     "ListImages",
@@ -28,6 +29,10 @@ __all__ = [
 LISTING_REASONS = {
     "bad_manifest_row": "a manifest row without a path or label; detail has the line number",
     "no_split": "--split_from path|manifest found no split for this file",
+    "broken_link": "the pattern matched a symbolic link whose target does not exist",
+    "unreadable_dir": "a folder the pattern reaches could not be listed (permissions); what it "
+    "holds is unknown and not converted",
+    "not_a_file": "the pattern matched a folder (e.g. one named x.jpg) or a FIFO/socket/device",
 }
 
 _GLOB_CHARS = "*?["
@@ -58,7 +63,14 @@ def input_root(pattern: str) -> str:
 
 
 def _parent_name(path: str) -> str:
-    return posixpath.basename(posixpath.dirname(path.replace("\\", "/")))
+    """The name of the folder holding `path`: the label of --label_from parent.
+
+    Object stores and POSIX file systems separate names with '/' only (a backslash is an
+    ordinary character there); only local paths on Windows also use '\\'.
+    """
+    if os.sep == "\\" and "://" not in path:
+        path = path.replace("\\", "/")
+    return posixpath.basename(posixpath.dirname(path))
 
 
 def read_manifest_rows(manifest: str):
@@ -109,46 +121,67 @@ def read_manifest_rows(manifest: str):
 LIST_BATCH = 64
 
 
-def _batches(items, size: int = LIST_BATCH):
-    batch = []
-    for item in items:
-        batch.append(item)
-        if len(batch) == size:
-            yield batch
-            batch = []
-    if batch:
-        yield batch
-
-
 class _MatchAllFn(beam.DoFn):
-    """None -> batches of ListedFile (without label/split) for every file the patterns match.
+    """None -> batches of ListedFile (without label/split) for every file the patterns match;
+    what a pattern matched but is no file (dangling link, unreadable folder, folder) -> REJECTED.
 
     All patterns are matched in one call so a file matched by two patterns is listed once (the
-    first pattern's key wins), without a shuffle of every path.
+    first pattern's key wins), without a shuffle of every path. Local patterns are walked by
+    transforms/match_local.py, which reports what Beam's local match drops without a word.
     """
+
+    REJECTED = "rejected"
 
     def __init__(self, patterns: tuple[str, ...]):
         self._patterns = patterns
         self._matched = Metrics.counter("imgrec", "files_matched")
 
+    @staticmethod
+    def _entries(pattern: str):
+        """(path, size, stamp, reason, detail) for everything `pattern` matches."""
+        if "://" not in pattern:
+            for e in match_local(pattern):
+                yield e.path, e.size, e.stamp, e.reason, e.detail
+            return
+        for metadata in FileSystems.match([pattern])[0].metadata_list:
+            if metadata.path.endswith("/"):  # Object-store "directory" placeholders.
+                continue
+            updated = float(metadata.last_updated_in_seconds or 0.0)
+            # A bucket object's version as the listing shows it: its update time (0: unknown).
+            stamp = repr(updated) if updated > 0 else None
+            yield metadata.path, int(metadata.size_in_bytes), stamp, None, ""
+
     def _files(self):
         seen = set() if len(self._patterns) > 1 else None
         for pattern in self._patterns:
             root = input_root(pattern)
-            for metadata in FileSystems.match([pattern])[0].metadata_list:
-                path = metadata.path
-                if path.endswith("/"):  # Object-store "directory" placeholders.
-                    continue
+            for path, size, stamp, reason, detail in self._entries(pattern):
                 if seen is not None:
                     if path in seen:
                         continue
                     seen.add(path)
+                if reason is not None:
+                    Metrics.counter("imgrec", f"rejected_{reason}").inc()
+                    yield pvalue.TaggedOutput(
+                        self.REJECTED, {"path": path, "reason": reason, "detail": detail}
+                    )
+                    continue
                 self._matched.inc()
                 key = path[len(root) :] if path.startswith(root) else path.split("://")[-1]
-                yield {"path": path, "key": key, "size": int(metadata.size_in_bytes)}
+                yield {"path": path, "key": key, "size": size, "stamp": stamp}
 
     def process(self, _):
-        yield from _batches(self._files())
+        batch = []
+        for out in self._files():
+            if isinstance(out, pvalue.TaggedOutput):
+                yield out
+                continue
+            batch.append(out)
+            if len(batch) == LIST_BATCH:
+                yield batch
+                batch = []
+        if batch:
+            yield batch
 
 
 class _ReadManifestFn(beam.DoFn):
@@ -176,7 +209,7 @@ class _ReadManifestFn(beam.DoFn):
                 key = path[len(base) :] if path.startswith(base) else path.split("://")[-1]
             else:
                 key = posixpath.normpath(raw)
-            item = {"path": path, "key": key, "size": -1}
+            item = {"path": path, "key": key, "size": -1, "stamp": None}
             for column in ("label", "split"):
                 if row.get(column) not in (None, ""):
                     item["manifest_" + column] = str(row[column])
@@ -259,7 +292,14 @@ class _LabelAndSplitFn(beam.DoFn):
                 },
             )
             return
-        yield {"path": path, "key": key, "label": label, "split": split, "size": item["size"]}
+        yield {
+            "path": path,
+            "key": key,
+            "label": label,
+            "split": split,
+            "size": item["size"],
+            "stamp": item.get("stamp"),
+        }
 
 
 class ListImages(beam.PTransform):
@@ -288,12 +328,15 @@ class ListImages(beam.PTransform):
             batches, bad_rows = read.batches, read[_ReadManifestFn.REJECTED]
         else:
             patterns = tuple(resolve_local(p) for p in c.inputs)
-            batches = (
+            matched = (
                 pbegin
                 | "Start" >> beam.Create([None])
-                | "MatchFiles" >> beam.ParDo(_MatchAllFn(patterns))
+                | "MatchFiles"
+                >> beam.ParDo(_MatchAllFn(patterns)).with_outputs(
+                    _MatchAllFn.REJECTED, main="batches"
+                )
             )
-            bad_rows = None
+            batches, bad_rows = matched.batches, matched[_MatchAllFn.REJECTED]
         listed = (
             batches
             # [ListedFile]: spread the listing over workers, a batch (names only) at a time.
@@ -303,7 +346,7 @@ class ListImages(beam.PTransform):
                 _LabelAndSplitFn(c.label_from, c.split_from, c.seed, c.splits)
             ).with_outputs(_LabelAndSplitFn.REJECTED, main="listed")
         )
-        rejected = listed[_LabelAndSplitFn.REJECTED]
-        if bad_rows is not None:
-            rejected = (rejected, bad_rows) | "MergeListingRejects" >> beam.Flatten()
+        rejected = (listed[_LabelAndSplitFn.REJECTED], bad_rows) | "MergeListingRejects" >> (
+            beam.Flatten()
+        )
         return {"listed": listed.listed, "rejected": rejected}

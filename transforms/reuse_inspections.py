@@ -1,0 +1,194 @@
+"""Resume: record each inspected file's results, and reuse them for files whose listing is unchanged.
+
+A conversion writes, per inspected batch, what inspection found about each file (sha256, format,
+sides, transcode reasons, pixel statistics) next to the file's listing stamp (size and
+modification/change time and inode for local files; size and update time for bucket objects)
+under `.imgrec/inspected/<options digest>/`. `--resume` (with the default `--resume_verify
+stamp`) hands a listed file to inspection only if no record has its path, size and stamp for
+the same check options; the others take their recorded results unread. (The size recorded is
+the one inspection read; a file that changed between listing and reading got a newer stamp
+since, so its record is never used.) Dedupe, splits, shard
+plans and statistics then see every file exactly as a fresh run would.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+import apache_beam as beam
+from apache_beam import pvalue
+from apache_beam.io.filesystems import FileSystems
+from apache_beam.metrics import Metrics
+
+from pipeline import storage
+from transforms.keys import unit_hash
+
+__all__ = [
+    "RecordInspections",
+    "ReuseInspections",
+    "RECORD_DIR",
+    "RESUME_VERIFY_MODES",
+    "records_folder",
+]
+
+# Where the records live, under the output's bookkeeping folder (which --overwrite clears).
+RECORD_DIR = ".imgrec/inspected"
+# Bumped whenever what inspection computes changes: records of another version are ignored.
+RECORD_VERSION = 1
+# stamp: reuse a record while the file's listing stamp is unchanged; full: inspect every file.
+RESUME_VERIFY_MODES = ("stamp", "full")
+# The inspection results a record holds; the listing fields (key, label, split) are recomputed.
+_INSPECTED_FIELDS = (
+    "size",
+    "sha256",
+    "format",
+    "source_format",
+    "height",
+    "width",
+    "channels",
+    "transcode",
+    "stats",
+)
+_STATS = _INSPECTED_FIELDS.index("stats")
+
+
+def records_folder(config) -> str:
+    """The folder of `config`'s records: one per set of check options, since they decide
+    what inspection finds."""
+    digest = hashlib.sha256(f"{RECORD_VERSION}\0{config.check_options()!r}".encode()).hexdigest()
+    return storage.join(config.output, RECORD_DIR, digest[:16])
+
+
+class _RecordFn(beam.DoFn):
+    """[InspectedImage] -> nothing; writes the batch's records as one JSONL file, atomically."""
+
+    def __init__(self, folder: str):
+        self._folder = folder
+        self._files = Metrics.counter("imgrec", "inspection_record_files")
+
+    def process(self, batch):
+        rows = [
+            {
+                "path": r["path"],
+                "stamp": r["stamp"],
+                **{f: r[f] for f in _INSPECTED_FIELDS},
+            }
+            for r in batch
+            if r.get("stamp") is not None
+        ]
+        if not rows:
+            return
+        rows.sort(key=lambda row: row["path"])
+        data = "".join(json.dumps(row, sort_keys=True) + "\n" for row in rows).encode("utf-8")
+        name = hashlib.sha256(data).hexdigest()[:32] + ".jsonl"
+        storage.write_bytes_atomic(storage.join(self._folder, name), data)
+        self._files.inc()
+
+
+class RecordInspections(beam.PTransform):
+    """[InspectedImage] -> writes the records --resume reuses (a leaf: nothing comes out)."""
+
+    def __init__(self, config):
+        super().__init__()
+        self._folder = records_folder(config)
+
+    def expand(self, inspected):
+        return inspected | "WriteRecords" >> beam.ParDo(_RecordFn(self._folder))
+
+
+def _load_records(_, folder: str) -> dict:
+    """Every record under `folder` -> {(path, size, stamp): _INSPECTED_FIELDS values}; a file that cannot be read or parsed is
+    skipped (its files are inspected again)."""
+    pattern = storage.join(folder, "*.jsonl")
+    try:
+        found = FileSystems.match([pattern])[0].metadata_list
+    except (OSError, ValueError):  # Beam raises when the folder does not exist yet.
+        return {}
+    records = {}
+    paths = [m.path for m in found if not m.path.rsplit("/", 1)[-1].startswith(".")]
+    for _path, data in storage.read_many(paths, storage.DEFAULT_READ_CONCURRENCY):
+        if isinstance(data, storage.ReadError):
+            continue
+        try:
+            rows = [json.loads(line) for line in data.decode("utf-8").splitlines() if line]
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            continue
+        for row in rows:
+            key = (row["path"], row["size"], row["stamp"])
+            # Two records of one file version differ only in whether pixel statistics were
+            # computed (a later run sampled the file for them): keep the one that has them.
+            if key not in records or records[key][_STATS] is None:
+                # A tuple of _INSPECTED_FIELDS: ~1.2 KB per file in memory, a dict ~2.2 KB.
+                records[key] = tuple(row[f] for f in _INSPECTED_FIELDS)
+    return records
+
+
+class _ReuseFn(beam.DoFn):
+    """[ListedFile] -> [ListedFile] still to inspect; [InspectedImage] rebuilt from records on
+    the REUSED output."""
+
+    REUSED = "reused"
+
+    def __init__(self, config):
+        self._stats_split = config.train_split if config.analyze else None
+        self._stats_fraction = config.stats_sample_fraction
+        self._stats_max_images = config.stats_max_images
+        self._seed = config.seed
+        self._reused = Metrics.counter("imgrec", "inspections_reused")
+
+    def _wants_stats(self, item: dict, fraction: float) -> bool:
+        # The same sample as transforms/inspect_images.py's _InspectFn._wants_stats.
+        if item["split"] != self._stats_split:
+            return False
+        return fraction >= 1.0 or unit_hash("stats", self._seed, item["key"]) < fraction
+
+    def process(self, batch, records, num_listed: int = 0):
+        fraction = self._stats_fraction
+        if self._stats_max_images and num_listed:
+            fraction = min(fraction, self._stats_max_images / num_listed)
+        todo, reused = [], []
+        for item in batch:
+            row = None
+            if item.get("stamp") is not None and item["size"] >= 0:
+                row = records.get((item["path"], item["size"], item["stamp"]))
+            wants = self._wants_stats(item, fraction)
+            if row is None or (wants and row[_STATS] is None):
+                todo.append(item)
+                continue
+            record = {**item, **dict(zip(_INSPECTED_FIELDS, row, strict=True))}
+            if not wants:
+                record["stats"] = None
+            reused.append(record)
+        if reused:
+            self._reused.inc(len(reused))
+            yield pvalue.TaggedOutput(self.REUSED, reused)
+        if todo:
+            yield todo
+
+
+class ReuseInspections(beam.PTransform):
+    """[ListedFile] -> {"todo": [ListedFile] to inspect, "reused": [InspectedImage]}.
+
+    With `num_listed` (a singleton PCollection) the statistics sample matches InspectImages'.
+    """
+
+    def __init__(self, config, num_listed=None):
+        super().__init__()
+        self._config = config
+        self._num_listed = num_listed
+
+    def expand(self, listed):
+        records = (
+            listed.pipeline
+            | "Once" >> beam.Create([None])
+            # {(path, size, stamp): inspected values}: one dict, read once, for every worker.
+            | "LoadRecords" >> beam.Map(_load_records, records_folder(self._config))
+        )
+        side = {"records": pvalue.AsSingleton(records)}
+        if self._num_listed is not None and self._config.stats_max_images:
+            side["num_listed"] = pvalue.AsSingleton(self._num_listed)
+        out = listed | "SplitOffUnchanged" >> beam.ParDo(
+            _ReuseFn(self._config), **side
+        ).with_outputs(_ReuseFn.REUSED, main="todo")
+        return {"todo": out.todo, "reused": out[_ReuseFn.REUSED]}
