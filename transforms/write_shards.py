@@ -13,9 +13,10 @@ from apache_beam.io.tfrecordio import _TFRecordUtil
 from apache_beam.metrics import Metrics
 
 from pipeline import schema, storage
-from transforms.image_check import ImageInfo, Rejected, encode_for_storage
+from transforms.image_check import ImageInfo, Rejected
 from transforms.keys import int_hash
 from transforms.plan_shards import WRITER_FIELDS, writer_record
+from transforms.store_modes import PIXELS_REASON, GzipSink, shard_suffix, store_image
 
 __all__ = ["WriteShards", "plan_marker_path", "read_shard_info"]
 
@@ -85,6 +86,8 @@ class _WriteShardFn(beam.DoFn):
         self._resume = config.resume
         self._opts = config.check_options()
         self._concurrency = config.read_concurrency
+        self._store = config.store
+        self._compression = config.compression
         self._written = Metrics.counter("imgrec", "written")
         self._written_bytes = Metrics.counter("imgrec", "written_bytes")
         self._shards = Metrics.counter("imgrec", "shards_written")
@@ -105,10 +108,10 @@ class _WriteShardFn(beam.DoFn):
         num_shards = plan[split]
         label_ids = {name: i for i, name in enumerate(label_names)}
         entries = sorted(entries, key=lambda e: (int_hash("order", self._seed, e[_KEY]), e[_KEY]))
-        relname = schema.shard_name(split, index, num_shards)
+        relname = schema.shard_name(split, index, num_shards, shard_suffix(self._compression))
         final = storage.join(self._output, relname)
         marker = plan_marker_path(self._output, split, index, num_shards)
-        digest = hashlib.sha256(repr(self._opts).encode())
+        digest = hashlib.sha256(repr((self._opts, self._store, self._compression)).encode())
         for e in entries:
             digest.update(f"{e[_KEY]}\0{e[_SHA256]}\0{e[_TRANSCODE]}\n".encode())
         plan_digest = digest.hexdigest()
@@ -124,6 +127,7 @@ class _WriteShardFn(beam.DoFn):
         num_examples = 0
         transcoded = collections.Counter()
         out = _HashingWriter(tmp)
+        sink = GzipSink(out) if self._compression == "gzip" else out
         try:
             for record, data, error in self._prefetched(entries):
                 reason = "unreadable"
@@ -140,7 +144,7 @@ class _WriteShardFn(beam.DoFn):
                         transcode=record["transcode"],
                     )
                     try:
-                        stored = encode_for_storage(data, info, self._opts)
+                        stored = store_image(data, info, self._opts, self._store)
                     except Rejected as e:
                         reason, error = e.reason, e.detail
                 if error is not None:
@@ -149,27 +153,32 @@ class _WriteShardFn(beam.DoFn):
                         self.REJECTED, {"path": record["path"], "reason": reason, "detail": error}
                     )
                     continue
-                for why in filter(None, record["transcode"].split(",")):
+                transcode = record["transcode"]
+                if stored.raw:
+                    transcode = ",".join(filter(None, [transcode, PIXELS_REASON]))
+                for why in filter(None, transcode.split(",")):
                     transcoded[why] += 1
                 example = schema.make_example(
-                    encoded=stored,
-                    image_format=record["format"],
-                    height=record["height"],
-                    width=record["width"],
-                    channels=record["channels"],
+                    encoded=stored.data,
+                    image_format=stored.format,
+                    height=stored.height,
+                    width=stored.width,
+                    channels=stored.channels,
                     label=label_ids.get(record["label"], -1),
                     label_text=record["label"],
                     filename=record["path"],
                     sha256=(
-                        record["sha256"] if stored is data else hashlib.sha256(stored).hexdigest()
+                        record["sha256"]
+                        if stored.data is data
+                        else hashlib.sha256(stored.data).hexdigest()
                     ),
-                    transcoded_from=record["source_format"] if record["transcode"] else "",
-                    transcode_reason=record["transcode"],
+                    transcoded_from=record["source_format"] if transcode else "",
+                    transcode_reason=transcode,
                 )
-                _TFRecordUtil.write_record(out, example)
+                _TFRecordUtil.write_record(sink, example)
                 num_examples += 1
         finally:
-            out.close()
+            sink.close()
         if out.opened:
             storage.rename(tmp, final)
         else:  # Every file failed at write time: an empty shard keeps the planned name.
