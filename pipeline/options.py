@@ -316,7 +316,9 @@ class ConvertConfig:
             raise OptionError(f"--max_bad_fraction must be in [0, 1], got {self.max_bad_fraction}")
         self.check_options()  # The per-image limits validate themselves.
         if self.store not in STORE_MODES:
-            raise OptionError(f"--store must be one of {', '.join(STORE_MODES)}, got {self.store!r}")
+            raise OptionError(
+                f"--store must be one of {', '.join(STORE_MODES)}, got {self.store!r}"
+            )
         if self.store == "pixels" and not self.max_side:
             raise OptionError(
                 "--store pixels needs --max_side N (the stored size's longer side, e.g. "

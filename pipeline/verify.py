@@ -136,7 +136,7 @@ def verify_dataset(data_dir: str, decode: bool = True) -> VerifyReport:
                     ):
                         report.problem(f"{where}: label {label} / {text!r} not in label_names")
                     if ex[schema.FORMAT].numpy() == schema.RAW_FORMAT.encode():
-                        # Raw pixels (--store pixels|smart): nothing to decode; the size is the check.
+                        # Raw pixels (--store pixels|smart): no decoder; the size is the check.
                         problem = _raw_problem(ex, len(encoded))
                         if problem:
                             report.problem(f"{where}: {problem}")
