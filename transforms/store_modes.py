@@ -36,16 +36,16 @@ COMPRESSIONS = ("none", "gzip")
 # image/transcode_reason of records stored as raw pixels (after the source's own reasons).
 PIXELS_REASON = "store_pixels"
 
-# --store smart keeps raw pixels up to this many pixels per image (a 181x181 image, ~96 KB raw).
-# Measured on this repo's 2-core box (bench/store_modes.py --cost_model, reader ops per image,
-# eval centre crop to 224x224): JPEG decode+crop costs a fixed ~190 us plus ~6.5 ns per pixel;
-# a raw record costs ~95 us plus ~3.4 ns per raw byte (TFRecord read with CRC, Example parse,
-# decode_raw copy) on a local disk, i.e. ~10 ns per pixel: more per pixel than decoding once the
-# bytes come from a store that reads ~300 MB/s per host (1/300 MB/s = 3.3 ns per byte on top).
-# Equal costs at 95 + 3 * 3.4 * n + 3 * 3.3 * n = 190 + 6.5 * n -> n ~ 7k px at local-disk-plus-
-# network rates; on a local disk alone raw always wins per pixel. 32k px (a 181x181 thumbnail,
-# under 100 KB raw, 1.5x-3x its JPEG) keeps the disk cost of smart within ~2x of encoded on a
-# photo corpus while every thumbnail skips libjpeg. See docs/storage_modes.md.
+# --store smart keeps raw pixels up to this many pixels per image (~181x181, ~96 KB raw).
+# Measured on this repo's shared 2-core box (bench/store_modes.py --cost_model: the reader's CPU
+# per image, eval centre crop resized to 224x224, JPEG q90 photo crops vs raw, local disk):
+#   side      32   64   128   181   256   384
+#   JPEG µs  366  424   451   581   586  1035
+#   raw µs   356  357   436   511   706  1218
+# A fixed ~350 us (the 224x224 float resize and batching) is common to both; on top, a JPEG costs
+# ~2.6 ns per decoded pixel and a raw record ~1.9 ns per stored byte (read with CRC, Example
+# parse, decode_raw; ~5.7 ns per RGB pixel). Raw wins below the crossover near 25-45k pixels and
+# loses above it, before counting its 5-10x disk and network bytes; 32k sits inside the band.
 SMART_MAX_RAW_PIXELS = 32_768
 
 # zlib level of --compression gzip: 6 is gzip's own default (level 9 measured ~3x the CPU for
