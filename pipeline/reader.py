@@ -261,6 +261,10 @@ def make_dataset(
     random flip. In evaluation the order is fixed and images get a centre crop. Images are
     resized to `image_size` and returned as uint8: normalise on the accelerator.
 
+    Every storage mode reads the same way (docs/storage_modes.md): JPEG/PNG/GIF records are
+    decoded (the crop fused into libjpeg's decode), raw-pixel records (`--store pixels|smart`,
+    image/format "raw") are reshaped with `decode_raw` and cropped without a decoder.
+
     Args:
         data_dir: the converter's output directory (local path or gs:// URI).
         split: split name from dataset_info.json, e.g. "train" or "validation".
