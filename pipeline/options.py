@@ -15,6 +15,7 @@ from transforms.image_check import (
     CheckOptions,
 )
 from transforms.reuse_inspections import RESUME_VERIFY_MODES
+from transforms.store_modes import COMPRESSIONS, STORE_MODES
 
 __all__ = ["ConvertOptions", "ConvertConfig", "OptionError", "parse_splits"]
 
@@ -201,6 +202,22 @@ class ConvertOptions(PipelineOptions):
             help="Resampling filter of --max_side downscales (Pillow, antialiased): lanczos "
             "(default, sharpest), bicubic (~0.7x its CPU), bilinear (~0.4x).",
         )
+        g.add_argument(
+            "--store",
+            default="encoded",
+            choices=STORE_MODES,
+            help="How images are stored: encoded (default: the file's bytes, JPEG/PNG/GIF), "
+            "pixels (raw uint8 RGB at the --max_side size, image/format raw: no decode at "
+            "read time, several times the disk; needs --max_side), smart (raw pixels for "
+            "images up to 32k pixels, encoded otherwise). See docs/storage_modes.md.",
+        )
+        g.add_argument(
+            "--compression",
+            default="none",
+            choices=COMPRESSIONS,
+            help="Shard compression: none (default) or gzip (TFRecord GZIP, shards named "
+            ".tfrecord.gz; worth it for --store pixels, ~nothing for JPEG).",
+        )
         g.add_argument("--jpeg_quality", type=int, default=95, help="Quality of JPEG re-encodes.")
         g.add_argument(
             "--jpeg_verify",
@@ -311,6 +328,8 @@ class ConvertConfig:
     animated: str = "first_frame"
     transcode: str = "auto"
     max_side: int = 0
+    store: str = "encoded"
+    compression: str = "none"
     jpeg_quality: int = 95
     jpeg_verify: str = "dct"
     resize_filter: str = "lanczos"
@@ -354,6 +373,20 @@ class ConvertConfig:
         if not 0.0 <= self.max_bad_fraction <= 1.0:
             raise OptionError(f"--max_bad_fraction must be in [0, 1], got {self.max_bad_fraction}")
         self.check_options()  # The per-image limits validate themselves.
+        if self.store not in STORE_MODES:
+            raise OptionError(
+                f"--store must be one of {', '.join(STORE_MODES)}, got {self.store!r}"
+            )
+        if self.store == "pixels" and not self.max_side:
+            raise OptionError(
+                "--store pixels needs --max_side N (the stored size's longer side, e.g. "
+                "--max_side 256 for 224x224 training): raw pixels at full photo size would be "
+                "tens of times the JPEG bytes"
+            )
+        if self.compression not in COMPRESSIONS:
+            raise OptionError(
+                f"--compression must be one of {', '.join(COMPRESSIONS)}, got {self.compression!r}"
+            )
         if self.decode_threads < 1:
             raise OptionError(f"--decode_threads must be >= 1, got {self.decode_threads}")
         if self.read_concurrency < 1:
@@ -420,6 +453,8 @@ class ConvertConfig:
             animated=o.animated,
             transcode=o.transcode,
             max_side=o.max_side,
+            store=o.store,
+            compression=o.compression,
             jpeg_quality=o.jpeg_quality,
             jpeg_verify=o.jpeg_verify,
             resize_filter=o.resize_filter,

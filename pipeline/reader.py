@@ -12,7 +12,7 @@ from typing import Literal
 
 import tensorflow as tf
 
-from pipeline import schema, shard_cache, versions
+from pipeline import raw_pixels, schema, shard_cache, versions
 
 __all__ = ["ShardFile", "make_dataset", "split_files", "steps_per_epoch"]
 
@@ -106,6 +106,8 @@ class _Config:
     postprocess: Callable | None
     normalize_dir: str | None = None
     local_copies: shard_cache.ShardCache | None = None  # stores TensorFlow cannot read
+    # dataset_info.json["store"]: "encoded" (JPEG/PNG/GIF), "pixels" (raw) or "smart" (both).
+    store: str = "encoded"
 
     def __post_init__(self) -> None:
         if self.global_batch_size <= 0:
@@ -288,6 +290,10 @@ def make_dataset(
     random flip. In evaluation the order is fixed and images get a centre crop. Images are
     resized to `image_size` and returned as uint8: normalise on the accelerator.
 
+    Every storage mode reads the same way (docs/storage_modes.md): JPEG/PNG/GIF records are
+    decoded (the crop fused into libjpeg's decode), raw-pixel records (`--store pixels|smart`,
+    image/format "raw") are reshaped with `decode_raw` and cropped without a decoder.
+
     Args:
         data_dir: the converter's output directory: a local path, gs:// (read by TensorFlow),
             or s3:// and any other store Apache Beam's FileSystems reads (copied to
@@ -378,9 +384,11 @@ def make_dataset(
             f"in sync; use a multiple of {replicas} (e.g. {replicas * max(1, global_batch_size // replicas)})"
         )
     avg_record = max(1, num_bytes // max(1, num_examples))
+    store_mode = raw_pixels.store_mode(info)
     if jpeg_dct_scaling is None:
-        min_side = _typical_min_side(info, shards[0], local_copies)
-        jpeg_dct_scaling = min_side >= _DCT_MIN_SCALE * max(image_size)
+        jpeg_dct_scaling = store_mode != "pixels" and (
+            _typical_min_side(info, shards[0], local_copies) >= _DCT_MIN_SCALE * max(image_size)
+        )
     config = _Config(
         shards=shards,
         num_examples=num_examples,
@@ -399,6 +407,7 @@ def make_dataset(
         postprocess=postprocess,
         normalize_dir=_export_dir(data_dir, local_copies) if normalize else None,
         local_copies=local_copies,
+        store=store_mode,
     )
     if strategy is not None:
         return strategy.distribute_datasets_from_function(
@@ -465,12 +474,13 @@ def _typical_min_side(
 def _sampled_min_side(shard: ShardFile) -> int:
     """Median shorter side of the JPEGs among the first records of `shard` (0 if none)."""
     records = tf.data.TFRecordDataset(shard.path, compression_type=shard.compression)
-    spec = schema.feature_spec(keys=(schema.ENCODED,))
+    spec = schema.feature_spec(keys=(schema.ENCODED, schema.FORMAT))
     sides = []
     try:
         for record in records.take(_SIZE_SAMPLE_RECORDS):
-            encoded = tf.io.parse_single_example(record, spec)[schema.ENCODED]
-            if bool(tf.io.is_jpeg(encoded)):
+            features = tf.io.parse_single_example(record, spec)
+            encoded = features[schema.ENCODED]
+            if features[schema.FORMAT] != schema.RAW_FORMAT and bool(tf.io.is_jpeg(encoded)):
                 height, width, _ = tf.io.extract_jpeg_shape(encoded).numpy()
                 sides.append(min(height, width))
     except tf.errors.OpError as e:
@@ -648,26 +658,28 @@ def _read_shard(
 
 def _decode_batch(config: _Config, records: tf.Tensor, seeds: tf.Tensor | None = None):
     """A batch of records -> (images uint8 [B, H, W, 3], labels int64 [B][, {key: [B]}])."""
-    keys = (schema.ENCODED, schema.LABEL) + config.extra_features
+    keys = (schema.ENCODED, schema.LABEL) + config.extra_features + _raw_keys(config)
     if not config.training:
         keys += (schema.HEIGHT, schema.WIDTH)
     features = tf.io.parse_example(records, schema.feature_spec(keys=keys))
     height, width = config.image_size
+    # Raw records need their sides (and, mixed with encoded ones, their format) per image.
+    raw = _raw_elems(config, features)
     if config.training:
-        elems = (features[schema.ENCODED], seeds)
+        elems = (features[schema.ENCODED], seeds) + raw
 
         def one(e):
-            return _decode_image(config, e[0], e[1])
+            return _decode_image(config, e[0], e[1], raw=e[2:])
     else:
         # The centre crops of the whole batch at once, from the sides the converter recorded
         # (it decoded them): saves a header parse and a dozen scalar ops per image.
         windows = tf.stack(
             _crop_window(config, features[schema.HEIGHT], features[schema.WIDTH], None), axis=1
         )
-        elems = (features[schema.ENCODED], windows)
+        elems = (features[schema.ENCODED], windows) + raw
 
         def one(e):
-            return _decode_image(config, e[0], None, window=tf.unstack(e[1]))
+            return _decode_image(config, e[0], None, window=tf.unstack(e[1]), raw=e[2:])
 
     images = tf.map_fn(
         one,
@@ -690,18 +702,37 @@ def _with_extras(config: _Config, images: tf.Tensor, features: dict):
 
 def _decode_example(config: _Config, record: tf.Tensor, seed: tf.Tensor | None):
     """Parse one record, crop, decode, resize: (image uint8 [H, W, 3], label int64[, extras])."""
-    keys = (schema.ENCODED, schema.LABEL) + config.extra_features
+    keys = (schema.ENCODED, schema.LABEL) + config.extra_features + _raw_keys(config)
     features = tf.io.parse_single_example(record, schema.feature_spec(keys=keys))
-    return _with_extras(config, _decode_image(config, features[schema.ENCODED], seed), features)
+    image = _decode_image(config, features[schema.ENCODED], seed, raw=_raw_elems(config, features))
+    return _with_extras(config, image, features)
+
+
+def _raw_keys(config: _Config) -> tuple[str, ...]:
+    """Features the raw-pixel path reads besides the encoded bytes (none for encoded datasets)."""
+    if config.store == "encoded":
+        return ()
+    return (schema.HEIGHT, schema.WIDTH) + ((schema.FORMAT,) if config.store == "smart" else ())
+
+
+def _raw_elems(config: _Config, features: dict) -> tuple:
+    """(height, width[, is_raw]) for _decode_image's `raw`; () for encoded datasets."""
+    if config.store == "encoded":
+        return ()
+    sides = (features[schema.HEIGHT], features[schema.WIDTH])
+    if config.store == "smart":
+        return sides + (raw_pixels.is_raw(features[schema.FORMAT]),)
+    return sides
 
 
 def _decode_image(
-    config: _Config, encoded: tf.Tensor, seed: tf.Tensor | None, window=None
+    config: _Config, encoded: tf.Tensor, seed: tf.Tensor | None, window=None, raw=()
 ) -> tf.Tensor:
     """One encoded image -> cropped, resized uint8 [H, W, 3] (augmented in training).
 
     `window` (top, left, height, width), when known, is the crop; else it is computed from the
-    image's own header (random-resized in training, centre otherwise).
+    image's own header (random-resized in training, centre otherwise). `raw` is (height, width)
+    of raw-pixel records (--store pixels), plus a bool "this one is raw" for --store smart.
     """
     height, width = config.image_size
 
@@ -725,8 +756,25 @@ def _decode_image(
         top, left, h, w = crop
         return tf.slice(image, tf.stack([top, left, 0]), tf.stack([h, w, 3]))
 
+    def raw_crop() -> tf.Tensor:
+        # No decoder: the stored pixels, reshaped, then the same crop as an encoded image gets.
+        pixels = raw_pixels.decode_raw_image(encoded, raw[0], raw[1])
+        crop = window
+        if crop is None:
+            crop = _crop_window(config, raw[0], raw[1], seed)
+        top, left, h, w = crop
+        return tf.slice(pixels, tf.stack([top, left, 0]), tf.stack([h, w, 3]))
+
+    def decoded() -> tf.Tensor:
+        return tf.cond(tf.io.is_jpeg(encoded), jpeg, other)
+
     # Only decode+crop sits in the branch: resizing inside a tf.cond branch measured ~15% slower.
-    image = tf.cond(tf.io.is_jpeg(encoded), jpeg, other)
+    if config.store == "pixels":
+        image = raw_crop()
+    elif config.store == "smart":
+        image = tf.cond(raw[2], raw_crop, decoded)
+    else:
+        image = decoded()
     # Resizing float32 pixels measured 30-40 us cheaper per 224x224 output than resizing the
     # uint8 image (TF's uint8 bilinear kernel converts as it goes); the cast costs less.
     image = tf.image.resize(tf.cast(image, tf.float32), (height, width), method="bilinear")

@@ -26,6 +26,7 @@ __all__ = [
     "VERSION",
     "TRANSCODED_FROM",
     "TRANSCODE_REASON",
+    "RAW_FORMAT",
     "FEATURE_SPEC_JSON",
     "feature_spec",
     "shard_name",
@@ -58,6 +59,10 @@ VERSION = "schema_version"
 # ("exif_orientation", "unsupported_format", "cmyk", "max_side", ...; several joined with ",").
 TRANSCODED_FROM = "image/transcoded_from"
 TRANSCODE_REASON = "image/transcode_reason"
+
+# image/format of records stored with --store pixels (or smart): image/encoded holds uint8 pixels
+# in height x width x channels order, decoded with tf.io.decode_raw + reshape.
+RAW_FORMAT = "raw"
 
 # (key, kind, dtype) of every feature; kind "fixed" is a scalar FixedLenFeature.
 _FEATURES: tuple[tuple[str, str], ...] = (

@@ -54,12 +54,35 @@ def _records(data: bytes, shard: str):
         index += 1
 
 
+def _gunzip(data: bytes, shard: str) -> bytes:
+    """A GZIP shard's TFRecord bytes; damage raises ValueError naming the shard."""
+    import gzip
+    import zlib
+
+    try:
+        return gzip.decompress(data)
+    except (OSError, EOFError, zlib.error) as e:
+        raise ValueError(f"{shard}: damaged gzip data ({e}); re-convert it") from e
+
+
 def _count_lines(path: str) -> int | None:
     from pipeline import storage
 
     if not storage.exists(path):
         return None
     return sum(1 for line in storage.read_bytes(path).splitlines() if line.strip())
+
+
+def _raw_problem(example: dict, size: int) -> str | None:
+    """What is wrong with a raw-pixel record's stated shape, or None."""
+    from pipeline import schema
+
+    h, w, c = (int(example[k].numpy()) for k in (schema.HEIGHT, schema.WIDTH, schema.CHANNELS))
+    if h < 1 or w < 1 or c != 3:
+        return f"raw pixels with shape {h}x{w}x{c}; expected height, width >= 1 and 3 channels"
+    if size != h * w * c:
+        return f"raw pixels: {size} bytes, height*width*channels = {h}*{w}*{c} = {h * w * c}"
+    return None
 
 
 def verify_dataset(data_dir: str, decode: bool = True) -> VerifyReport:
@@ -109,6 +132,8 @@ def verify_dataset(data_dir: str, decode: bool = True) -> VerifyReport:
                 report.problem(f"{rel}: sha256 differs from dataset_info.json")
             count = 0
             try:
+                if rel.endswith(".gz"):  # --compression gzip: the hashes above are of the file
+                    data = _gunzip(data, rel)
                 for index, record in enumerate(_records(data, rel)):
                     count += 1
                     where = f"{rel}: record {index}"
@@ -126,6 +151,12 @@ def verify_dataset(data_dir: str, decode: bool = True) -> VerifyReport:
                         not 0 <= label < len(label_names) or label_names[label] != text
                     ):
                         report.problem(f"{where}: label {label} / {text!r} not in label_names")
+                    if ex[schema.FORMAT].numpy() == schema.RAW_FORMAT.encode():
+                        # Raw pixels (--store pixels|smart): no decoder; the size is the check.
+                        problem = _raw_problem(ex, len(encoded))
+                        if problem:
+                            report.problem(f"{where}: {problem}")
+                        continue
                     if decode:
                         try:
                             img = tf.io.decode_image(encoded, channels=3, expand_animations=False)

@@ -14,6 +14,7 @@ from apache_beam.io.filesystems import FileSystems
 
 from pipeline import schema, storage
 from pipeline.errors import ERROR_PREFIX
+from transforms.store_modes import shard_suffix
 
 __all__ = ["DescribeDataset", "TooManyRejectsError", "ERROR_PREFIX"]
 
@@ -66,7 +67,7 @@ class _DescribeFn(beam.DoFn):
             for index in range(n):
                 s = by_split[split].get(index)
                 if s is None:  # No file hashed to this shard: write it empty, keep the name.
-                    relname = schema.shard_name(split, index, n)
+                    relname = schema.shard_name(split, index, n, shard_suffix(c.compression))
                     storage.write_bytes_atomic(storage.join(out, relname), b"")
                     s = {
                         "file": relname,
@@ -95,6 +96,9 @@ class _DescribeFn(beam.DoFn):
             "splits": splits,
             "rejected_by_reason": dict(sorted(reasons.items())),
             "transcoded_by_reason": dict(sorted(transcoded.items())),
+            # How records store images (reader: which decode path) and how shards are compressed.
+            "store": c.store,
+            "compression": c.compression,
             "feature_spec": schema.FEATURE_SPEC_JSON,
             "statistics": statistics,
             "provenance": {

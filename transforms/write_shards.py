@@ -13,10 +13,17 @@ from apache_beam.io.tfrecordio import _TFRecordUtil
 from apache_beam.metrics import Metrics
 
 from pipeline import schema, storage
-from transforms.image_check import ImageInfo, Rejected, encode_for_storage
+from transforms.image_check import ImageInfo, Rejected
 from transforms.inspect_images import decoder_error
 from transforms.keys import int_hash
 from transforms.plan_shards import WRITER_FIELDS, writer_record
+from transforms.store_modes import (
+    PIXELS_REASON,
+    GzipSink,
+    StoredImage,
+    shard_suffix,
+    store_image,
+)
 
 __all__ = ["WriteShards", "plan_marker_path", "read_shard_info"]
 
@@ -87,6 +94,8 @@ class _WriteShardFn(beam.DoFn):
         self._resume = config.resume
         self._opts = config.check_options()
         self._concurrency = config.read_concurrency
+        self._store = config.store
+        self._compression = config.compression
         self._written = Metrics.counter("imgrec", "written")
         self._written_bytes = Metrics.counter("imgrec", "written_bytes")
         self._shards = Metrics.counter("imgrec", "shards_written")
@@ -102,8 +111,12 @@ class _WriteShardFn(beam.DoFn):
             else:
                 yield record, result, None
 
-    def _stored_bytes(self, record: dict, data: bytes) -> bytes:
-        """The bytes to write for one file, re-checked against inspection. Raises Rejected."""
+    def _stored_bytes(self, record: dict, data: bytes) -> StoredImage:
+        """What to write for one file under --store, re-checked against inspection.
+
+        Raises:
+            Rejected: the bytes changed since inspection, or no longer decode/transcode.
+        """
         if hashlib.sha256(data).hexdigest() != record["sha256"]:
             raise Rejected(
                 "changed_during_run",
@@ -117,17 +130,17 @@ class _WriteShardFn(beam.DoFn):
             channels=record["channels"],
             transcode=record["transcode"],
         )
-        return encode_for_storage(data, info, self._opts)
+        return store_image(data, info, self._opts, self._store)
 
     def process(self, element, plan, label_names):
         (split, index), entries = element
         num_shards = plan[split]
         label_ids = {name: i for i, name in enumerate(label_names)}
         entries = sorted(entries, key=lambda e: (int_hash("order", self._seed, e[_KEY]), e[_KEY]))
-        relname = schema.shard_name(split, index, num_shards)
+        relname = schema.shard_name(split, index, num_shards, shard_suffix(self._compression))
         final = storage.join(self._output, relname)
         marker = plan_marker_path(self._output, split, index, num_shards)
-        digest = hashlib.sha256(repr(self._opts).encode())
+        digest = hashlib.sha256(repr((self._opts, self._store, self._compression)).encode())
         for e in entries:
             # Also what an Example holds that neither the bytes nor the options decide: its
             # path, label and label id (a relabel or a new class must not keep a stale shard).
@@ -149,6 +162,7 @@ class _WriteShardFn(beam.DoFn):
         num_examples = 0
         transcoded = collections.Counter()
         out = _HashingWriter(tmp)
+        sink = GzipSink(out) if self._compression == "gzip" else out
         try:
             for record, data, error in self._prefetched(entries):
                 reason = "unreadable"
@@ -168,27 +182,32 @@ class _WriteShardFn(beam.DoFn):
                         self.REJECTED, {"path": record["path"], "reason": reason, "detail": error}
                     )
                     continue
-                for why in filter(None, record["transcode"].split(",")):
+                transcode = record["transcode"]
+                if stored.raw:
+                    transcode = ",".join(filter(None, [transcode, PIXELS_REASON]))
+                for why in filter(None, transcode.split(",")):
                     transcoded[why] += 1
                 example = schema.make_example(
-                    encoded=stored,
-                    image_format=record["format"],
-                    height=record["height"],
-                    width=record["width"],
-                    channels=record["channels"],
+                    encoded=stored.data,
+                    image_format=stored.format,
+                    height=stored.height,
+                    width=stored.width,
+                    channels=stored.channels,
                     label=label_ids.get(record["label"], -1),
                     label_text=record["label"],
                     filename=record["path"],
                     sha256=(
-                        record["sha256"] if stored is data else hashlib.sha256(stored).hexdigest()
+                        record["sha256"]
+                        if stored.data is data
+                        else hashlib.sha256(stored.data).hexdigest()
                     ),
-                    transcoded_from=record["source_format"] if record["transcode"] else "",
-                    transcode_reason=record["transcode"],
+                    transcoded_from=record["source_format"] if transcode else "",
+                    transcode_reason=transcode,
                 )
-                _TFRecordUtil.write_record(out, example)
+                _TFRecordUtil.write_record(sink, example)
                 num_examples += 1
         finally:
-            out.close()
+            sink.close()
         if out.opened:
             storage.rename(tmp, final)
         else:  # Every file failed at write time: an empty shard keeps the planned name.

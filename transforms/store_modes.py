@@ -1,0 +1,154 @@
+"""How one image is stored (--store encoded|pixels|smart) and how a shard is compressed
+(--compression none|gzip). Beam-free: the writer calls it per file.
+
+`encoded` stores the file's bytes (or the verified transcode) as today. `pixels` stores raw
+uint8 RGB pixels, height x width x 3, at the --max_side size: no libjpeg at read time, several
+times the disk. `smart` stores raw pixels for images small enough that reading their raw bytes
+costs less than decoding them (SMART_MAX_RAW_PIXELS), the encoded bytes otherwise.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import zlib
+
+import numpy as np
+
+from pipeline import schema
+from transforms import image_check as ic
+
+__all__ = [
+    "STORE_MODES",
+    "COMPRESSIONS",
+    "SMART_MAX_RAW_PIXELS",
+    "PIXELS_REASON",
+    "StoredImage",
+    "store_image",
+    "raw_pixels",
+    "prefers_raw",
+    "shard_suffix",
+    "GzipSink",
+]
+
+STORE_MODES = ("encoded", "pixels", "smart")
+COMPRESSIONS = ("none", "gzip")
+
+# image/transcode_reason of records stored as raw pixels (after the source's own reasons).
+PIXELS_REASON = "store_pixels"
+
+# --store smart keeps raw pixels up to this many pixels per image (~181x181, ~96 KB raw).
+# Measured on this repo's shared, loaded 2-core box (bench/store_modes.py --cost_model: the
+# reader's CPU per image, eval centre crop resized to 224x224, JPEG q90 photo crops vs raw,
+# local disk), two runs:
+#   side             32   64   128   181   256   384
+#   run 1  JPEG µs  366  424   451   581   586  1035
+#          raw µs   356  357   436   511   706  1218
+#   run 2  JPEG µs  425  425   506   625   637  1059
+#          raw µs   427  462   478   496   585  1106
+# A fixed ~350-420 us (the 224x224 float resize and batching) is common to both; on top, a JPEG
+# costs ~2.6 ns per decoded pixel and a raw record ~1-2 ns per stored byte (read with CRC,
+# Example parse, decode_raw; 3 bytes per pixel). The crossover fell between 33k and 65k pixels
+# in run 1 and between 65k and 147k in run 2; raw won at 181x181 in both. Above it raw loses on
+# CPU too, and always costs 5-10x the disk and network bytes; 32k keeps smart on the safe side.
+SMART_MAX_RAW_PIXELS = 32_768
+
+# zlib level of --compression gzip: 6 is gzip's own default (level 9 measured ~3x the CPU for
+# ~1% smaller raw-pixel shards).
+_GZIP_LEVEL = 6
+# wbits 16 + 15: a gzip container (what TFRecordDataset(compression_type="GZIP") reads) with a
+# 32 KB window; zlib writes a fixed header (mtime 0), so shards stay byte-identical run to run.
+_GZIP_WBITS = 16 + zlib.MAX_WBITS
+
+
+@dataclasses.dataclass(frozen=True)
+class StoredImage:
+    """What the writer puts in the Example: bytes and the form they are in."""
+
+    data: bytes
+    format: str  # "raw" for pixels, else the encoded format
+    height: int
+    width: int
+    channels: int
+    raw: bool
+
+
+def shard_suffix(compression: str) -> str:
+    """The shard name's suffix after `.tfrecord` (CONTRACT.md: GZIP adds .gz)."""
+    return ".gz" if compression == "gzip" else ""
+
+
+def prefers_raw(height: int, width: int) -> bool:
+    """--store smart: whether an image stored at height x width goes in as raw pixels."""
+    return height * width <= SMART_MAX_RAW_PIXELS
+
+
+def raw_pixels(data: bytes, info: ic.ImageInfo, opts: ic.CheckOptions) -> np.ndarray:
+    """The image as uint8 RGB pixels [H, W, 3], as training would see the stored image.
+
+    An image stored as is is decoded by TensorFlow like the reader does (`channels=3`). A
+    transcoded one goes through the same steps as image_check's transcode (DCT-scaled source
+    decode, EXIF orientation, the --max_side resize with --resize_filter), minus the
+    re-encode: the pixels skip a lossy JPEG round trip.
+
+    Raises:
+        Rejected: the bytes no longer decode (they changed since inspection).
+    """
+    from PIL import Image
+
+    if not info.transcode:
+        tf = ic._tf()
+        try:
+            return ic._tf_decode(info.format, data, channels=3).numpy()
+        except tf.errors.InvalidArgumentError as e:
+            raise ic.Rejected("corrupt", f"decode for --store pixels: {ic._tf_message(e)}") from e
+    # Mirrors image_check._transcode's pixel steps (kept there untouched: it owns the re-encode).
+    fmt, h = ic._probe_checked(data, opts)
+    reasons = info.transcode.split(",")
+    ratio = 1
+    if "max_side" in reasons:
+        ratio, _ = ic._max_side_plan(h.width, h.height, opts.max_side, fmt)
+    image, _ = ic._source_pixels(data, fmt, h, ratio)
+    if "exif_orientation" in reasons and not h.upright_on_load:
+        transpose = ic._ORIENTATION_TRANSPOSE[h.orientation]
+        image = image.transpose(getattr(Image.Transpose, transpose))
+    if "max_side" in reasons:
+        _, size = ic._max_side_plan(image.width, image.height, opts.max_side, "")
+        image = image.resize(size, getattr(Image.Resampling, opts.resize_filter.upper()))
+    if image.mode != "RGB":
+        # Gray is replicated and alpha dropped, as tf.io.decode_image(channels=3) does.
+        image = image.convert("RGB")
+    return np.asarray(image, dtype=np.uint8)
+
+
+def store_image(
+    data: bytes, info: ic.ImageInfo, opts: ic.CheckOptions, store: str = "encoded"
+) -> StoredImage:
+    """The bytes to store for one inspected image under `--store`.
+
+    Raises:
+        Rejected: the bytes no longer decode or transcode (they changed since inspection).
+    """
+    raw = store == "pixels" or (store == "smart" and prefers_raw(info.height, info.width))
+    if not raw:
+        encoded = ic.encode_for_storage(data, info, opts)
+        return StoredImage(encoded, info.format, info.height, info.width, info.channels, False)
+    pixels = raw_pixels(data, info, opts)
+    height, width, channels = pixels.shape
+    return StoredImage(pixels.tobytes(), schema.RAW_FORMAT, height, width, channels, True)
+
+
+class GzipSink:
+    """A write-only file that gzips what it is given into `sink` (any object with write/close)."""
+
+    def __init__(self, sink):
+        self._sink = sink
+        self._z = zlib.compressobj(_GZIP_LEVEL, zlib.DEFLATED, _GZIP_WBITS)
+
+    def write(self, data: bytes) -> None:
+        chunk = self._z.compress(data)
+        if chunk:
+            self._sink.write(chunk)
+
+    def close(self) -> None:
+        self._sink.write(self._z.flush())
+        self._sink.close()
