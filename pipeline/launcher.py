@@ -22,7 +22,7 @@ from apache_beam.options.pipeline_options import (
     _BeamArgumentParser,
 )
 
-from pipeline import schema, storage
+from pipeline import dask_runner, schema, storage
 from pipeline.errors import ERROR_PREFIX
 from pipeline.options import ConvertConfig, ConvertOptions, OptionError
 from transforms.list_images import ManifestError, read_manifest_rows, resolve_local
@@ -100,6 +100,8 @@ def parse_convert_args(argv: list[str]) -> tuple[PipelineOptions, ConvertConfig,
     Raises:
         OptionError: naming the option and the fix.
     """
+    if dask_runner.is_dask(dask_runner.runner_in_argv(argv)):
+        dask_runner.register_dask_options()  # Beam's --dask_* options exist once imported.
     parser = _RaisingParser(allow_abbrev=False)
     for cls in _option_classes():
         cls._add_argparse_args(parser)
@@ -251,6 +253,8 @@ def _configure_runner(options: PipelineOptions, argv: list[str], config: Convert
     if standard.runner is None:
         standard.runner = "DirectRunner"
     decode_threads = 1  # Distributed runners run one SDK process per core already.
+    if dask_runner.is_dask(standard.runner):
+        standard.runner = dask_runner.IMGREC_DASK_RUNNER  # Beam's, with fixes (docs/runners.md)
     if standard.runner in ("DirectRunner", "direct", "BundleBasedDirectRunner"):
         direct = options.view_as(DirectOptions)
         cores = os.cpu_count() or 1
