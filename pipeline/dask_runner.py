@@ -13,6 +13,9 @@ local `dask.distributed` cluster; see docs/runners.md):
    run.
 4. A side input is computed *inside* each consuming task with Dask's local scheduler: the whole
    upstream graph (listing, decoding) is rerun once per partition that reads it.
+Two more came from Dask itself (2026.8): an `Item` passed to `map_partitions`, or several
+collections optimized one by one, have their shared upstream fused under new names and rerun
+(TFT then wrote its saved model twice and failed `assert saved_model_dir == ...`).
 
 `DaskRunner` here keeps Beam's Dask options, client and result, and replaces the translation:
 outputs are kept per tag, `finish_bundle` outputs are collected, every leaf is computed, and side
@@ -27,6 +30,7 @@ import dataclasses
 
 import apache_beam as beam
 from apache_beam import pvalue
+from apache_beam.internal import pickler
 from apache_beam.metrics.metric import MetricResults
 from apache_beam.runners.runner import PipelineRunner
 
@@ -135,7 +139,9 @@ def _run_dofn_partition(items, spec: dict, *side_values):
         for (view_class, view_options), values in zip(spec["side_views"], side_values)
     ]
     invoker = DoFnInvoker.create_invoker(
-        DoFnSignature(spec["fn"]),
+        # A fresh DoFn per task: Dask hands the same deserialized `spec` to every task of a
+        # worker, and DoFns keep per-instance state (TFT caches its graph on the instance).
+        DoFnSignature(pickler.loads(spec["fn"])),
         _OutputHandler(
             window_fn=spec["window_fn"],
             main_receivers=receivers[None],
@@ -172,6 +178,10 @@ def _concat_partitions(parts):
 def _group_value(item):
     key, pairs = item
     return key, [wv.value for _, wv in pairs]  # ReifyWindows made (key, WindowedValue)
+
+
+def _count(items):
+    return [sum(1 for _ in items)]
 
 
 def _first(item):
@@ -244,12 +254,15 @@ class _Translator(beam.pipeline.PipelineVisitor):
         for si in node.side_inputs:
             side_views.append((type(si), si._view_options()))
             source = self._input(si.pvalue)
-            # Computed once on the cluster; every task reading it gets the whole list.
-            side_bags.append(source.reduction(list, _concat_partitions))
+            # Computed once on the cluster; every task reading it gets the whole list. An Item
+            # argument is turned into a delayed with its graph optimized (fused) on its own,
+            # which renames and reruns everything upstream once per reader: keep it unfused.
+            whole = source.reduction(list, _concat_partitions)
+            side_bags.append(whole.to_delayed(optimize_graph=False))
         # Side inputs in args/kwargs are placeholders the invoker fills, in side_inputs order.
         args, kwargs = transform.args, transform.kwargs
         spec = {
-            "fn": transform.fn,
+            "fn": pickler.dumps(transform.fn),
             "label": transform.label,
             "window_fn": main.windowing.windowfn if hasattr(main, "windowing") else None,
             "side_views": side_views,
@@ -269,8 +282,8 @@ class DaskRunner(PipelineRunner):
     """Beam's DaskRunner (same options and client) with imgrec's translation fixes."""
 
     def run_pipeline(self, pipeline, options):
-        import dask
         import dask.distributed as ddist
+        from dask import bag as db
 
         from apache_beam.runners.dask.dask_runner import DaskOptions
         from apache_beam.runners.dask.overrides import dask_overrides
@@ -283,9 +296,11 @@ class DaskRunner(PipelineRunner):
         pipeline.replace_all(dask_overrides())
         translator = _Translator(bag_kwargs)
         pipeline.visit(translator)
-        leaves = [b.count() for b in translator.leaves()]  # Counts, not data, come back.
-        futures = client.compute(list(dask.optimize(*leaves)))
-        return _result_class()(client, futures)
+        # One collection over every leaf, so Dask optimizes one graph: optimizing leaves one by
+        # one fuses a shared step into each leaf's graph under new names and runs it once per
+        # leaf (TFT's saved model was written twice, into two folders). Counts come back, not data.
+        done = db.concat([leaf.map_partitions(_count) for leaf in translator.leaves()]).sum()
+        return _result_class()(client, [client.compute(done)])
 
 
 def _result_class():
