@@ -34,6 +34,7 @@ from apache_beam.internal import pickler
 from apache_beam.metrics.metric import MetricResults
 from apache_beam.runners.runner import PipelineRunner
 
+from pipeline.errors import ERROR_PREFIX
 from pipeline.options import OptionError
 
 __all__ = [
@@ -307,10 +308,20 @@ def _result_class():
     """Beam's DaskRunnerResult, answering empty metrics instead of NotImplementedError."""
     from apache_beam.runners.dask.dask_runner import DaskRunnerResult
 
+    from distributed import KilledWorker
+
     class _Result(DaskRunnerResult):
         def wait_until_finish(self, duration=None):
             try:
                 return super().wait_until_finish(duration)
+            except KilledWorker as e:
+                # Dask retried the task on other workers (distributed.scheduler.allowed-failures)
+                # and each died; shards already renamed into place are whole, so --resume works.
+                raise RuntimeError(
+                    f"{ERROR_PREFIX}Dask workers died while running one task ({e.task}); see "
+                    "the worker logs (memory limit?), then rerun with --resume to keep finished "
+                    "shards"
+                ) from e
             finally:
                 self.client.close()
 
