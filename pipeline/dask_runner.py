@@ -55,6 +55,12 @@ _DASK_NAMES = {"daskrunner", "dask", BEAM_DASK_RUNNER.lower(), IMGREC_DASK_RUNNE
 _INSTALL_HINT = "pip install dask==2026.8.0 distributed==2026.8.0"
 
 
+# Partitions per worker thread after a Reshuffle: several, so a slow partition (large images)
+# does not leave the other workers idle at the end, few enough that per-task overhead (a DoFn
+# setup per partition and stage) stays small next to the work. --dask_npartitions overrides.
+_PARTITIONS_PER_THREAD = 4
+
+
 def is_dask(runner: str | None) -> bool:
     """Whether a --runner value names the Dask runner (short name or module path)."""
     return bool(runner) and str(runner).lower() in _DASK_NAMES
@@ -198,6 +204,7 @@ class _Translator(beam.pipeline.PipelineVisitor):
     """Each leaf transform -> dask.bag operations; bags are kept per PCollection (per tag)."""
 
     bag_kwargs: dict
+    reshuffle_partitions: int
     bags: dict = dataclasses.field(default_factory=dict)  # PCollection -> Bag
     consumed: set = dataclasses.field(default_factory=set)
 
@@ -232,7 +239,9 @@ class _Translator(beam.pipeline.PipelineVisitor):
         elif isinstance(transform, overrides._GroupAlsoByWindow):
             bag = self._input(inputs[0])  # Global window only: grouping is already done.
         elif isinstance(transform, overrides._Reshuffle):
-            bag = self._input(inputs[0])
+            # Beam's translation is the identity, so one Create element (the listing's) keeps
+            # the whole job in one partition, on one worker. Spread it instead.
+            bag = self._input(inputs[0]).repartition(npartitions=self.reshuffle_partitions)
         elif type(transform) is beam.ParDo:
             self._pardo(node, inputs, outputs)
             return
@@ -295,7 +304,9 @@ class DaskRunner(PipelineRunner):
         bag_kwargs = DaskOptions._extract_bag_kwargs(dask_options)
         client = ddist.Client(**dask_options)
         pipeline.replace_all(dask_overrides())
-        translator = _Translator(bag_kwargs)
+        threads = sum(client.nthreads().values()) or 1
+        spread = bag_kwargs.get("npartitions") or _PARTITIONS_PER_THREAD * threads
+        translator = _Translator(bag_kwargs, spread)
         pipeline.visit(translator)
         # One collection over every leaf, so Dask optimizes one graph: optimizing leaves one by
         # one fuses a shared step into each leaf's graph under new names and runs it once per
