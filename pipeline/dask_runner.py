@@ -59,6 +59,8 @@ _INSTALL_HINT = "pip install dask==2026.8.0 distributed==2026.8.0"
 # does not leave the other workers idle at the end, few enough that per-task overhead (a DoFn
 # setup per partition and stage) stays small next to the work. --dask_npartitions overrides.
 _PARTITIONS_PER_THREAD = 4
+# Partitions of a beam.Create of many values (imgrec's own Creates hold one value).
+_CREATE_PARTITIONS = 16
 
 
 def is_dask(runner: str | None) -> bool:
@@ -195,10 +197,6 @@ def _first(item):
     return item[0]
 
 
-def _partition_size(n: int) -> int:
-    return max(1, n)
-
-
 @dataclasses.dataclass
 class _Translator(beam.pipeline.PipelineVisitor):
     """Each leaf transform -> dask.bag operations; bags are kept per PCollection (per tag)."""
@@ -226,11 +224,9 @@ class _Translator(beam.pipeline.PipelineVisitor):
             values = list(transform.values)
             npart = self.bag_kwargs.get("npartitions")
             size = self.bag_kwargs.get("partition_size")
-            bag = db.from_sequence(
-                values,
-                npartitions=npart,
-                partition_size=None if npart else size or _partition_size(len(values) // 16),
-            )
+            if not npart and not size:  # About 16 partitions; Beam's default is 128 values each.
+                size = max(1, len(values) // _CREATE_PARTITIONS)
+            bag = db.from_sequence(values, npartitions=npart, partition_size=None if npart else size)
         elif isinstance(transform, overrides._Flatten):
             bags = [self._input(i) for i in inputs]
             bag = db.concat(bags) if bags else db.from_sequence([], npartitions=1)
