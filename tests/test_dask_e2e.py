@@ -21,8 +21,6 @@ import pytest
 from pipeline import schema
 from pipeline.demo import build_corpus
 
-pytest.importorskip("distributed", reason="pip install -r requirements.txt (dask, distributed)")
-
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DASK = os.path.join(os.path.dirname(sys.executable), "dask")
 # The demo corpus has 3 broken files of 45 (6.7%): above the default 5% limit.
