@@ -28,7 +28,7 @@ from apache_beam.options.pipeline_options import (
     _BeamArgumentParser,
 )
 
-from pipeline import schema, storage, versions
+from pipeline import dask_runner, schema, storage, versions
 from pipeline.errors import ERROR_PREFIX
 from pipeline.options import ConvertConfig, ConvertOptions, OptionError
 from transforms.list_images import ManifestError, read_manifest_rows, resolve_local
@@ -128,6 +128,8 @@ def parse_convert_args(argv: list[str]) -> tuple[PipelineOptions, ConvertConfig,
     Raises:
         OptionError: naming the option and the fix.
     """
+    if dask_runner.is_dask(dask_runner.runner_in_argv(argv)):
+        dask_runner.register_dask_options()  # Beam's --dask_* options exist once imported.
     parser = _RaisingParser(allow_abbrev=False)
     for cls in _option_classes():
         cls._add_argparse_args(parser)
@@ -422,6 +424,8 @@ def _configure_runner(
     if standard.runner is None:
         standard.runner = "DirectRunner"
     decode_threads = 1  # Distributed runners run one SDK process per core already.
+    if dask_runner.is_dask(standard.runner):
+        standard.runner = dask_runner.IMGREC_DASK_RUNNER  # Beam's, with fixes (docs/runners.md)
     if standard.runner in ("DirectRunner", "direct", "BundleBasedDirectRunner"):
         direct = options.view_as(DirectOptions)
         cores = os.cpu_count() or 1
