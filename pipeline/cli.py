@@ -98,6 +98,26 @@ def _print_version(data_dir: str) -> None:
     print(f"  version     {name}: {head}")
 
 
+def run() -> None:
+    """The `imgrec` program: `main()`, then exit without the interpreter's slow teardown.
+
+    Once the command has finished (its files closed and renamed, its summary printed), the
+    interpreter would still spend ~0.9 s tearing down TensorFlow and Beam's threads (measured on
+    the demo: the summary at 6.7 s, exit at 9.0 s with the report in between). Registered exit
+    handlers (the decoder worker pool) and logging still run first.
+    """
+    import atexit
+    import logging
+    import os
+
+    status = main()
+    atexit._run_exitfuncs()
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status if isinstance(status, int) else 1)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Dispatch `imgrec COMMAND ARGS`; returns the exit status.
 
