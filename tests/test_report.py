@@ -216,3 +216,33 @@ def test_preview_reads_and_writes_a_bucket(dataset, store, beam_filesystems):
         assert f'id="class-{html.escape(name)}"' in page
     # The reader's eval crops come from a local copy of the shown records: S3 works too.
     assert page.count('alt="eval crop"') >= len(info["label_names"])
+
+
+def test_report_eval_crops_are_what_the_reader_yields_in_evaluation(dataset):
+    """evaluation_images (the report's eager decode) equals make_dataset(training=False)."""
+    import numpy as np
+
+    from pipeline.reader import evaluation_images, make_dataset, split_files
+
+    out, info, _ = dataset
+    _, shards = split_files(out, "validation")
+    records = [r for s in shards for r in read_records(s.path)]
+    expected = np.concatenate(
+        [b[0].numpy() for b in make_dataset(out, "validation", 4, image_size=(64, 48))]
+    )
+    got = evaluation_images(records, info, (64, 48)).numpy()
+    assert got.shape == expected.shape == (info["splits"]["validation"]["num_examples"], 64, 48, 3)
+    assert np.array_equal(got, expected)
+
+
+def test_class_counts_per_split_are_exact_in_dataset_info(dataset):
+    """The writer counts examples per label; describe sums them per split."""
+    out, info, _ = dataset
+    for split, s in info["splits"].items():
+        labels = []
+        for shard in s["shards"]:
+            for record in read_records(os.path.join(out, shard["file"])):
+                text = parse_example(record, {schema.LABEL_TEXT})[schema.LABEL_TEXT]
+                labels.append(text.decode("utf-8"))
+        assert s["label_counts"] == {k: labels.count(k) for k in sorted(set(labels))}, split
+        assert sum(s["label_counts"].values()) == s["num_examples"]

@@ -64,6 +64,8 @@ class _DescribeFn(beam.DoFn):
         for split in sorted(plan):
             n = plan[split]
             entries = []
+            labels = collections.Counter()
+            counted = True  # every shard says what it holds (markers of older runs may not)
             for index in range(n):
                 s = by_split[split].get(index)
                 if s is None:  # No file hashed to this shard: write it empty, keep the name.
@@ -74,8 +76,13 @@ class _DescribeFn(beam.DoFn):
                         "num_examples": 0,
                         "num_bytes": 0,
                         "sha256": hashlib.sha256(b"").hexdigest(),
+                        "label_counts": {},
                     }
                 transcoded.update(s.get("transcoded", {}))
+                if "label_counts" in s:
+                    labels.update(s["label_counts"])
+                else:
+                    counted = False
                 entries.append({k: s[k] for k in ("file", "num_examples", "num_bytes", "sha256")})
             splits[split] = {
                 "num_examples": sum(e["num_examples"] for e in entries),
@@ -83,6 +90,8 @@ class _DescribeFn(beam.DoFn):
                 "num_shards": n,
                 "shards": entries,
             }
+            if counted:  # examples per label text ("" = no label), as written
+                splits[split]["label_counts"] = dict(sorted(labels.items()))
         self._remove_stale_shards(splits)
         num_written = sum(s["num_examples"] for s in splits.values())
         info = {

@@ -161,6 +161,7 @@ class _WriteShardFn(beam.DoFn):
         tmp = storage.temp_sibling(final)
         num_examples = 0
         transcoded = collections.Counter()
+        labels = collections.Counter()  # examples per label text: exact class counts for free
         out = _HashingWriter(tmp)
         sink = GzipSink(out) if self._compression == "gzip" else out
         try:
@@ -206,6 +207,7 @@ class _WriteShardFn(beam.DoFn):
                 )
                 _TFRecordUtil.write_record(sink, example)
                 num_examples += 1
+                labels[record["label"]] += 1
         finally:
             sink.close()
         if out.opened:
@@ -220,6 +222,7 @@ class _WriteShardFn(beam.DoFn):
             "num_bytes": out.num_bytes,
             "sha256": out.sha256.hexdigest(),
             "transcoded": dict(transcoded),
+            "label_counts": dict(sorted(labels.items())),
         }
         storage.write_bytes_atomic(
             marker, json.dumps({"plan_digest": plan_digest, "shard": info}).encode()
