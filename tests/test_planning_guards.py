@@ -67,3 +67,15 @@ def test_every_shard_index_is_used_and_shards_follow_keys_not_paths(tmp_path):
             lambda key, entries: [(key[0], key[1], writer_record(e)["path"]) for e in entries]
         )
         assert_that(placed, equal_to(expected), label="Placement")
+
+
+def test_stats_sample_is_capped_and_only_in_the_training_split():
+    assert keys.stats_fraction(1.0, 4000, 12000) == pytest.approx(1 / 3)
+    assert keys.stats_fraction(0.1, 4000, 12000) == 0.1  # the smaller share wins
+    assert keys.stats_fraction(1.0, 0, 12000) == 1.0  # 0: no cap
+    assert keys.stats_fraction(1.0, 4000, 0) == 1.0  # count unknown
+    items = [{"split": "train", "key": f"k{i}"} for i in range(20_000)]
+    picked = sum(keys.wants_stats(it, "train", 0.25, 3) for it in items)
+    assert picked / len(items) == pytest.approx(0.25, abs=0.015)
+    assert not keys.wants_stats({"split": "validation", "key": "k"}, "train", 1.0, 3)
+    assert not keys.wants_stats({"split": "train", "key": "k"}, None, 1.0, 3)  # --no_analyze

@@ -11,7 +11,7 @@ from apache_beam.metrics import Metrics
 
 from pipeline import storage
 from transforms.image_check import CheckOptions, Rejected, check_file_size, check_image
-from transforms.keys import unit_hash
+from transforms.keys import stats_fraction, wants_stats
 
 __all__ = ["InspectImages", "decoder_error", "inspect_bytes"]
 
@@ -95,9 +95,7 @@ class _InspectFn(beam.DoFn):
             self._decode_pool.shutdown(wait=False, cancel_futures=True)
 
     def _wants_stats(self, item: dict, fraction: float) -> bool:
-        if item["split"] != self._stats_split:
-            return False
-        return fraction >= 1.0 or unit_hash("stats", self._seed, item["key"]) < fraction
+        return wants_stats(item, self._stats_split, fraction, self._seed)
 
     def _read(self, item: dict):
         """Runs on the I/O pool: (bytes, None), or (None, Reject) for an unreadable file."""
@@ -126,9 +124,7 @@ class _InspectFn(beam.DoFn):
             return None, decoder_error(item["path"], e)
 
     def process(self, batch: list[dict], num_listed: int = 0):
-        fraction = self._stats_fraction
-        if self._stats_max_images and num_listed:
-            fraction = min(fraction, self._stats_max_images / num_listed)
+        fraction = stats_fraction(self._stats_fraction, self._stats_max_images, num_listed)
         # Reads overlap on the I/O pool (bucket latency). Decoding runs on `decode_threads`
         # threads: one per core this worker may use. More decoding threads than cores measured
         # 30 % more CPU per image (contention) for no gain in throughput.

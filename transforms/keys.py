@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 
-__all__ = ["unit_hash", "int_hash", "assign_split"]
+__all__ = ["unit_hash", "int_hash", "assign_split", "stats_fraction", "wants_stats"]
 
 
 def int_hash(purpose: str, seed: int, key: str) -> int:
@@ -35,3 +35,21 @@ def assign_split(key: str, seed: int, splits: tuple[tuple[str, float], ...]) -> 
         if u < cumulative:
             return name
     return splits[-1][0]  # u within float rounding of 1.0
+
+
+def stats_fraction(fraction: float, max_images: int, num_listed: int) -> float:
+    """The share of training files sampled for pixel statistics: --stats_sample_fraction, lowered
+    so that about --stats_max_images (0: no cap) of `num_listed` files are."""
+    if max_images and num_listed:
+        return min(fraction, max_images / num_listed)
+    return fraction
+
+
+def wants_stats(item: dict, stats_split: str | None, fraction: float, seed: int) -> bool:
+    """Whether `item` feeds the pixel statistics: in `stats_split` and in the salted-hash sample.
+
+    One rule for inspection and for reused inspections (--resume), so both pick the same files.
+    """
+    if item["split"] != stats_split:
+        return False
+    return fraction >= 1.0 or unit_hash("stats", seed, item["key"]) < fraction

@@ -22,7 +22,7 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 
 from pipeline import storage
-from transforms.keys import unit_hash
+from transforms.keys import stats_fraction, wants_stats
 
 __all__ = [
     "RecordInspections",
@@ -138,15 +138,10 @@ class _ReuseFn(beam.DoFn):
         self._reused = Metrics.counter("imgrec", "inspections_reused")
 
     def _wants_stats(self, item: dict, fraction: float) -> bool:
-        # The same sample as transforms/inspect_images.py's _InspectFn._wants_stats.
-        if item["split"] != self._stats_split:
-            return False
-        return fraction >= 1.0 or unit_hash("stats", self._seed, item["key"]) < fraction
+        return wants_stats(item, self._stats_split, fraction, self._seed)
 
     def process(self, batch, records, num_listed: int = 0):
-        fraction = self._stats_fraction
-        if self._stats_max_images and num_listed:
-            fraction = min(fraction, self._stats_max_images / num_listed)
+        fraction = stats_fraction(self._stats_fraction, self._stats_max_images, num_listed)
         todo, reused = [], []
         for item in batch:
             row = None
