@@ -21,6 +21,7 @@ import html
 import io
 import json
 import os
+import stat
 import struct
 import sys
 
@@ -284,6 +285,17 @@ def _open_any(path: str):
     from PIL import Image, ImageFile
 
     try:
+        # Only regular files of a bounded size: a rejected path may be a FIFO (reading it would
+        # block forever), a folder or a huge file.
+        if storage.is_local(path):
+            st = os.stat(path)
+            if not stat.S_ISREG(st.st_mode) or st.st_size > THUMB_MAX_FILE_BYTES:
+                return None
+        else:
+            (match,) = FileSystems.match([path], limits=[1])
+            sizes = [m.size_in_bytes for m in match.metadata_list]
+            if not sizes or sizes[0] > THUMB_MAX_FILE_BYTES:
+                return None
         data = storage.read_bytes(path)
     except Exception:  # noqa: BLE001 - a missing or unreadable file has no thumbnail
         return None

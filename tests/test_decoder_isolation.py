@@ -181,17 +181,17 @@ def test_inspection_turns_any_per_file_exception_into_a_decoder_error(tmp_path, 
 
 
 def test_writer_turns_a_failing_re_encode_into_a_reject_and_keeps_the_rest(tmp_path, monkeypatch):
-    from transforms import write_shards
+    from transforms import image_check
     from transforms.write_shards import WriteShards
 
-    real = write_shards.encode_for_storage
+    real = image_check.encode_for_storage  # what the writer's store_image calls per file
 
     def flaky(data, info, opts):
         if data.endswith(b"boom"):
             raise SyntaxError("Layer block too short")
         return real(data, info, opts)
 
-    monkeypatch.setattr(write_shards, "encode_for_storage", flaky)
+    monkeypatch.setattr(image_check, "encode_for_storage", flaky)
     (tmp_path / "in" / "a").mkdir(parents=True)
     entries = []
     for name, tail in (("ok.jpg", b""), ("boom.jpg", b"boom")):

@@ -246,3 +246,18 @@ def test_class_counts_per_split_are_exact_in_dataset_info(dataset):
                 labels.append(text.decode("utf-8"))
         assert s["label_counts"] == {k: labels.count(k) for k in sorted(set(labels))}, split
         assert sum(s["label_counts"].values()) == s["num_examples"]
+
+
+def test_reject_thumbnails_never_open_fifos_folders_or_huge_files(tmp_path, monkeypatch):
+    """A rejected path may be a FIFO (reading it would block forever) or a folder."""
+    from pipeline import report
+
+    fifo = tmp_path / "pipe.jpg"
+    os.mkfifo(fifo)
+    (tmp_path / "folder.jpg").mkdir()
+    big = tmp_path / "big.jpg"
+    big.write_bytes(b"\xff\xd8\xff" + b"\0" * 100)
+    assert report._open_any(str(fifo)) is None
+    assert report._open_any(str(tmp_path / "folder.jpg")) is None
+    monkeypatch.setattr(report, "THUMB_MAX_FILE_BYTES", 50)
+    assert report._open_any(str(big)) is None
