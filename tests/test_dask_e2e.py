@@ -30,6 +30,8 @@ COMMON += ("--splits", "train=0.7,validation=0.3")
 # embed TensorFlow's per-process function counters (`__inference_..._1955`): they differ between
 # two DirectRunner processes too, so they are compared by their variables and assets instead.
 _PER_PROCESS = ("saved_model.pb", "fingerprint.pb")
+# report.html shows when and by which runner the dataset was converted (its provenance).
+_NOT_COMPARED = _PER_PROCESS + ("report.html",)
 
 
 def _env(**extra) -> dict:
@@ -134,7 +136,7 @@ def digests(out: str) -> dict[str, str]:
     found = {}
     for path in sorted(glob.glob(os.path.join(out, "**"), recursive=True)):
         rel = os.path.relpath(path, out)
-        if not os.path.isfile(path) or os.path.basename(path) in _PER_PROCESS:
+        if not os.path.isfile(path) or os.path.basename(path) in _NOT_COMPARED:
             continue
         data = open(path, "rb").read()
         if rel == schema.DATASET_INFO:
