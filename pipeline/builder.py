@@ -139,6 +139,8 @@ def add_convert(p: beam.Pipeline, config: ConvertConfig, provenance: dict) -> be
     runner = str(p.options.view_as(StandardOptions).runner or "DirectRunner")
     if runner in _LOCAL_RUNNERS:
         _add_progress(listing, inspection, written, rejected, deduped)
+        if reused is not None:  # Files taken from records count as inspected too.
+            _ = reused | "ProgressReused" >> CountProgress("inspected", len)
     described = p | "Describe" >> DescribeDataset(
         config,
         provenance,

@@ -445,3 +445,27 @@ def publication_line(folder: str) -> str:
     if latest == name:
         return f"  published   {name} is LATEST of {root}; changes: {head}"
     return f"  NOT published: LATEST of {root} names {latest}, not {name}; changes: {head}"
+
+
+def reuse_line(config, result) -> str | None:
+    """After a versioned run: what it took from the previous version (from the job's counters),
+    or None for a run that had no previous version to reuse."""
+    if config.full:
+        return "  reused      nothing (--full: converted from scratch)"
+    if not config.previous_version:
+        return None
+    from apache_beam.metrics.metric import MetricsFilter
+
+    counts: dict[str, int] = {}
+    try:
+        found = result.metrics().query(MetricsFilter().with_namespace("imgrec"))["counters"]
+    except (AttributeError, NotImplementedError, KeyError):  # a runner without metrics
+        return None
+    for c in found:
+        value = c.committed if c.committed is not None else c.attempted
+        counts[c.key.metric.name] = counts.get(c.key.metric.name, 0) + (value or 0)
+    previous = config.previous_version.rstrip("/").rpartition("/")[2]
+    return (
+        f"  reused      {counts.get('inspections_reused', 0):>7}   unchanged files not read "
+        f"again, {counts.get('shards_copied', 0)} shards copied (from {previous})"
+    )

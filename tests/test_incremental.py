@@ -9,6 +9,9 @@ import hashlib
 import json
 import os
 import shutil
+import subprocess
+import sys
+import time
 
 import pytest
 from apache_beam.metrics.metric import MetricsFilter
@@ -18,6 +21,7 @@ from pipeline import schema, versions
 from pipeline.builder import build_pipeline
 from pipeline.demo import build_corpus
 from pipeline.options import ConvertConfig, OptionError
+from tests.servers import cloud_env, gcs, s3, store  # noqa: F401 - fixtures
 
 # Small shards: the 80-image corpus spreads over several, so that a small change leaves some
 # shards' plans unchanged (copied) and changes others (written).
@@ -74,6 +78,34 @@ def _nonempty_shards(folder: str) -> int:
     return sum(1 for p in glob.glob(os.path.join(folder, "*", "*.tfrecord")) if os.path.getsize(p))
 
 
+def _unchanged_shards(before: str, after: str) -> list[str]:
+    """Non-empty shards the two versions' dataset_info.json list with the same name and sha256:
+    exactly those an incremental run may copy (equal bytes mean an equal plan)."""
+    shards = []
+    for folder in (before, after):
+        with open(os.path.join(folder, schema.DATASET_INFO)) as f:
+            info = json.load(f)
+        shards.append(
+            {
+                s["file"]: s["sha256"]
+                for split in info["splits"].values()
+                for s in split["shards"]
+                if s["num_bytes"]
+            }
+        )
+    return sorted(name for name, sha in shards[1].items() if shards[0].get(name) == sha)
+
+
+def _assert_copied_exactly(before: str, after: str, counters: dict[str, int]) -> None:
+    """Every unchanged shard was copied (a hard link: the same inode), every other one written."""
+    same = _unchanged_shards(before, after)
+    assert counters.get("shards_copied", 0) == len(same)
+    assert counters.get("shards_written", 0) == _nonempty_shards(after) - len(same)
+    for name in same:
+        a, b = os.stat(os.path.join(before, name)), os.stat(os.path.join(after, name))
+        assert a.st_ino == b.st_ino, name
+
+
 def _rewrite_same_size(path: str) -> None:
     """Other bytes, same size, still a valid JPEG (the JFIF X density byte)."""
     with open(path, "rb") as f:
@@ -111,10 +143,7 @@ def test_a_no_change_rerun_reads_nothing_and_copies_every_shard(corpus, tmp_path
     assert c2.get("shards_written", 0) == 0
     assert c2["shards_copied"] == _nonempty_shards(first) >= 3
     assert snapshot(second) == snapshot(first)
-    for path in glob.glob(os.path.join(first, "*", "*.tfrecord")):
-        twin = os.path.join(second, os.path.relpath(path, first))
-        if os.path.getsize(path):  # hard links: one file, two names
-            assert os.stat(twin).st_ino == os.stat(path).st_ino
+    _assert_copied_exactly(first, second, c2)
     change = _changes(second)
     assert change["headline"] == "no change"
     assert change["previous_version"] == os.path.basename(first)
@@ -154,7 +183,8 @@ def test_incremental_equals_from_scratch_after_add_remove_and_change(corpus, tmp
     # Only the new and the rewritten files were read; the rest came from the first version.
     assert c2["inspected_ok"] == len(added) + len(changed)
     assert c2["inspections_reused"] == good - len(removed) - len(changed)
-    # A handful of files moved: most shards' plans are unchanged and were copied.
+    # A handful of files moved: the shards they do not touch were copied, the others written.
+    _assert_copied_exactly(first, second, c2)
     assert c2["shards_copied"] >= 1 and c2["shards_written"] >= 1
     change = _changes(second)
     assert change["added"]["count"] == len(added)
@@ -186,7 +216,7 @@ def test_incremental_equals_from_scratch_after_a_relabel(corpus, tmp_path):
     rows = [(p, os.path.basename(os.path.dirname(p))) for p in files]
     labels = sorted({label for _, label in rows})
     manifest = str(tmp_path / "manifest.csv")
-    _run(["--manifest", _manifest(manifest, rows), "--output", root], versioned=True)
+    first, _ = _run(["--manifest", _manifest(manifest, rows), "--output", root], versioned=True)
 
     # Two files move to another existing class.
     relabeled = dict(rows)
@@ -196,6 +226,7 @@ def test_incremental_equals_from_scratch_after_a_relabel(corpus, tmp_path):
     second, c2 = _run(["--manifest", manifest, "--output", root], versioned=True)
     fresh, _ = _run(["--manifest", manifest, "--output", str(tmp_path / "f1")], versioned=False)
     assert snapshot(second) == snapshot(fresh)
+    _assert_copied_exactly(first, second, c2)
     assert c2["shards_copied"] >= 1 and c2["shards_written"] >= 1
     assert _changes(second)["relabeled"]["count"] == 2
 
@@ -205,7 +236,7 @@ def test_incremental_equals_from_scratch_after_a_relabel(corpus, tmp_path):
     third, c3 = _run(["--manifest", manifest, "--output", root], versioned=True)
     fresh2, _ = _run(["--manifest", manifest, "--output", str(tmp_path / "f2")], versioned=False)
     assert snapshot(third) == snapshot(fresh2)
-    assert "shards_copied" not in c3
+    assert "shards_copied" not in c3 and not _unchanged_shards(second, third)
 
 
 def test_a_corrupt_previous_shard_is_written_anew_not_copied(corpus, tmp_path):
@@ -231,3 +262,69 @@ def test_full_needs_versioned():
         ConvertConfig.from_options(
             PipelineOptions(["--input", "x/*.jpg", "--output", "o", "--full"])
         )
+
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="2")
+    proc = subprocess.run(
+        [sys.executable, "-m", "pipeline", "convert", *args, *COMMON, "--workers", "1"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert proc.returncode == 0, f"exit {proc.returncode}\n{proc.stdout}\n{proc.stderr[-3000:]}"
+    return proc
+
+
+@pytest.mark.parametrize("store", ["gs", "s3"], indirect=True)
+def test_bucket_root_copies_shards_server_side(store, tmp_path):
+    """Input and versioned root on a bucket (GCS emulator, S3): a no-change rerun reads no
+    file and copies every shard (server-side copy, checked, renamed); after a rewrite the
+    version equals a from-scratch conversion."""
+    src = tmp_path / "corpus"
+    build_corpus(str(src), num_images=30, seed=6, long_side=(48, 72), broken=False)
+    bucket = store.new_bucket("incremental")
+    names = sorted(str(p.relative_to(src)) for p in src.rglob("*.jpg"))
+    for name in names:
+        store.put(store.uri(bucket, "photos/" + name), (src / name).read_bytes())
+    root = store.uri(bucket, "flowers")
+    args = ["--input", store.uri(bucket, "photos/*/*.jpg"), *store.beam_args]
+
+    _cli(*args, "--output", root, "--versioned")
+    v1 = store.get(store.uri(bucket, "flowers/LATEST")).decode().strip()
+    proc = _cli(*args, "--output", root, "--versioned")
+    v2 = store.get(store.uri(bucket, "flowers/LATEST")).decode().strip()
+    assert v2 > v1 and "changes: no change" in proc.stdout
+    info = json.loads(store.get(store.uri(bucket, f"flowers/{v1}/{schema.DATASET_INFO}")))
+    shards = [
+        shard["file"]
+        for split in info["splits"].values()
+        for shard in split["shards"]
+        if shard["num_bytes"]
+    ]
+    assert len(shards) >= 2
+    expected = f"{len(names)}   unchanged files not read again, {len(shards)} shards copied"
+    assert expected in proc.stdout, proc.stdout
+    for shard in shards:
+        one = store.get(store.uri(bucket, f"flowers/{v1}/{shard}"))
+        assert one == store.get(store.uri(bucket, f"flowers/{v2}/{shard}"))
+    assert not [k for k in store.keys(bucket, "flowers/") if "/.tmp-" in k]
+
+    victim = store.uri(bucket, "photos/" + names[2])
+    data = bytearray(store.get(victim))
+    data[15] = 2 if data[15] != 2 else 3  # Other bytes, same size, still a valid JPEG.
+    time.sleep(1.1)  # S3 reports update times to the second.
+    store.put(victim, bytes(data))
+    proc = _cli(*args, "--output", root, "--versioned")
+    assert "1 changed" in proc.stdout
+    fresh = str(tmp_path / "fresh")
+    _cli(*args, "--output", fresh)
+    v3 = store.get(store.uri(bucket, "flowers/LATEST")).decode().strip()
+    local = tmp_path / "v3"
+    for key in store.keys(bucket, f"flowers/{v3}/"):
+        rel = key.split("/", 2)[2]
+        if rel.endswith((".tfrecord", ".jsonl", schema.DATASET_INFO)) and "/." not in "/" + rel:
+            (local / rel).parent.mkdir(parents=True, exist_ok=True)
+            (local / rel).write_bytes(store.get(store.uri(bucket, key)))
+    assert snapshot(str(local)) == snapshot(fresh)

@@ -184,7 +184,7 @@ class _ReuseFn(beam.DoFn):
                 continue
             record = {**item, **dict(zip(_INSPECTED_FIELDS, row, strict=True))}
             if self._carry:  # As recorded, statistics included even when this run needs none.
-                carried.append({**record, "stamp": item["stamp"]})
+                carried.append(dict(record))
             if not wants:
                 record["stats"] = None
             reused.append(record)
