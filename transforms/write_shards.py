@@ -7,6 +7,7 @@ shard's plan digest and the software that wrote it are the same (see `_copy_prev
 from __future__ import annotations
 
 import collections
+import errno
 import hashlib
 import json
 import logging
@@ -52,6 +53,9 @@ WRITER_FORMAT = 1
 # The libraries whose versions can change a shard's bytes for the same plan: protobuf
 # serialises the Examples, TensorFlow's protos define them, Pillow re-encodes transcoded files.
 _BYTE_DECIDING_DISTS = ("protobuf", "tensorflow", "pillow")
+# os.link's errors that mean "no hard link here" (another filesystem, links not supported or
+# not allowed, too many links): the bytes are copied instead. Anything else is a real error.
+_NO_HARD_LINK = (errno.EXDEV, errno.EPERM, errno.ENOTSUP, errno.EMLINK, errno.EACCES)
 # Read size while hashing a copied shard: big sequential reads, bounded memory.
 _HASH_CHUNK_BYTES = 8 << 20
 
@@ -89,12 +93,14 @@ def _copy_file(src: str, dst: str) -> None:
     link and the bytes in place. (A symlink would not survive that prune.)
     """
     if storage.is_local(src) and storage.is_local(dst):
+        os.makedirs(os.path.dirname(os.path.abspath(dst)), exist_ok=True)
         try:
             os.link(src, dst)
-            return
-        except OSError:  # Another filesystem, or one without hard links: copy the bytes.
+        except OSError as e:
+            if e.errno not in _NO_HARD_LINK:
+                raise
             shutil.copyfile(src, dst)
-            return
+        return
     storage.with_retries(lambda: FileSystems.copy([src], [dst]), dst)
 
 
