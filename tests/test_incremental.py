@@ -156,6 +156,12 @@ def test_a_no_change_rerun_reads_nothing_and_copies_every_shard(corpus, tmp_path
     assert c3["shards_copied"] == _nonempty_shards(second)
     assert snapshot(third) == snapshot(second)
 
+    # --resume_verify full reads every file again, and still copies the unchanged shards.
+    fourth, c4 = _run([*_input(src), "--output", root, "--resume_verify", "full"], versioned=True)
+    assert c4["inspected_ok"] == good and "inspections_reused" not in c4
+    assert c4["shards_copied"] == _nonempty_shards(third)
+    assert snapshot(fourth) == snapshot(third)
+
 
 def test_incremental_equals_from_scratch_after_add_remove_and_change(corpus, tmp_path):
     src, summary = corpus
