@@ -96,8 +96,9 @@ def _snapshot(folder: str) -> dict[str, str]:
 def _convert(view: str, output: str, *extra: str):
     argv = [PY, "-m", "pipeline", "convert", "--input", f"{view}/*/*.jpg", "--output", output]
     result = run_child([*argv, *extra])
-    if result['rc'] != 0:
-        sys.exit(f"convert failed ({result['rc']}):\n{result['stdout']}\n{result['stderr'][-3000:]}")
+    if result["rc"] != 0:
+        detail = f"{result['stdout']}\n{result['stderr'][-3000:]}"
+        sys.exit(f"convert failed ({result['rc']}):\n{detail}")
     return result
 
 
