@@ -14,7 +14,7 @@ from transforms.describe import DescribeDataset
 from transforms.inspect_images import InspectImages
 from transforms.list_images import ListImages
 from transforms.plan_shards import PlanShards
-from transforms.reuse_inspections import RecordInspections, ReuseInspections
+from transforms.reuse_inspections import RecordInspections, ReuseInspections, reuse_sources
 from transforms.write_shards import WriteShards
 
 __all__ = ["build_pipeline", "add_convert"]
@@ -80,10 +80,13 @@ def add_convert(p: beam.Pipeline, config: ConvertConfig, provenance: dict) -> be
 
     stats_count = num_listed if config.analyze else None
     to_inspect, reused = listed, None
-    if config.resume and config.resume_verify == "stamp":
-        # Files whose listing stamp matches the earlier run's record skip the read and decode.
+    if reuse_sources(config):
+        # Files whose listing stamp matches a record of the earlier run (--resume) or of the
+        # previous version (--versioned) skip the read and decode.
         reuse = listed | "ReuseUnchanged" >> ReuseInspections(config, stats_count)
         to_inspect, reused = reuse["todo"], reuse["reused"]
+        if config.previous_version:  # This version's records must cover every file too.
+            reuse["carried"] | "RecordReused" >> RecordInspections(config)
     inspection = to_inspect | "Inspect" >> InspectImages(config, stats_count)
     inspection["inspected"] | "RecordInspections" >> RecordInspections(config)
     inspected = inspection["inspected"]
@@ -136,6 +139,8 @@ def add_convert(p: beam.Pipeline, config: ConvertConfig, provenance: dict) -> be
     runner = str(p.options.view_as(StandardOptions).runner or "DirectRunner")
     if runner in _LOCAL_RUNNERS:
         _add_progress(listing, inspection, written, rejected, deduped)
+        if reused is not None:  # Files taken from records count as inspected too.
+            _ = reused | "ProgressReused" >> CountProgress("inspected", len)
     described = p | "Describe" >> DescribeDataset(
         config,
         provenance,

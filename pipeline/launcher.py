@@ -580,6 +580,9 @@ def run_convert(argv: list[str]) -> int:
         print(format_summary(info, config.output, time.time() - started))
         if config.versioned:
             print(versions.publication_line(config.output))
+            reused = versions.reuse_line(config, result)
+            if reused:
+                print(reused)
         if not options.view_as(ConvertOptions).no_report:
             _write_report(config.output)
     return 0

@@ -129,6 +129,14 @@ class ConvertOptions(PipelineOptions):
             "unfinished version instead.",
         )
         g.add_argument(
+            "--full",
+            action="store_true",
+            help="With --versioned: convert from scratch, reusing nothing of the previous "
+            "version (by default a versioned run takes the inspection of each unchanged file, "
+            "and every shard whose planned content is unchanged, from the version LATEST "
+            "names). See docs/scheduling.md.",
+        )
+        g.add_argument(
             "--keep_versions",
             type=int,
             default=0,
@@ -319,6 +327,10 @@ class ConvertConfig:
     overwrite: bool = False
     versioned: bool = False
     keep_versions: int = 0
+    full: bool = False
+    # Set by pipeline.versions.plan_run, not by an option: the complete version a --versioned
+    # run reuses unchanged files' inspections and unchanged shards from ("" for none).
+    previous_version: str = ""
     max_bad_fraction: float = DEFAULT_MAX_BAD_FRACTION
     dedupe: bool = True
     max_pixels: int = DEFAULT_MAX_PIXELS
@@ -365,6 +377,13 @@ class ConvertConfig:
             )
         if self.keep_versions and not self.versioned:
             raise OptionError("--keep_versions needs --versioned (it prunes old versions)")
+        if self.full and not self.versioned:
+            raise OptionError(
+                "--full needs --versioned (it stops a versioned run from reusing the previous "
+                "version; an unversioned run converts from scratch unless --resume)"
+            )
+        if self.previous_version and not self.versioned:
+            raise OptionError("previous_version is only for --versioned runs")
         if self.versioned and self.overwrite:
             raise OptionError(
                 "--overwrite does not apply to --versioned (each run writes a new version); "
@@ -444,6 +463,7 @@ class ConvertConfig:
             overwrite=o.overwrite,
             versioned=o.versioned,
             keep_versions=o.keep_versions,
+            full=o.full,
             max_bad_fraction=o.max_bad_fraction,
             dedupe=o.dedupe,
             max_pixels=o.max_pixels,

@@ -44,6 +44,7 @@ __all__ = [
     "write_pointer",
     "publish",
     "prune",
+    "reuse_source",
 ]
 
 LATEST = "LATEST"
@@ -381,7 +382,31 @@ def plan_run(config):
         stale = [n for n in list_versions(root) if n > (read_latest(root) or "")]
         if stale:
             note += f" ({stale[-1]} is unfinished; pass --resume to continue it instead)"
-    return dataclasses.replace(config, output=folder, resume=config.resume or continuing), note
+    previous = "" if config.full else reuse_source(root, name)
+    if previous:
+        note += f"; reusing unchanged files and shards of {previous} (--full: reuse nothing)"
+    return (
+        dataclasses.replace(
+            config,
+            output=folder,
+            resume=config.resume or continuing,
+            previous_version=_join(root, previous) if previous else "",
+        ),
+        note,
+    )
+
+
+def reuse_source(root: str, name: str) -> str | None:
+    """The version an incremental run writing `name` reuses: the one LATEST names, when it is
+    complete and older than `name` (None otherwise: the run converts from scratch).
+
+    A version LATEST does not name is never a source: it may be unfinished, or one a newer run
+    superseded; LATEST names only versions that were checked against their own counts.
+    """
+    latest = read_latest(root)
+    if latest is None or latest >= name or not is_finished(root, latest):
+        return None
+    return latest
 
 
 def claim_run(config, record: dict):
@@ -420,3 +445,27 @@ def publication_line(folder: str) -> str:
     if latest == name:
         return f"  published   {name} is LATEST of {root}; changes: {head}"
     return f"  NOT published: LATEST of {root} names {latest}, not {name}; changes: {head}"
+
+
+def reuse_line(config, result) -> str | None:
+    """After a versioned run: what it took from the previous version (from the job's counters),
+    or None for a run that had no previous version to reuse."""
+    if config.full:
+        return "  reused      nothing (--full: converted from scratch)"
+    if not config.previous_version:
+        return None
+    from apache_beam.metrics.metric import MetricsFilter
+
+    counts: dict[str, int] = {}
+    try:
+        found = result.metrics().query(MetricsFilter().with_namespace("imgrec"))["counters"]
+    except (AttributeError, NotImplementedError, KeyError):  # a runner without metrics
+        return None
+    for c in found:
+        value = c.committed if c.committed is not None else c.attempted
+        counts[c.key.metric.name] = counts.get(c.key.metric.name, 0) + (value or 0)
+    previous = config.previous_version.rstrip("/").rpartition("/")[2]
+    return (
+        f"  reused      {counts.get('inspections_reused', 0):>7}   unchanged files not read "
+        f"again, {counts.get('shards_copied', 0)} shards copied (from {previous})"
+    )

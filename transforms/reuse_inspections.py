@@ -9,6 +9,10 @@ the same check options; the others take their recorded results unread. (The size
 the one inspection read; a file that changed between listing and reading got a newer stamp
 since, so its record is never used.) Dedupe, splits, shard
 plans and statistics then see every file exactly as a fresh run would.
+
+A `--versioned` run (without `--full`) does the same with the records of the version LATEST
+names (`config.previous_version`), and writes the records it reused into its own version, so
+that the next version finds every unchanged file's record in its predecessor alone.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ __all__ = [
     "RECORD_DIR",
     "RESUME_VERIFY_MODES",
     "records_folder",
+    "reuse_sources",
 ]
 
 # Where the records live, under the output's bookkeeping folder (which --overwrite clears).
@@ -53,11 +58,27 @@ _INSPECTED_FIELDS = (
 _STATS = _INSPECTED_FIELDS.index("stats")
 
 
-def records_folder(config) -> str:
-    """The folder of `config`'s records: one per set of check options, since they decide
-    what inspection finds."""
+def records_folder(config, output: str | None = None) -> str:
+    """The folder of `config`'s records in `output` (default: config.output): one per set of
+    check options, since they decide what inspection finds."""
     digest = hashlib.sha256(f"{RECORD_VERSION}\0{config.check_options()!r}".encode()).hexdigest()
-    return storage.join(config.output, RECORD_DIR, digest[:16])
+    return storage.join(output or config.output, RECORD_DIR, digest[:16])
+
+
+def reuse_sources(config) -> list[str]:
+    """The record folders whose records a run may reuse, oldest first: the previous version's
+    (an incremental --versioned run) and the output's own (--resume). Empty: inspect all.
+
+    `--resume_verify full` opts out of both; `--full` leaves previous_version unset.
+    """
+    if config.resume_verify != "stamp":
+        return []
+    folders = []
+    if config.previous_version:
+        folders.append(records_folder(config, config.previous_version))
+    if config.resume:
+        folders.append(records_folder(config))
+    return folders
 
 
 class _RecordFn(beam.DoFn):
@@ -97,16 +118,18 @@ class RecordInspections(beam.PTransform):
         return inspected | "WriteRecords" >> beam.ParDo(_RecordFn(self._folder))
 
 
-def _load_records(_, folder: str) -> dict:
-    """Every record under `folder` -> {(path, size, stamp): _INSPECTED_FIELDS values}; a file that cannot be read or parsed is
-    skipped (its files are inspected again)."""
-    pattern = storage.join(folder, "*.jsonl")
-    try:
-        found = FileSystems.match([pattern])[0].metadata_list
-    except (OSError, ValueError):  # Beam raises when the folder does not exist yet.
-        return {}
+def _load_records(_, folders: list[str]) -> dict:
+    """Every record under `folders` -> {(path, size, stamp): _INSPECTED_FIELDS values}; a file
+    that cannot be read or parsed is skipped (its files are inspected again)."""
+    paths = []
+    for folder in folders:
+        pattern = storage.join(folder, "*.jsonl")
+        try:
+            found = FileSystems.match([pattern])[0].metadata_list
+        except (OSError, ValueError):  # Beam raises when the folder does not exist yet.
+            continue
+        paths += [m.path for m in found if not m.path.rsplit("/", 1)[-1].startswith(".")]
     records = {}
-    paths = [m.path for m in found if not m.path.rsplit("/", 1)[-1].startswith(".")]
     for _path, data in storage.read_many(paths, storage.DEFAULT_READ_CONCURRENCY):
         if isinstance(data, storage.ReadError):
             continue
@@ -129,8 +152,11 @@ class _ReuseFn(beam.DoFn):
     the REUSED output."""
 
     REUSED = "reused"
+    # Records reused from another output (the previous version), to be written into this one.
+    CARRIED = "carried"
 
     def __init__(self, config):
+        self._carry = bool(config.previous_version)
         self._stats_split = config.train_split if config.analyze else None
         self._stats_fraction = config.stats_sample_fraction
         self._stats_max_images = config.stats_max_images
@@ -142,7 +168,7 @@ class _ReuseFn(beam.DoFn):
 
     def process(self, batch, records, num_listed: int = 0):
         fraction = stats_fraction(self._stats_fraction, self._stats_max_images, num_listed)
-        todo, reused = [], []
+        todo, reused, carried = [], [], []
         for item in batch:
             row = None
             if item.get("stamp") is not None and item["size"] >= 0:
@@ -152,18 +178,24 @@ class _ReuseFn(beam.DoFn):
                 todo.append(item)
                 continue
             record = {**item, **dict(zip(_INSPECTED_FIELDS, row, strict=True))}
+            if self._carry:  # As recorded, statistics included even when this run needs none.
+                carried.append(dict(record))
             if not wants:
                 record["stats"] = None
             reused.append(record)
         if reused:
             self._reused.inc(len(reused))
             yield pvalue.TaggedOutput(self.REUSED, reused)
+        if carried:
+            yield pvalue.TaggedOutput(self.CARRIED, carried)
         if todo:
             yield todo
 
 
 class ReuseInspections(beam.PTransform):
-    """[ListedFile] -> {"todo": [ListedFile] to inspect, "reused": [InspectedImage]}.
+    """[ListedFile] -> {"todo": [ListedFile] to inspect, "reused": [InspectedImage],
+    "carried": [InspectedImage] with their recorded statistics (only when reusing the previous
+    version: RecordInspections writes them into this one)}.
 
     With `num_listed` (a singleton PCollection) the statistics sample matches InspectImages'.
     """
@@ -178,12 +210,16 @@ class ReuseInspections(beam.PTransform):
             listed.pipeline
             | "Once" >> beam.Create([None])
             # {(path, size, stamp): inspected values}: one dict, read once, for every worker.
-            | "LoadRecords" >> beam.Map(_load_records, records_folder(self._config))
+            | "LoadRecords" >> beam.Map(_load_records, reuse_sources(self._config))
         )
         side = {"records": pvalue.AsSingleton(records)}
         if self._num_listed is not None and self._config.stats_max_images:
             side["num_listed"] = pvalue.AsSingleton(self._num_listed)
         out = listed | "SplitOffUnchanged" >> beam.ParDo(
             _ReuseFn(self._config), **side
-        ).with_outputs(_ReuseFn.REUSED, main="todo")
-        return {"todo": out.todo, "reused": out[_ReuseFn.REUSED]}
+        ).with_outputs(_ReuseFn.REUSED, _ReuseFn.CARRIED, main="todo")
+        return {
+            "todo": out.todo,
+            "reused": out[_ReuseFn.REUSED],
+            "carried": out[_ReuseFn.CARRIED],
+        }

@@ -1,10 +1,18 @@
-"""Write: one DoFn call writes one whole shard, streaming its files' bytes, then renames it into place."""
+"""Write: one DoFn call writes one whole shard, streaming its files' bytes, then renames it into place.
+
+An incremental `--versioned` run copies a shard from the previous version instead when that
+shard's plan digest and the software that wrote it are the same (see `_copy_previous`).
+"""
 
 from __future__ import annotations
 
 import collections
+import errno
 import hashlib
 import json
+import logging
+import os
+import shutil
 
 import apache_beam as beam
 from apache_beam import pvalue
@@ -25,7 +33,9 @@ from transforms.store_modes import (
     store_image,
 )
 
-__all__ = ["WriteShards", "plan_marker_path", "read_shard_info"]
+__all__ = ["WriteShards", "plan_marker_path", "read_shard_info", "writer_software"]
+
+_log = logging.getLogger(__name__)
 
 # Shards of a resumable run record their plan here: a finished shard is reused only if the same
 # files, in the same order, with the same transcode settings, would be written again.
@@ -35,6 +45,63 @@ _PATH, _KEY, _SHA256, _TRANSCODE = (
     WRITER_FIELDS.index(f) for f in ("path", "key", "sha256", "transcode")
 )
 _LABEL = WRITER_FIELDS.index("label")
+
+# Bump whenever the bytes this writer produces for one plan change (record layout, what an
+# Example holds, how a file is stored): a shard written under another value is never copied
+# into a new version, because a from-scratch run would now write other bytes for it.
+WRITER_FORMAT = 1
+# The libraries whose versions can change a shard's bytes for the same plan: protobuf
+# serialises the Examples, TensorFlow's protos define them, Pillow re-encodes transcoded files.
+_BYTE_DECIDING_DISTS = ("protobuf", "tensorflow", "pillow")
+# os.link's errors that mean "no hard link here" (another filesystem, links not supported or
+# not allowed, too many links): the bytes are copied instead. Anything else is a real error.
+_NO_HARD_LINK = (errno.EXDEV, errno.EPERM, errno.ENOTSUP, errno.EMLINK, errno.EACCES)
+# Read size while hashing a copied shard: big sequential reads, bounded memory.
+_HASH_CHUNK_BYTES = 8 << 20
+
+
+def writer_software() -> dict:
+    """What decides a shard's bytes besides its plan: the writer format, the Example schema
+    version and the versions of the libraries that encode it (recorded in each shard marker)."""
+    from importlib import metadata
+
+    found = {"writer_format": WRITER_FORMAT, "schema_version": schema.SCHEMA_VERSION}
+    for dist in _BYTE_DECIDING_DISTS:
+        try:
+            found[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            found[dist] = None
+    return found
+
+
+def _file_digest(path: str) -> tuple[int, str]:
+    """(size, sha256 hex) of the file at `path`, read whole."""
+    digest, size = hashlib.sha256(), 0
+    with FileSystems.open(path, compression_type="uncompressed") as f:
+        while chunk := f.read(_HASH_CHUNK_BYTES):
+            digest.update(chunk)
+            size += len(chunk)
+    return size, digest.hexdigest()
+
+
+def _copy_file(src: str, dst: str) -> None:
+    """Copy `src` to the new name `dst`: a hard link locally, a server-side copy on buckets.
+
+    A hard link is safe because nothing imgrec does writes into an existing shard file: shards
+    are written under a fresh temporary name and renamed over (which replaces the directory
+    entry, not the file), and pruning a version unlinks its names, leaving the other version's
+    link and the bytes in place. (A symlink would not survive that prune.)
+    """
+    if storage.is_local(src) and storage.is_local(dst):
+        os.makedirs(os.path.dirname(os.path.abspath(dst)), exist_ok=True)
+        try:
+            os.link(src, dst)
+        except OSError as e:
+            if e.errno not in _NO_HARD_LINK:
+                raise
+            shutil.copyfile(src, dst)
+        return
+    storage.with_retries(lambda: FileSystems.copy([src], [dst]), dst)
 
 
 def plan_marker_path(output: str, split: str, index: int, num_shards: int) -> str:
@@ -100,6 +167,68 @@ class _WriteShardFn(beam.DoFn):
         self._written_bytes = Metrics.counter("imgrec", "written_bytes")
         self._shards = Metrics.counter("imgrec", "shards_written")
         self._resumed = Metrics.counter("imgrec", "shards_resumed")
+        self._previous = config.previous_version
+        self._copied = Metrics.counter("imgrec", "shards_copied")
+        self._copy_refused = Metrics.counter("imgrec", "shard_copies_refused")
+
+    def setup(self):
+        self._software = writer_software()
+        self._previous_shards = None  # {relname: dataset_info shard entry}, read on first use
+
+    def _recorded_shards(self) -> dict:
+        """The previous version's shard entries from its dataset_info.json, by file name."""
+        if self._previous_shards is None:
+            info = json.loads(storage.read_bytes(storage.join(self._previous, schema.DATASET_INFO)))
+            self._previous_shards = {
+                shard["file"]: shard
+                for entry in info["splits"].values()
+                for shard in entry["shards"]
+            }
+        return self._previous_shards
+
+    def _copy_previous(self, relname, plan_digest, shard_id, num_entries) -> dict | None:
+        """Copy the previous version's shard `relname` into this output when it was written
+        from the same plan by the same software; returns its ShardInfo, or None to write it.
+
+        The copy goes to a temporary name, is checked against the size and sha256 the previous
+        dataset_info.json records for it, and only then renamed into place.
+        """
+        previous = read_shard_info(plan_marker_path(self._previous, *shard_id))
+        if (
+            not previous
+            or previous.get("plan_digest") != plan_digest
+            or previous.get("software") != self._software
+        ):
+            return None
+        info = previous["shard"]
+        recorded = self._recorded_shards().get(relname)
+        fields = ("file", "num_examples", "num_bytes", "sha256")
+        # A shard some of whose files failed at write time is written again: their rejects
+        # must be reported by this run too.
+        if (
+            recorded is None
+            or any(recorded[k] != info.get(k) for k in fields)
+            or info["num_examples"] != num_entries
+        ):
+            return None
+        final = storage.join(self._output, relname)
+        if not info["num_bytes"]:
+            storage.write_bytes_atomic(final, b"")
+            return info
+        tmp = storage.temp_sibling(final)
+        _copy_file(storage.join(self._previous, relname), tmp)
+        found = _file_digest(tmp)
+        if found != (info["num_bytes"], info["sha256"]):
+            storage.delete_quietly([tmp])
+            self._copy_refused.inc()
+            _log.warning(
+                "imgrec: %s of %s has %d bytes with sha256 %s, its dataset_info.json records "
+                "%d and %s; writing the shard anew instead of copying it",
+                relname, self._previous, found[0], found[1], info["num_bytes"], info["sha256"],
+            )  # fmt: skip
+            return None
+        storage.rename(tmp, final)
+        return info
 
     def _prefetched(self, entries):
         """Yield (record, bytes, error detail) in order, `read_concurrency` reads in flight."""
@@ -156,6 +285,15 @@ class _WriteShardFn(beam.DoFn):
             if previous and previous.get("plan_digest") == plan_digest and storage.exists(final):
                 self._resumed.inc()
                 yield previous["shard"]
+                return
+
+        if self._previous:
+            shard_id = (split, index, num_shards)
+            copied = self._copy_previous(relname, plan_digest, shard_id, len(entries))
+            if copied is not None:
+                self._write_marker(marker, plan_digest, copied)
+                self._copied.inc()
+                yield copied
                 return
 
         tmp = storage.temp_sibling(final)
@@ -224,13 +362,16 @@ class _WriteShardFn(beam.DoFn):
             "transcoded": dict(transcoded),
             "label_counts": dict(sorted(labels.items())),
         }
-        storage.write_bytes_atomic(
-            marker, json.dumps({"plan_digest": plan_digest, "shard": info}).encode()
-        )
+        self._write_marker(marker, plan_digest, info)
         self._written.inc(num_examples)
         self._written_bytes.inc(out.num_bytes)
         self._shards.inc()
         yield info
+
+
+    def _write_marker(self, marker: str, plan_digest: str, info: dict) -> None:
+        body = {"plan_digest": plan_digest, "shard": info, "software": self._software}
+        storage.write_bytes_atomic(marker, json.dumps(body).encode())
 
 
 class WriteShards(beam.PTransform):

@@ -1,0 +1,336 @@
+"""Incremental --versioned reruns: unchanged files are not read again, unchanged shards are
+copied from the previous version, and every version is byte for byte what a from-scratch
+conversion of the same input writes (after add / remove / change / relabel)."""
+
+from __future__ import annotations
+
+import glob
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+import pytest
+from apache_beam.metrics.metric import MetricsFilter
+from apache_beam.options.pipeline_options import PipelineOptions
+
+from pipeline import schema, versions
+from pipeline.builder import build_pipeline
+from pipeline.demo import build_corpus
+from pipeline.options import ConvertConfig, OptionError
+from tests.servers import cloud_env, gcs, s3, store  # noqa: F401 - fixtures
+
+# Small shards: the 80-image corpus spreads over several, so that a small change leaves some
+# shards' plans unchanged (copied) and changes others (written).
+COMMON = ["--target_shard_mb", "0.02", "--no_analyze", "--max_bad_fraction", "0.5"]
+
+
+def _run(args: list[str], versioned: bool) -> tuple[str, dict[str, int]]:
+    """One in-process conversion on one in-memory worker -> (dataset folder, imgrec counters).
+
+    A versioned run goes through the launcher's steps: plan the version (which picks the
+    previous version to reuse), claim its folder, run the pipeline (which publishes it).
+    """
+    options = PipelineOptions(
+        [*COMMON, *args, "--direct_num_workers", "1", "--direct_running_mode", "in_memory"]
+        + (["--versioned"] if versioned else [])
+    )
+    config = ConvertConfig.from_options(options)
+    if versioned:
+        config, _ = versions.plan_run(config)
+        config = versions.claim_run(config, {"argv": args})
+    result = build_pipeline(config, options, {"test": True}).run()
+    result.wait_until_finish()
+    counters = result.metrics().query(MetricsFilter().with_namespace("imgrec"))["counters"]
+    found: dict[str, int] = {}
+    for c in counters:
+        found[c.key.metric.name] = found.get(c.key.metric.name, 0) + c.committed
+    return config.output, found
+
+
+def snapshot(out: str) -> dict[str, str]:
+    """Digest of every file a user reads: shards, rejected.jsonl, duplicates.jsonl, and
+    dataset_info.json without its provenance."""
+    found = {}
+    names = glob.glob(os.path.join(out, "*", "*.tfrecord")) + [
+        os.path.join(out, schema.REJECTED),
+        os.path.join(out, schema.DUPLICATES),
+    ]
+    for path in sorted(names):
+        with open(path, "rb") as f:
+            found[os.path.relpath(path, out)] = hashlib.sha256(f.read()).hexdigest()
+    with open(os.path.join(out, schema.DATASET_INFO)) as f:
+        info = json.load(f)
+    info.pop("provenance")
+    found[schema.DATASET_INFO] = json.dumps(info, sort_keys=True)
+    return found
+
+
+def _changes(folder: str) -> dict:
+    with open(os.path.join(folder, versions.CHANGES)) as f:
+        return json.load(f)
+
+
+def _nonempty_shards(folder: str) -> int:
+    return sum(1 for p in glob.glob(os.path.join(folder, "*", "*.tfrecord")) if os.path.getsize(p))
+
+
+def _unchanged_shards(before: str, after: str) -> list[str]:
+    """Non-empty shards the two versions' dataset_info.json list with the same name and sha256:
+    exactly those an incremental run may copy (equal bytes mean an equal plan)."""
+    shards = []
+    for folder in (before, after):
+        with open(os.path.join(folder, schema.DATASET_INFO)) as f:
+            info = json.load(f)
+        shards.append(
+            {
+                s["file"]: s["sha256"]
+                for split in info["splits"].values()
+                for s in split["shards"]
+                if s["num_bytes"]
+            }
+        )
+    return sorted(name for name, sha in shards[1].items() if shards[0].get(name) == sha)
+
+
+def _assert_copied_exactly(before: str, after: str, counters: dict[str, int]) -> None:
+    """Every unchanged shard was copied (a hard link: the same inode), every other one written."""
+    same = _unchanged_shards(before, after)
+    assert counters.get("shards_copied", 0) == len(same)
+    assert counters.get("shards_written", 0) == _nonempty_shards(after) - len(same)
+    for name in same:
+        a, b = os.stat(os.path.join(before, name)), os.stat(os.path.join(after, name))
+        assert a.st_ino == b.st_ino, name
+
+
+def _rewrite_same_size(path: str) -> None:
+    """Other bytes, same size, still a valid JPEG (the JFIF X density byte)."""
+    with open(path, "rb") as f:
+        data = bytearray(f.read())
+    assert data[6:10] == b"JFIF"
+    data[15] = 2 if data[15] != 2 else 3
+    with open(path, "wb") as f:
+        f.write(data)
+
+
+@pytest.fixture
+def corpus(tmp_path):
+    d = str(tmp_path / "corpus")
+    summary = build_corpus(d, num_images=80, seed=11, long_side=(48, 80))
+    return d, summary
+
+
+def _input(src: str) -> list[str]:
+    return ["--input", f"{src}/*/*.jpg"]
+
+
+def test_a_no_change_rerun_reads_nothing_and_copies_every_shard(corpus, tmp_path):
+    src, summary = corpus
+    root = str(tmp_path / "root")
+    good = summary["images"] + 2  # + the PNG named .jpg + the duplicate (inspected, then dropped)
+
+    first, c1 = _run([*_input(src), "--output", root], versioned=True)
+    assert c1["inspected_ok"] == good and "inspections_reused" not in c1
+    assert "shards_copied" not in c1
+
+    second, c2 = _run([*_input(src), "--output", root], versioned=True)
+    assert second != first and versions.read_latest(root) == os.path.basename(second)
+    # Not one accepted file was read for inspection, and no shard was written anew.
+    assert c2.get("inspected_ok", 0) == 0 and c2["inspections_reused"] == good
+    assert c2.get("shards_written", 0) == 0
+    assert c2["shards_copied"] == _nonempty_shards(first) >= 3
+    assert snapshot(second) == snapshot(first)
+    _assert_copied_exactly(first, second, c2)
+    change = _changes(second)
+    assert change["headline"] == "no change"
+    assert change["previous_version"] == os.path.basename(first)
+
+    # The second version recorded the records it reused: a third run, whose only source is
+    # the second version, still reads nothing; pruning the first version breaks nothing.
+    shutil.rmtree(first)
+    third, c3 = _run([*_input(src), "--output", root], versioned=True)
+    assert c3.get("inspected_ok", 0) == 0 and c3["inspections_reused"] == good
+    assert c3["shards_copied"] == _nonempty_shards(second)
+    assert snapshot(third) == snapshot(second)
+
+    # --resume_verify full reads every file again, and still copies the unchanged shards.
+    fourth, c4 = _run([*_input(src), "--output", root, "--resume_verify", "full"], versioned=True)
+    assert c4["inspected_ok"] == good and "inspections_reused" not in c4
+    assert c4["shards_copied"] == _nonempty_shards(third)
+    assert snapshot(fourth) == snapshot(third)
+
+
+def test_incremental_equals_from_scratch_after_add_remove_and_change(corpus, tmp_path):
+    src, summary = corpus
+    root = str(tmp_path / "root")
+    good = summary["images"] + 2
+    first, _ = _run([*_input(src), "--output", root], versioned=True)
+
+    extra = str(tmp_path / "extra")
+    build_corpus(extra, num_images=6, seed=99, long_side=(48, 80), broken=False)
+    added = sorted(glob.glob(os.path.join(extra, "*", "*.jpg")))
+    for path in added:
+        label = os.path.basename(os.path.dirname(path))
+        shutil.copy(path, os.path.join(src, label, "added_" + os.path.basename(path)))
+    removed = sorted(glob.glob(os.path.join(src, "*", "*_00001*.jpg")))[:3]
+    for path in removed:
+        os.remove(path)
+    changed = sorted(glob.glob(os.path.join(src, "*", "*_00004*.jpg")))[:2]
+    for path in changed:
+        _rewrite_same_size(path)
+
+    second, c2 = _run([*_input(src), "--output", root], versioned=True)
+    fresh, _ = _run([*_input(src), "--output", str(tmp_path / "fresh")], versioned=False)
+    assert snapshot(second) == snapshot(fresh)
+    assert snapshot(second) != snapshot(first)
+    # Only the new and the rewritten files were read; the rest came from the first version.
+    assert c2["inspected_ok"] == len(added) + len(changed)
+    assert c2["inspections_reused"] == good - len(removed) - len(changed)
+    # A handful of files moved: the shards they do not touch were copied, the others written.
+    _assert_copied_exactly(first, second, c2)
+    assert c2["shards_copied"] >= 1 and c2["shards_written"] >= 1
+    change = _changes(second)
+    assert change["added"]["count"] == len(added)
+    assert change["removed"]["count"] == len(removed)
+    assert change["changed"]["count"] == len(changed)
+
+    # --full reuses nothing and writes the same bytes.
+    full, c3 = _run([*_input(src), "--output", root, "--full"], versioned=True)
+    assert "inspections_reused" not in c3 and "shards_copied" not in c3
+    assert c3["inspected_ok"] == good - len(removed) + len(added)
+    assert snapshot(full) == snapshot(fresh)
+    assert _changes(full)["headline"] == "no change"
+
+
+def _manifest(path: str, rows: list[tuple[str, str]]) -> str:
+    with open(path, "w") as f:
+        f.write("path,label\n")
+        for file, label in rows:
+            f.write(f"{file},{label}\n")
+    return path
+
+
+def test_incremental_equals_from_scratch_after_a_relabel(corpus, tmp_path):
+    """A manifest relabel changes the shards holding the relabeled files (labels are part of
+    the shard plan); a new class shifts every label id, so no shard may be copied then."""
+    src, _ = corpus
+    root = str(tmp_path / "root")
+    files = sorted(glob.glob(os.path.join(src, "*", "*_0*.jpg")))
+    rows = [(p, os.path.basename(os.path.dirname(p))) for p in files]
+    labels = sorted({label for _, label in rows})
+    manifest = str(tmp_path / "manifest.csv")
+    first, _ = _run(["--manifest", _manifest(manifest, rows), "--output", root], versioned=True)
+
+    # Two files move to another existing class.
+    relabeled = dict(rows)
+    for path in files[:2]:
+        relabeled[path] = next(lb for lb in labels if lb != relabeled[path])
+    _manifest(manifest, sorted(relabeled.items()))
+    second, c2 = _run(["--manifest", manifest, "--output", root], versioned=True)
+    fresh, _ = _run(["--manifest", manifest, "--output", str(tmp_path / "f1")], versioned=False)
+    assert snapshot(second) == snapshot(fresh)
+    _assert_copied_exactly(first, second, c2)
+    assert c2["shards_copied"] >= 1 and c2["shards_written"] >= 1
+    assert _changes(second)["relabeled"]["count"] == 2
+
+    # A new class name sorting first: every label id moves by one.
+    relabeled[files[2]] = "aaa_new_class"
+    _manifest(manifest, sorted(relabeled.items()))
+    third, c3 = _run(["--manifest", manifest, "--output", root], versioned=True)
+    fresh2, _ = _run(["--manifest", manifest, "--output", str(tmp_path / "f2")], versioned=False)
+    assert snapshot(third) == snapshot(fresh2)
+    assert "shards_copied" not in c3 and not _unchanged_shards(second, third)
+
+
+def test_a_corrupt_previous_shard_is_written_anew_not_copied(corpus, tmp_path):
+    src, _ = corpus
+    root = str(tmp_path / "root")
+    first, _ = _run([*_input(src), "--output", root], versioned=True)
+    expected = snapshot(first)
+    shards = glob.glob(os.path.join(first, "*", "*.tfrecord"))
+    victim = sorted(p for p in shards if os.path.getsize(p))[0]
+    with open(victim, "r+b") as f:  # same size, other bytes: only the sha256 can tell
+        f.seek(20)
+        byte = f.read(1)
+        f.seek(20)
+        f.write(bytes([byte[0] ^ 0xFF]))
+    second, c2 = _run([*_input(src), "--output", root], versioned=True)
+    assert c2["shard_copies_refused"] == 1 and c2["shards_written"] == 1
+    assert snapshot(second) == expected
+    assert not glob.glob(os.path.join(second, "*", ".tmp-*"))
+
+
+def test_full_needs_versioned():
+    with pytest.raises(OptionError, match="--full needs --versioned"):
+        ConvertConfig.from_options(
+            PipelineOptions(["--input", "x/*.jpg", "--output", "o", "--full"])
+        )
+
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="2")
+    proc = subprocess.run(
+        [sys.executable, "-m", "pipeline", "convert", *args, *COMMON, "--workers", "1"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert proc.returncode == 0, f"exit {proc.returncode}\n{proc.stdout}\n{proc.stderr[-3000:]}"
+    return proc
+
+
+@pytest.mark.parametrize("store", ["gs", "s3"], indirect=True)
+def test_bucket_root_copies_shards_server_side(store, tmp_path):
+    """Input and versioned root on a bucket (GCS emulator, S3): a no-change rerun reads no
+    file and copies every shard (server-side copy, checked, renamed); after a rewrite the
+    version equals a from-scratch conversion."""
+    src = tmp_path / "corpus"
+    build_corpus(str(src), num_images=30, seed=6, long_side=(48, 72), broken=False)
+    bucket = store.new_bucket("incremental")
+    names = sorted(str(p.relative_to(src)) for p in src.rglob("*.jpg"))
+    for name in names:
+        store.put(store.uri(bucket, "photos/" + name), (src / name).read_bytes())
+    root = store.uri(bucket, "flowers")
+    args = ["--input", store.uri(bucket, "photos/*/*.jpg"), *store.beam_args]
+
+    _cli(*args, "--output", root, "--versioned")
+    v1 = store.get(store.uri(bucket, "flowers/LATEST")).decode().strip()
+    proc = _cli(*args, "--output", root, "--versioned")
+    v2 = store.get(store.uri(bucket, "flowers/LATEST")).decode().strip()
+    assert v2 > v1 and "changes: no change" in proc.stdout
+    info = json.loads(store.get(store.uri(bucket, f"flowers/{v1}/{schema.DATASET_INFO}")))
+    shards = [
+        shard["file"]
+        for split in info["splits"].values()
+        for shard in split["shards"]
+        if shard["num_bytes"]
+    ]
+    assert len(shards) >= 2
+    expected = f"{len(names)}   unchanged files not read again, {len(shards)} shards copied"
+    assert expected in proc.stdout, proc.stdout
+    for shard in shards:
+        one = store.get(store.uri(bucket, f"flowers/{v1}/{shard}"))
+        assert one == store.get(store.uri(bucket, f"flowers/{v2}/{shard}"))
+    assert not [k for k in store.keys(bucket, "flowers/") if "/.tmp-" in k]
+
+    victim = store.uri(bucket, "photos/" + names[2])
+    data = bytearray(store.get(victim))
+    data[15] = 2 if data[15] != 2 else 3  # Other bytes, same size, still a valid JPEG.
+    time.sleep(1.1)  # S3 reports update times to the second.
+    store.put(victim, bytes(data))
+    proc = _cli(*args, "--output", root, "--versioned")
+    assert "1 changed" in proc.stdout
+    fresh = str(tmp_path / "fresh")
+    _cli(*args, "--output", fresh)
+    v3 = store.get(store.uri(bucket, "flowers/LATEST")).decode().strip()
+    local = tmp_path / "v3"
+    for key in store.keys(bucket, f"flowers/{v3}/"):
+        rel = key.split("/", 2)[2]
+        if rel.endswith((".tfrecord", ".jsonl", schema.DATASET_INFO)) and "/." not in "/" + rel:
+            (local / rel).parent.mkdir(parents=True, exist_ok=True)
+            (local / rel).write_bytes(store.get(store.uri(bucket, key)))
+    assert snapshot(str(local)) == snapshot(fresh)
