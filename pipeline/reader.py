@@ -150,15 +150,13 @@ def split_files(
 
 
 def _resolve_version(data_dir: str, store: shard_cache.Store) -> str:
-    """A versioned root -> the version folder its LATEST pointer names (read through `store`,
-    so s3:// roots resolve with the reader's own client); other folders as they are."""
-    path = data_dir.rstrip("/") or data_dir
-    if versions.is_version_name(path.rpartition("/")[2]):
-        return path  # an explicit version: nothing to read
-    pointer = path + "/" + versions.LATEST
-    if not store.exists(pointer):
-        return path
-    return path + "/" + versions.parse_pointer(store.read_bytes(pointer).decode("utf-8"), pointer)
+    """A versioned root -> the version folder its LATEST pointer names, read through `store`
+    (so s3:// roots resolve with the reader's own client); other folders as they are."""
+
+    def read_text(uri: str) -> str | None:
+        return store.read_bytes(uri).decode("utf-8", "replace") if store.exists(uri) else None
+
+    return versions.resolve_dataset_dir(data_dir, read_text=read_text)
 
 
 def _load_split(

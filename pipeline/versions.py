@@ -17,6 +17,8 @@ Beam-side helpers import `pipeline.storage` inside the functions.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import datetime
 import json
 import posixpath
@@ -145,7 +147,9 @@ def _read_text(path: str, fs: str) -> str | None:
     raise ValueError(f"fs must be 'gfile' or 'beam', got {fs!r}")
 
 
-def resolve_dataset_dir(path: str, fs: str = "gfile") -> str:
+def resolve_dataset_dir(
+    path: str, fs: str = "gfile", read_text: Callable[[str], str | None] | None = None
+) -> str:
     """The dataset folder `path` names: a versioned root resolves through its LATEST pointer.
 
     A version folder (`ROOT/v...`) and an unversioned dataset are returned as they are. The
@@ -158,6 +162,8 @@ def resolve_dataset_dir(path: str, fs: str = "gfile") -> str:
         fs: "gfile" reads through TensorFlow (the Beam-free reader; a scheme TensorFlow
             cannot read, such as s3://, falls back to Beam), "beam" through Beam FileSystems
             (`verify`, `inspect`, the converter).
+        read_text: reads the pointer instead of `fs`: a file's text, or None when it does not
+            exist (the reader passes its own store, e.g. its boto3 client for s3://).
 
     Returns:
         The folder holding dataset_info.json.
@@ -169,7 +175,7 @@ def resolve_dataset_dir(path: str, fs: str = "gfile") -> str:
     if is_version_name(path.rpartition("/")[2]):
         return path  # an explicit version: nothing to read
     pointer = _join(path, LATEST)
-    text = _read_text(pointer, fs)
+    text = read_text(pointer) if read_text is not None else _read_text(pointer, fs)
     if text is None:
         return path
     return _join(path, parse_pointer(text, pointer))

@@ -171,17 +171,23 @@ class _MatchAllFn(beam.DoFn):
                 yield {"path": path, "key": key, "size": size, "stamp": stamp}
 
     def process(self, _):
-        batch = []
-        for out in self._files():
-            if isinstance(out, pvalue.TaggedOutput):
-                yield out
-                continue
-            batch.append(out)
-            if len(batch) == LIST_BATCH:
-                yield batch
-                batch = []
-        if batch:
+        yield from _in_batches(self._files())
+
+
+def _in_batches(outputs):
+    """Listing outputs -> the same, ListedFiles gathered in lists of LIST_BATCH (rejects, as
+    TaggedOutputs, pass through as they come)."""
+    batch = []
+    for out in outputs:
+        if isinstance(out, pvalue.TaggedOutput):
+            yield out
+            continue
+        batch.append(out)
+        if len(batch) == LIST_BATCH:
             yield batch
+            batch = []
+    if batch:
+        yield batch
 
 
 class _ReadManifestFn(beam.DoFn):
@@ -217,20 +223,16 @@ class _ReadManifestFn(beam.DoFn):
 
     def process(self, manifest: str):
         seen = set()
-        batch = []
-        for out in self._rows(manifest):
-            if isinstance(out, pvalue.TaggedOutput):
+
+        def once(outputs):
+            for out in outputs:
+                if not isinstance(out, pvalue.TaggedOutput):
+                    if out["path"] in seen:  # A file listed twice is one file.
+                        continue
+                    seen.add(out["path"])
                 yield out
-                continue
-            if out["path"] in seen:  # A file listed twice is one file.
-                continue
-            seen.add(out["path"])
-            batch.append(out)
-            if len(batch) == LIST_BATCH:
-                yield batch
-                batch = []
-        if batch:
-            yield batch
+
+        yield from _in_batches(once(self._rows(manifest)))
 
 
 class _LabelAndSplitFn(beam.DoFn):
