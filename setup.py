@@ -43,7 +43,7 @@ setup(
     long_description=_read("README.md"),
     long_description_content_type="text/markdown",
     python_requires=">=3.11",
-    packages=["pipeline", "transforms"],
+    packages=["pipeline", "pipeline.core", "transforms", "transforms.images"],
     install_requires=_requirements(),
     # Example convert configs (read by the launcher through --config, never by workers).
     data_files=[("share/imgrec/configs", sorted(glob.glob("configs/*.yaml", root_dir=HERE)))],

@@ -158,10 +158,10 @@ def _child_components(corpus_dir: str, summary_json: str, limit: int) -> dict:
     import numpy as np
     import tensorflow as tf
     from apache_beam.io.filesystems import FileSystems
-    from apache_beam.io.tfrecordio import _TFRecordUtil
     from PIL import Image
 
-    from pipeline import schema, storage
+    from pipeline.core import schema, storage
+    from pipeline.core.beam_compat import write_record
 
     with open(summary_json) as f:
         summary = json.load(f)
@@ -205,13 +205,14 @@ def _child_components(corpus_dir: str, summary_json: str, limit: int) -> dict:
         Image.open(io.BytesIO(b)).verify()
 
     timed("PIL Image.verify()", verify, blobs)
-    from transforms.image_check import CheckOptions, check_image
+    from transforms.images.check import check_image
+    from transforms.images.limits import CheckOptions
 
     opts = CheckOptions()
     timed("check_image (converter's inspect)", lambda b: check_image(b, opts), blobs)
     timed("check_image + stats", lambda b: check_image(b, opts, compute_stats=True), blobs)
-    # Alternatives for transforms/image_check.py:_channel_stats (same sums, exact in int64).
-    from transforms.image_check import _channel_stats
+    # Alternatives for transforms/images/check.py:_channel_stats (same sums, exact in int64).
+    from transforms.images.stats import _channel_stats
 
     pixels = [tf.io.decode_jpeg(b, channels=3).numpy() for b in blobs[:200]]
     timed("_channel_stats as shipped (float64 einsum)", _channel_stats, pixels)
@@ -267,7 +268,7 @@ def _child_components(corpus_dir: str, summary_json: str, limit: int) -> dict:
             pass
 
     sink = _Null()
-    timed("_TFRecordUtil.write_record (crc32c)", lambda e: _TFRecordUtil.write_record(sink, e), ex)
+    timed("beam_compat.write_record (crc32c)", lambda e: write_record(sink, e), ex)
     from transforms.keys import int_hash
 
     timed("keys.int_hash", lambda p: int_hash("order", 0, p), paths)

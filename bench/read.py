@@ -71,7 +71,7 @@ def _converted(corpus_dir: str, n: int, extra: list[str], name: str) -> str:
 def _largest_side(data_dir: str, split: str, limit: int = 200) -> int:
     import tensorflow as tf
 
-    from pipeline import schema
+    from pipeline.core import schema
     from pipeline.reader import split_files
 
     _, shards = split_files(data_dir, split)

@@ -34,7 +34,8 @@ def main(argv=None) -> int:
 
     import tensorflow as tf
 
-    from pipeline import reader, schema
+    from pipeline import reader
+    from pipeline.core import schema
 
     data_dir = args.data_dir or os.path.join(WORK, f"out-w2-{args.num_images}")
     if not os.path.exists(os.path.join(data_dir, "dataset_info.json")):

@@ -31,7 +31,8 @@ def main(argv=None) -> int:
 
     import tensorflow as tf
 
-    from pipeline import reader, schema
+    from pipeline import reader
+    from pipeline.core import schema
 
     data_dir = args.data_dir or os.path.join(WORK, f"out-w2-{args.num_images}")
     _, shards = reader.split_files(data_dir, "train")

@@ -79,7 +79,7 @@ def _bytes_per_image(data_dir: str) -> float:
 def _raw_ceiling(data_dir: str, size: tuple[int, int], batch: int):
     import tensorflow as tf
 
-    from pipeline import schema
+    from pipeline.core import schema
     from pipeline.reader import split_files
 
     _, shards = split_files(data_dir, "train")
@@ -123,7 +123,7 @@ def cost_model(num: int, size: int) -> int:
     import tensorflow as tf
     from PIL import Image
 
-    from pipeline import schema
+    from pipeline.core import schema
     from pipeline.demo import photo_dir
     from pipeline.reader import make_dataset
 

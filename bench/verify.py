@@ -48,7 +48,9 @@ def main(argv=None) -> int:
     ap.add_argument("--repeats", type=int, default=3)
     args = ap.parse_args(argv)
 
-    from transforms.image_check import JPEG_VERIFY_MODES, CheckOptions, Rejected, check_image
+    from pipeline.core.rejects import Rejected
+    from transforms.images.check import check_image
+    from transforms.images.limits import JPEG_VERIFY_MODES, CheckOptions
 
     corpus_dir, summary = corpus(max(args.num_images, 300))
     blobs = []

@@ -66,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
         )
     import keras
 
-    from pipeline import schema
+    from pipeline.core import schema
     from pipeline.reader import make_dataset, steps_per_epoch
 
     devices = None if gpus else [d.name for d in tf.config.list_logical_devices("CPU")]

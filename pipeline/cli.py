@@ -27,9 +27,9 @@ exit status: 0 done, 1 failed (one imgrec: line says why), 2 bad usage, option, 
 def _inspect(argv: list[str]) -> int:
     import json
 
-    from pipeline import schema, storage
+    from pipeline.core import schema, storage
+    from pipeline.core.versions import VersionError, resolve_dataset_dir
     from pipeline.launcher import format_summary
-    from pipeline.versions import VersionError, resolve_dataset_dir
 
     if len(argv) != 1:
         print("usage: imgrec inspect DIR", file=sys.stderr)
@@ -51,7 +51,7 @@ def _inspect(argv: list[str]) -> int:
         f"{elapsed.get('versions', {}).get('imgrec', '?')}"
     )
     _print_version(data_dir)
-    from pipeline.report import class_histogram_lines
+    from pipeline.report_scan import class_histogram_lines
 
     print("\n".join(class_histogram_lines(info, data_dir)))
     return 0
@@ -69,9 +69,8 @@ def _preview(argv: list[str]) -> int:
     parser.add_argument("dir", help="the converted dataset (its dataset_info.json)")
     parser.add_argument("--out", help="where to write the HTML (default: DIR/report.html)")
     args = parser.parse_args(argv)
-    from pipeline.schema import DatasetInfoError
-
-    from pipeline.versions import VersionError, resolve_dataset_dir
+    from pipeline.core.schema import DatasetInfoError
+    from pipeline.core.versions import VersionError, resolve_dataset_dir
 
     try:
         # A versioned root: the version LATEST names.
@@ -87,7 +86,7 @@ def _print_version(data_dir: str) -> None:
     """For a version of a versioned root: its name and its changes headline."""
     import json
 
-    from pipeline import storage, versions
+    from pipeline.core import storage, versions
 
     try:
         _, name = versions.split_version_dir(data_dir)
@@ -166,8 +165,8 @@ def _dispatch(argv: list[str]) -> int:
 
         return run_convert(rest)
     if command in ("verify", "inspect", "preview"):
-        from pipeline import storage
-        from pipeline.errors import ERROR_PREFIX
+        from pipeline.core import storage
+        from pipeline.core.errors import ERROR_PREFIX
 
         try:
             if command == "verify":

@@ -34,7 +34,7 @@ from apache_beam.internal import pickler
 from apache_beam.metrics.metric import MetricResults
 from apache_beam.runners.runner import PipelineRunner
 
-from pipeline.errors import ERROR_PREFIX
+from pipeline.core.errors import ERROR_PREFIX
 from pipeline.options import OptionError
 
 __all__ = [
@@ -86,9 +86,8 @@ def register_dask_options() -> None:
         OptionError: dask or distributed is not installed.
     """
     try:
-        import dask.distributed  # noqa: F401
-
         import apache_beam.runners.dask.dask_runner  # noqa: F401
+        import dask.distributed  # noqa: F401
     except ImportError as e:
         raise OptionError(
             f"--runner DaskRunner: dask.distributed is not installed ({e}); {_INSTALL_HINT}"
@@ -213,9 +212,8 @@ class _Translator(beam.pipeline.PipelineVisitor):
         return self.bags[pcoll]
 
     def visit_transform(self, node) -> None:
-        from dask import bag as db
-
         from apache_beam.runners.dask import overrides
+        from dask import bag as db
 
         transform = node.transform
         inputs = [i for i in node.inputs if not isinstance(i, pvalue.PBegin)]
@@ -289,10 +287,9 @@ class DaskRunner(PipelineRunner):
 
     def run_pipeline(self, pipeline, options):
         import dask.distributed as ddist
-        from dask import bag as db
-
         from apache_beam.runners.dask.dask_runner import DaskOptions
         from apache_beam.runners.dask.overrides import dask_overrides
+        from dask import bag as db
 
         dask_options = options.view_as(DaskOptions).get_all_options(
             drop_default=True, current_only=True
@@ -314,7 +311,6 @@ class DaskRunner(PipelineRunner):
 def _result_class():
     """Beam's DaskRunnerResult, answering empty metrics instead of NotImplementedError."""
     from apache_beam.runners.dask.dask_runner import DaskRunnerResult
-
     from distributed import KilledWorker
 
     class _Result(DaskRunnerResult):

@@ -25,11 +25,12 @@ from apache_beam.options.pipeline_options import (
     PipelineOptions,
     StandardOptions,
     TestOptions,
-    _BeamArgumentParser,
 )
 
-from pipeline import dask_runner, schema, storage, versions
-from pipeline.errors import ERROR_PREFIX
+from pipeline import dask_runner
+from pipeline.core import schema, storage, versions
+from pipeline.core.beam_compat import BeamArgumentParser
+from pipeline.core.errors import ERROR_PREFIX
 from pipeline.options import ConvertConfig, ConvertOptions, OptionError
 from transforms.list_images import ManifestError, read_manifest_rows, resolve_local
 
@@ -67,7 +68,7 @@ class PreflightError(ValueError):
     """The input or output is not usable as given; the message names it and the fix."""
 
 
-class _RaisingParser(_BeamArgumentParser):
+class _RaisingParser(BeamArgumentParser):
     """Beam's argument parser, raising OptionError instead of printing usage and exiting."""
 
     def error(self, message):

@@ -7,7 +7,8 @@ import math
 
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from transforms.image_check import (
+from pipeline.core.schema import COMPRESSIONS, STORE_MODES
+from transforms.images.limits import (
     DEFAULT_MAX_PIXELS,
     JPEG_VERIFY_MODES,
     RESIZE_FILTERS,
@@ -15,7 +16,6 @@ from transforms.image_check import (
     CheckOptions,
 )
 from transforms.reuse_inspections import RESUME_VERIFY_MODES
-from transforms.store_modes import COMPRESSIONS, STORE_MODES
 
 __all__ = ["ConvertOptions", "ConvertConfig", "OptionError", "parse_splits"]
 
@@ -44,6 +44,20 @@ def _str2bool(value: str) -> bool:
     if lowered in ("0", "false", "no", "off"):
         return False
     raise OptionError(f"expected true/false, got {value!r}")
+
+
+def _check_options(o: ConvertOptions) -> CheckOptions:
+    """The per-image options (every CheckOptions field has the option's name), validated.
+
+    Raises:
+        OptionError: naming the option.
+    """
+    try:
+        return CheckOptions(
+            **{f.name: getattr(o, f.name) for f in dataclasses.fields(CheckOptions)}
+        )
+    except ValueError as e:
+        raise OptionError(str(e)) from e
 
 
 class ConvertOptions(PipelineOptions):
@@ -328,23 +342,16 @@ class ConvertConfig:
     versioned: bool = False
     keep_versions: int = 0
     full: bool = False
-    # Set by pipeline.versions.plan_run, not by an option: the complete version a --versioned
+    # Set by pipeline.core.versions.plan_run, not by an option: the complete version a --versioned
     # run reuses unchanged files' inspections and unchanged shards from ("" for none).
     previous_version: str = ""
     max_bad_fraction: float = DEFAULT_MAX_BAD_FRACTION
     dedupe: bool = True
-    max_pixels: int = DEFAULT_MAX_PIXELS
-    min_side: int = 1
-    max_file_mb: float = 0.0
-    apply_exif_orientation: bool = True
-    animated: str = "first_frame"
-    transcode: str = "auto"
-    max_side: int = 0
+    # The per-image limits and transcode choices (--max_pixels ... --resize_filter), validated by
+    # CheckOptions itself; inspection, the writer and the plan digests take it as it is.
+    check: CheckOptions = dataclasses.field(default_factory=CheckOptions)
     store: str = "encoded"
     compression: str = "none"
-    jpeg_quality: int = 95
-    jpeg_verify: str = "dct"
-    resize_filter: str = "lanczos"
     read_concurrency: int = 8
     decode_threads: int = 1
     analyze: bool = True
@@ -391,12 +398,13 @@ class ConvertConfig:
             )
         if not 0.0 <= self.max_bad_fraction <= 1.0:
             raise OptionError(f"--max_bad_fraction must be in [0, 1], got {self.max_bad_fraction}")
-        self.check_options()  # The per-image limits validate themselves.
+        if not isinstance(self.check, CheckOptions):
+            raise OptionError(f"check must be a CheckOptions, got {type(self.check).__name__}")
         if self.store not in STORE_MODES:
             raise OptionError(
                 f"--store must be one of {', '.join(STORE_MODES)}, got {self.store!r}"
             )
-        if self.store == "pixels" and not self.max_side:
+        if self.store == "pixels" and not self.check.max_side:
             raise OptionError(
                 "--store pixels needs --max_side N (the stored size's longer side, e.g. "
                 "--max_side 256 for 224x224 training): raw pixels at full photo size would be "
@@ -418,19 +426,6 @@ class ConvertConfig:
             raise OptionError(
                 f"--stats_sample_fraction must be in (0, 1], got {self.stats_sample_fraction}"
             )
-
-    def check_options(self) -> CheckOptions:
-        """The per-image limits and transcode choices, validated.
-
-        Raises:
-            OptionError: naming the option.
-        """
-        try:
-            return CheckOptions(
-                **{f.name: getattr(self, f.name) for f in dataclasses.fields(CheckOptions)}
-            )
-        except ValueError as e:
-            raise OptionError(str(e)) from e
 
     @property
     def split_names(self) -> tuple[str, ...]:
@@ -466,18 +461,9 @@ class ConvertConfig:
             full=o.full,
             max_bad_fraction=o.max_bad_fraction,
             dedupe=o.dedupe,
-            max_pixels=o.max_pixels,
-            min_side=o.min_side,
-            max_file_mb=o.max_file_mb,
-            apply_exif_orientation=o.apply_exif_orientation,
-            animated=o.animated,
-            transcode=o.transcode,
-            max_side=o.max_side,
+            check=_check_options(o),
             store=o.store,
             compression=o.compression,
-            jpeg_quality=o.jpeg_quality,
-            jpeg_verify=o.jpeg_verify,
-            resize_filter=o.resize_filter,
             read_concurrency=o.read_concurrency,
             decode_threads=o.decode_threads or 1,
             analyze=not o.no_analyze,

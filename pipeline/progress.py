@@ -1,4 +1,4 @@
-"""Live progress of a running conversion: worker-side tallies and the launcher's display.
+"""Live progress of a running conversion: the launcher's display of the workers' tallies.
 
 Beam's metrics are not live on DirectRunner (they arrive when the job ends), and its
 multi-process workers are separate processes. So the side channel is a folder named by the
@@ -7,13 +7,13 @@ own running counts and rewrites `<pid>.json` there (atomically, at most twice a 
 the end of every bundle); the launcher sums the files while the job runs. When the variable is
 unset (Dataflow workers, tests building pipelines directly) tallies are free no-ops.
 
-Beam-free: `transforms/count_progress.py` holds the PTransform that calls `tally`.
+The worker side (tally, flush, the folder's format) is `pipeline/core/tallies.py`;
+`transforms/count_progress.py` holds the PTransform that calls `tally`.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import shutil
 import sys
@@ -21,79 +21,19 @@ import tempfile
 import threading
 import time
 
+from pipeline.core import tallies
+from pipeline.core.tallies import PROGRESS_DIR_ENV, read_counts
+
 __all__ = [
-    "PROGRESS_DIR_ENV",
-    "STAGES",
-    "tally",
-    "flush",
-    "read_counts",
     "Progress",
     "live",
     "poll_remote",
     "remote_counts",
 ]
 
-PROGRESS_DIR_ENV = "IMGREC_PROGRESS_DIR"
-# What the display counts, in pipeline order.
-STAGES = ("listed", "inspected", "written", "rejected", "duplicates")
-# A worker rewrites its file at most this often: a few hundred tiny writes per minute per
-# process at most, whatever the bundle sizes.
-_FLUSH_EVERY_S = 0.5
 # Display refresh: in place on a terminal; a plain line this often otherwise (CI logs stay short).
 _TTY_REFRESH_S = 0.25
 _PLAIN_EVERY_S = float(os.environ.get("IMGREC_PROGRESS_EVERY_S", "10"))
-
-_lock = threading.Lock()
-_counts: dict[str, int] = {}
-_last_flush = 0.0
-
-
-def tally(stage: str, n: int = 1) -> None:
-    """Add `n` to this process's count of `stage` (no-op without IMGREC_PROGRESS_DIR)."""
-    if not n or PROGRESS_DIR_ENV not in os.environ:
-        return
-    with _lock:
-        _counts[stage] = _counts.get(stage, 0) + int(n)
-    if time.monotonic() - _last_flush >= _FLUSH_EVERY_S:
-        flush()
-
-
-def flush() -> None:
-    """Write this process's counts to its file in the progress folder."""
-    global _last_flush
-    directory = os.environ.get(PROGRESS_DIR_ENV)
-    if not directory:
-        return
-    with _lock:
-        data = json.dumps(_counts)
-        _last_flush = time.monotonic()
-    path = os.path.join(directory, f"{os.getpid()}.json")
-    try:
-        with open(path + ".tmp", "w") as f:
-            f.write(data)
-        os.replace(path + ".tmp", path)
-    except OSError:
-        pass  # Progress is a display; the folder may be gone after the job ended.
-
-
-def read_counts(directory: str) -> dict[str, int]:
-    """Sum of every process's counts in `directory`."""
-    total = dict.fromkeys(STAGES, 0)
-    try:
-        names = os.listdir(directory)
-    except OSError:
-        return total
-    for name in names:
-        if not name.endswith(".json"):
-            continue
-        try:
-            with open(os.path.join(directory, name)) as f:
-                counts = json.load(f)
-        except (OSError, ValueError):
-            continue  # Being replaced right now; the next poll reads it.
-        for k, v in counts.items():
-            total[k] = total.get(k, 0) + int(v)
-    return total
 
 
 def _rate_eta(counts: dict, started: float | None) -> tuple[float, float | None]:
@@ -198,14 +138,14 @@ def live(enabled: bool = True, stream=None):
         return
     directory = tempfile.mkdtemp(prefix="imgrec-progress-")
     os.environ[PROGRESS_DIR_ENV] = directory
-    _counts.clear()
+    tallies.reset()
     try:
         with Progress(directory, stream) as progress:
             yield progress
     finally:
-        flush()  # In-process (one worker) counts, should the last bundle not have.
+        tallies.flush()  # In-process (one worker) counts, should the last bundle not have.
         os.environ.pop(PROGRESS_DIR_ENV, None)
-        _counts.clear()
+        tallies.reset()
         shutil.rmtree(directory, ignore_errors=True)
 
 

@@ -12,7 +12,7 @@ from typing import Literal
 
 import tensorflow as tf
 
-from pipeline import raw_pixels, schema, shard_cache, versions
+from pipeline.core import raw_pixels, schema, shard_cache, versions
 
 __all__ = ["ShardFile", "evaluation_images", "make_dataset", "split_files", "steps_per_epoch"]
 
@@ -121,7 +121,7 @@ class _Config:
         if unknown:
             raise ValueError(
                 f"extra_features {unknown} are not Example features; use keys from "
-                f"pipeline.schema, e.g. schema.LABEL_TEXT or schema.FILENAME"
+                f"pipeline.core.schema, e.g. schema.LABEL_TEXT or schema.FILENAME"
             )
 
 
@@ -636,7 +636,7 @@ def _pipeline_dataset(
             batch_size, drop_remainder=config.training, num_parallel_calls=AUTOTUNE
         )
     if config.normalize_dir is not None:
-        from pipeline.normalize import normalize_layer  # TFT only when asked for.
+        from pipeline.core.normalize import normalize_layer  # TFT only when asked for.
 
         normalize = normalize_layer(config.normalize_dir)
         batches = batches.map(

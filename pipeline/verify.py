@@ -39,13 +39,13 @@ class VerifyReport:
 
 def _records(data: bytes, shard: str):
     """Yield TFRecord payloads, checking both CRCs of every record (Beam's TFRecord codec)."""
-    from apache_beam.io.tfrecordio import _TFRecordUtil
+    from pipeline.core.beam_compat import read_record
 
     f = io.BytesIO(data)
     index = 0
     while True:
         try:
-            record = _TFRecordUtil.read_record(f)
+            record = read_record(f)
         except ValueError as e:
             raise ValueError(f"{shard}: record {index}: {e}") from e
         if record is None:
@@ -66,7 +66,7 @@ def _gunzip(data: bytes, shard: str) -> bytes:
 
 
 def _count_lines(path: str) -> int | None:
-    from pipeline import storage
+    from pipeline.core import storage
 
     if not storage.exists(path):
         return None
@@ -75,7 +75,7 @@ def _count_lines(path: str) -> int | None:
 
 def _raw_problem(example: dict, size: int) -> str | None:
     """What is wrong with a raw-pixel record's stated shape, or None."""
-    from pipeline import schema
+    from pipeline.core import schema
 
     h, w, c = (int(example[k].numpy()) for k in (schema.HEIGHT, schema.WIDTH, schema.CHANNELS))
     if h < 1 or w < 1 or c != 3:
@@ -97,8 +97,8 @@ def verify_dataset(data_dir: str, decode: bool = True) -> VerifyReport:
     """
     import tensorflow as tf
 
-    from pipeline import schema, storage
-    from pipeline.versions import VersionError, resolve_dataset_dir
+    from pipeline.core import schema, storage
+    from pipeline.core.versions import VersionError, resolve_dataset_dir
 
     report = VerifyReport()
     try:

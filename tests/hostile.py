@@ -23,7 +23,7 @@ import zlib
 import numpy as np
 from PIL import Image
 
-from transforms.image_check import CheckOptions
+from transforms.images.limits import CheckOptions
 
 __all__ = ["Expected", "encode", "make_hostile_corpus", "photo", "png_chunk", "tf_decodes"]
 

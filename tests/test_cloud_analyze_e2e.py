@@ -19,7 +19,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pipeline import launcher, schema
+from pipeline import launcher
+from pipeline.core import schema
 from pipeline.demo import build_corpus
 from tests.servers import beam_filesystems, cloud_env, gcs, s3, store  # noqa: F401 - fixtures
 from tests.test_cloud_e2e import (

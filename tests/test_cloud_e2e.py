@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline import schema
+from pipeline.core import schema
 from pipeline.demo import build_corpus
 from tests.servers import cloud_env, gcs, s3, store, tensorflow_gcs_env  # noqa: F401 - fixtures
 
@@ -55,11 +55,11 @@ def _ok(proc: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
 
 def _records(data: bytes) -> list[bytes]:
     """Every record of a TFRecord file, CRCs checked (raises on a torn or corrupt file)."""
-    from apache_beam.io.tfrecordio import _TFRecordUtil
+    from pipeline.core.beam_compat import read_record
 
     f, out = io.BytesIO(data), []
     while True:
-        record = _TFRecordUtil.read_record(f)
+        record = read_record(f)
         if record is None:
             return out
         out.append(record)

@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from pipeline import schema
+from pipeline.core import schema
 from pipeline.demo import build_corpus
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -530,8 +530,10 @@ def test_max_side_downscales_and_analysis_does_not_change_the_shards(corpus, tmp
 def test_jpeg_verify_strict_rejects_silently_repaired_jpegs(corpus, tmp_path):
     """--jpeg_verify strict end to end: a photo missing 200 bytes of compressed data (TF decodes
     it with grey blocks, so the default writes it) lands in rejected.jsonl as corrupt."""
+    from pipeline.core.rejects import Rejected
     from tests.hostile import tf_decodes
-    from transforms.image_check import CheckOptions, Rejected, check_image
+    from transforms.images.check import check_image
+    from transforms.images.limits import CheckOptions
 
     src, _ = corpus
     work = tmp_path / "in"

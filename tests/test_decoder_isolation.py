@@ -16,12 +16,14 @@ from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 from PIL import Image
 
-from pipeline import schema
+from pipeline.core import schema
+from pipeline.core.rejects import MAX_ERROR_DETAIL, REASONS, Rejected
 from pipeline.options import ConvertConfig
 from tests.test_convert import ROOT, read_records
-from transforms import decode_worker, image_check
-from transforms.image_check import REASONS, CheckOptions, Rejected, check_image
-from transforms.inspect_images import MAX_ERROR_DETAIL, InspectImages
+from transforms.images import check, decode_worker, limits
+from transforms.images.check import check_image
+from transforms.images.limits import CheckOptions
+from transforms.inspect_images import InspectImages
 from transforms.plan_shards import writer_entry
 
 REGRESSIONS = os.path.join(os.path.dirname(__file__), "regressions")
@@ -181,17 +183,16 @@ def test_inspection_turns_any_per_file_exception_into_a_decoder_error(tmp_path, 
 
 
 def test_writer_turns_a_failing_re_encode_into_a_reject_and_keeps_the_rest(tmp_path, monkeypatch):
-    from transforms import image_check
     from transforms.write_shards import WriteShards
 
-    real = image_check.encode_for_storage  # what the writer's store_image calls per file
+    real = check.encode_for_storage  # what the writer's store_image calls per file
 
     def flaky(data, info, opts):
         if data.endswith(b"boom"):
             raise SyntaxError("Layer block too short")
         return real(data, info, opts)
 
-    monkeypatch.setattr(image_check, "encode_for_storage", flaky)
+    monkeypatch.setattr(check, "encode_for_storage", flaky)
     (tmp_path / "in" / "a").mkdir(parents=True)
     entries = []
     for name, tail in (("ok.jpg", b""), ("boom.jpg", b"boom")):
@@ -284,4 +285,4 @@ def test_a_decoder_that_aborts_costs_one_file_not_the_job(tmp_path):
 
 def test_decoder_error_is_a_documented_reason():
     assert "decoder_error" in REASONS
-    assert image_check.TRANSCODE_MODES[0] == "auto"
+    assert limits.TRANSCODE_MODES[0] == "auto"

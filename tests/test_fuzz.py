@@ -21,7 +21,9 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from transforms.image_check import CheckOptions, Rejected, check_image, encode_for_storage
+from pipeline.core.rejects import Rejected
+from transforms.images.check import check_image, encode_for_storage
+from transforms.images.limits import CheckOptions
 
 tf = pytest.importorskip("tensorflow")
 

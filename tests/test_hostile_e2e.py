@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from pipeline import schema
+from pipeline.core import schema
 from tests.hostile import make_hostile_corpus
 from tests.test_convert import read_records, run_cli
 

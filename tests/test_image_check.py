@@ -14,18 +14,12 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from pipeline.core.rejects import REASONS, Rejected
 from tests.hostile import encode, make_hostile_corpus, photo, png_chunk, tf_decodes
-from transforms import image_check
-from transforms.image_check import (
-    REASONS,
-    CheckOptions,
-    Rejected,
-    check_file_size,
-    check_image,
-    encode_for_storage,
-    sniff_container,
-    sniff_format,
-)
+from transforms.images import check, decode, limits, transcode
+from transforms.images.check import check_image, encode_for_storage
+from transforms.images.limits import CheckOptions, check_file_size
+from transforms.images.sniff import sniff_container, sniff_format
 
 tf = pytest.importorskip("tensorflow")
 
@@ -276,8 +270,8 @@ def test_strict_verify_mutants_are_a_subset_of_dct(monkeypatch):
     start = data.rfind(b"\xff\xda") + 14
     strict, dct = CheckOptions(jpeg_verify="strict"), CheckOptions(jpeg_verify="dct")
     calls = []
-    real = image_check._libjpeg_warning
-    monkeypatch.setattr(image_check, "_libjpeg_warning", lambda d: calls.append(1) or real(d))
+    real = decode._libjpeg_warning
+    monkeypatch.setattr(check, "_libjpeg_warning", lambda d: calls.append(1) or real(d))
     extra = checked = 0
     for name, mutant in _mutants(data, rng, start, 60):
         in_dct = _outcome(mutant, dct, compute_stats=False)
@@ -328,8 +322,8 @@ def test_max_side_jpeg_is_not_transcoded_at_inspection_and_its_sides_are_exact(s
     data = encode(photo(rng, 200, 150).resize(size, Image.Resampling.BICUBIC), "JPEG")
     opts = CheckOptions(max_side=256)
     calls = []
-    real = image_check._transcode
-    monkeypatch.setattr(image_check, "_transcode", lambda *a: calls.append(1) or real(*a))
+    real = transcode._transcode
+    monkeypatch.setattr(check, "_transcode", lambda *a: calls.append(1) or real(*a))
     info = check_image(data, opts)
     assert info.transcode == "max_side" and not calls
     stored = encode_for_storage(data, info, opts)
@@ -346,7 +340,7 @@ def test_resize_filter_changes_the_pixels_not_the_sides(fmt):
     rng = random.Random(5)
     data = encode(photo(rng, 200, 150).resize((640, 481), Image.Resampling.BICUBIC), fmt)
     stored, sides = {}, set()
-    for name in image_check.RESIZE_FILTERS:
+    for name in limits.RESIZE_FILTERS:
         opts = CheckOptions(max_side=128, resize_filter=name)
         info = check_image(data, opts)
         assert info.width == 128 and "max_side" in info.transcode
@@ -363,13 +357,13 @@ def test_dct_verify_checks_the_header_sides_against_the_decoder(monkeypatch):
     """If our header parser and libjpeg disagree on the sides, the decoder's full-size answer
     wins (the scaled output is compared with the header, not trusted)."""
     data = encode(photo(random.Random(1), 100, 60), "JPEG")
-    real = image_check._probe
+    real = check._probe
 
     def lying_probe(data, opts):
         fmt, h = real(data, opts)
         return fmt, dataclasses.replace(h, width=h.width + 40)
 
-    monkeypatch.setattr(image_check, "_probe", lying_probe)
+    monkeypatch.setattr(check, "_probe", lying_probe)
     info = check_image(data, CheckOptions(jpeg_verify="dct"))
     assert (info.width, info.height) == (100, 60)
 
@@ -543,13 +537,13 @@ def test_max_side_on_a_large_jpeg_decodes_at_dct_scale_with_the_same_result(monk
     data = encode(large, "JPEG", quality=90)
     opts = CheckOptions(max_side=256)
     ratios = []
-    real_decode = image_check._tf_decode
+    real_decode = decode._tf_decode
 
     def spy(*args, **kwargs):
         ratios.append(kwargs.get("ratio", 1))
         return real_decode(*args, **kwargs)
 
-    monkeypatch.setattr(image_check, "_tf_decode", spy)
+    monkeypatch.setattr(transcode, "_tf_decode", spy)  # the writer's source decode
     source = Image.open(io.BytesIO(data)).convert("RGB")
     assert source.size == (1600, 1200)  # 1/4 scale (400x300) stays >= 256
     size = (256, round(source.height * 256 / source.width))
@@ -584,8 +578,9 @@ def test_bombs_are_refused_from_the_header_without_decoding_or_pillow_warnings(m
     def no_decode(*args, **kwargs):
         raise AssertionError("decoded a bomb")
 
-    monkeypatch.setattr(image_check, "_tf_decode", no_decode)
-    monkeypatch.setattr(image_check, "_source_pixels", no_decode)
+    monkeypatch.setattr(check, "_tf_decode", no_decode)
+    monkeypatch.setattr(transcode, "_tf_decode", no_decode)
+    monkeypatch.setattr(transcode, "_source_pixels", no_decode)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         with pytest.raises(Rejected) as e:
@@ -655,9 +650,9 @@ def test_options_are_validated_with_the_flag_name():
 
 
 def test_strict_verify_without_simplejpeg_fails_at_the_option(monkeypatch):
-    real = image_check.importlib.util.find_spec
+    real = limits.importlib.util.find_spec
     monkeypatch.setattr(
-        image_check.importlib.util,
+        limits.importlib.util,
         "find_spec",
         lambda name, *a: None if name == "simplejpeg" else real(name, *a),
     )
@@ -683,13 +678,13 @@ def test_reason_taxonomy_is_stable_and_documented():
         "changed_during_run",
         "decoder_error",
     }
-    from transforms.list_images import LISTING_REASONS
+    from pipeline.core.rejects import LISTING_REASONS
 
     text = ""
     for doc in ("README.md", os.path.join("docs", "rejects.md")):
         with open(os.path.join(os.path.dirname(__file__), os.pardir, doc), encoding="utf-8") as f:
             text += f.read()
-    for key in (*REASONS, *LISTING_REASONS, *image_check.TRANSCODE_REASONS):
+    for key in (*REASONS, *LISTING_REASONS, *transcode.TRANSCODE_REASONS):
         assert f"`{key}`" in text, f"{key} is documented in neither README.md nor docs/rejects.md"
 
 

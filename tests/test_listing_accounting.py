@@ -12,12 +12,12 @@ import sys
 import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from pipeline import schema
 from pipeline.builder import build_pipeline
+from pipeline.core import schema
+from pipeline.core.rejects import LISTING_REASONS
 from pipeline.demo import build_corpus
 from pipeline.options import ConvertConfig
 from transforms import list_images
-from transforms.list_images import LISTING_REASONS
 from transforms.match_local import match_local
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -12,7 +12,7 @@ import random
 import pytest
 from PIL import Image
 
-from pipeline import schema
+from pipeline.core import schema
 from tests.format_corpus import _photo, bmp_variant, webp_variants
 from tests.test_convert import read_records, run_cli
 

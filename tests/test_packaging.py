@@ -85,7 +85,7 @@ def test_sdist_holds_every_module_config_and_the_requirements(sdist):
         names = {n[len(prefix) :] for n in tar.getnames() if n.startswith(prefix)}
     expected = {
         p.relative_to(ROOT).as_posix()
-        for pattern in ("pipeline/*.py", "transforms/*.py", "configs/*.yaml")
+        for pattern in ("pipeline/**/*.py", "transforms/**/*.py", "configs/*.yaml")
         for p in ROOT.glob(pattern)
     }
     expected |= {"setup.py", "requirements.txt", "MANIFEST.in", "README.md"}
@@ -93,7 +93,9 @@ def test_sdist_holds_every_module_config_and_the_requirements(sdist):
     assert {
         "pipeline/launcher.py",
         "pipeline/dataflow.py",
+        "pipeline/core/schema.py",
         "transforms/write_shards.py",
+        "transforms/images/check.py",
     } <= expected
     assert sorted(expected - names) == []
     assert not [n for n in names if n.startswith(("tests/", "bench/", "examples/", "out/"))]
@@ -186,12 +188,12 @@ def test_example_config_is_a_valid_convert_config():
     assert config.inputs and all(p.startswith("gs://") for p in config.inputs)
     assert config.output.startswith("gs://")
     # Every option the file sets reaches the per-image checks too.
-    assert config.check_options().resize_filter == "lanczos"
-    assert config.check_options().jpeg_verify == "dct"
+    assert config.check.resize_filter == "lanczos"
+    assert config.check.jpeg_verify == "dct"
 
     _, config, _ = parse_convert_args(
         ["--config", str(ROOT / "configs" / "example.yaml"), "--resize_filter", "bilinear",
          "--jpeg_verify", "strict"]
     )  # fmt: skip
-    assert config.check_options().resize_filter == "bilinear"
-    assert config.check_options().jpeg_verify == "strict"
+    assert config.check.resize_filter == "bilinear"
+    assert config.check.jpeg_verify == "strict"

@@ -9,10 +9,10 @@ import pytest
 from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
+from tests.test_transforms import _config, _record
 from transforms import keys
 from transforms.keys import assign_split, int_hash
 from transforms.plan_shards import PlanShards, num_shards_for, writer_record
-from tests.test_transforms import _config, _record
 
 SPLITS_3 = (("train", 0.7), ("validation", 0.2), ("test", 0.1))
 

@@ -12,26 +12,27 @@ from apache_beam.metrics.execution import MetricKey, MetricResult
 from apache_beam.metrics.metricbase import MetricName
 
 from pipeline import progress
+from pipeline.core import tallies
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def test_counts_from_other_processes_are_summed(tmp_path, monkeypatch):
     code = (
-        "from pipeline import progress\n"
-        "progress.tally('listed', 10)\nprogress.tally('inspected', 4)\nprogress.flush()\n"
+        "from pipeline.core import tallies\n"
+        "tallies.tally('listed', 10)\ntallies.tally('inspected', 4)\ntallies.flush()\n"
     )
-    env = dict(os.environ, PYTHONPATH=ROOT, **{progress.PROGRESS_DIR_ENV: str(tmp_path)})
+    env = dict(os.environ, PYTHONPATH=ROOT, **{tallies.PROGRESS_DIR_ENV: str(tmp_path)})
     for _ in range(2):
         subprocess.run([sys.executable, "-c", code], env=env, check=True, timeout=120)
-    counts = progress.read_counts(str(tmp_path))
+    counts = tallies.read_counts(str(tmp_path))
     assert counts["listed"] == 20 and counts["inspected"] == 8 and counts["written"] == 0
 
 
 def test_tally_without_the_variable_writes_nothing(tmp_path, monkeypatch):
-    monkeypatch.delenv(progress.PROGRESS_DIR_ENV, raising=False)
-    progress.tally("listed", 5)
-    progress.flush()
+    monkeypatch.delenv(tallies.PROGRESS_DIR_ENV, raising=False)
+    tallies.tally("listed", 5)
+    tallies.flush()
     assert os.listdir(tmp_path) == []
 
 

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from pipeline import schema
+from pipeline.core import schema
 from pipeline.demo import build_corpus
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -15,7 +15,8 @@ import pytest
 import tensorflow as tf
 from PIL import Image
 
-from pipeline import reader, schema
+from pipeline import reader
+from pipeline.core import schema
 
 LABELS = ["astronaut", "cat", "coffee"]
 IMAGE_SIZE = (24, 32)
@@ -377,7 +378,8 @@ _MIRRORED_SCRIPT = textwrap.dedent(
     tf.config.set_logical_device_configuration(
         cpu, [tf.config.LogicalDeviceConfiguration(), tf.config.LogicalDeviceConfiguration()])
     import keras
-    from pipeline import reader, schema
+    from pipeline import reader
+    from pipeline.core import schema
 
     out0 = {"beam_imported": "apache_beam" in sys.modules}
     data_dir = sys.argv[1]

@@ -23,7 +23,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from pipeline import reader, schema, shard_cache
+from pipeline import reader
+from pipeline.core import schema, shard_cache, stores
 from tests.servers import (  # noqa: F401 - cloud_env is a fixture
     HOST,
     Relay,
@@ -132,7 +133,8 @@ _MIRRORED_SCRIPT = textwrap.dedent(
     cpu = tf.config.list_physical_devices("CPU")[0]
     tf.config.set_logical_device_configuration(
         cpu, [tf.config.LogicalDeviceConfiguration(), tf.config.LogicalDeviceConfiguration()])
-    from pipeline import reader, schema
+    from pipeline import reader
+    from pipeline.core import schema
 
     local_dir, s3_dir, endpoint, cache_dir = sys.argv[1:5]
     strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
@@ -283,7 +285,7 @@ def test_read_that_fails_midway_leaves_no_shard_under_its_final_name(
     (local / schema.DATASET_INFO).write_text(json.dumps(info))
     _upload(s3rec, str(local), uri)
 
-    real_open = shard_cache._S3Store.open
+    real_open = stores._S3Store.open
 
     class StopServerAfterFirstChunk:
         def __init__(self, body):
@@ -302,7 +304,7 @@ def test_read_that_fails_midway_leaves_no_shard_under_its_final_name(
             self.body.close()
 
     monkeypatch.setattr(
-        shard_cache._S3Store,
+        stores._S3Store,
         "open",
         lambda self, u: (
             StopServerAfterFirstChunk(real_open(self, u))

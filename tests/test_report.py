@@ -13,10 +13,11 @@ import subprocess
 
 import pytest
 
-from pipeline import schema
+from pipeline.core import schema
 from pipeline.demo import build_corpus
 from pipeline.launcher import run_convert
-from pipeline.report import parse_example, read_records, write_report
+from pipeline.report import write_report
+from pipeline.report_scan import parse_example, read_records
 from tests.servers import beam_filesystems, cloud_env, gcs, s3, store  # noqa: F401 - fixtures
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -1,4 +1,4 @@
-"""pipeline/storage.py against real servers: local disk, the GCS emulator and moto's S3 server."""
+"""pipeline/core/storage.py against real servers: local disk, the GCS emulator and moto's S3 server."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import time
 import pytest
 from apache_beam.io.filesystems import FileSystems
 
-from pipeline import storage
+from pipeline.core import storage
 from tests.servers import beam_filesystems, cloud_env, gcs, s3, store  # noqa: F401 - fixtures
 
 # 9 MB: above boto3's 8 MB multipart threshold (copies) and Beam's 5 MB S3 part size.

@@ -15,11 +15,12 @@ import pytest
 import tensorflow as tf
 from PIL import Image
 
-from pipeline import reader, schema
+from pipeline import reader
+from pipeline.core import schema
 from pipeline.demo import build_corpus
 from pipeline.options import ConvertConfig, OptionError
 from pipeline.verify import verify_dataset
-from transforms import store_modes
+from transforms.images import store_modes
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MAX_SIDE = 64
@@ -311,7 +312,8 @@ _MIRRORED_SCRIPT = textwrap.dedent(
     cpu = tf.config.list_physical_devices("CPU")[0]
     tf.config.set_logical_device_configuration(
         cpu, [tf.config.LogicalDeviceConfiguration(), tf.config.LogicalDeviceConfiguration()])
-    from pipeline import reader, schema
+    from pipeline import reader
+    from pipeline.core import schema
 
     strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
     out = {}

@@ -13,6 +13,7 @@ from apache_beam.testing.util import assert_that, equal_to
 
 from pipeline.options import ConvertConfig
 from transforms.dedupe import DropDuplicates
+from transforms.images.limits import CheckOptions
 from transforms.inspect_images import InspectImages
 from transforms.keys import assign_split
 from transforms.list_images import ListImages, input_root
@@ -253,7 +254,7 @@ def test_write_shards_checks_each_re_encode_against_the_record(tmp_path):
 
     from transforms.write_shards import WriteShards
 
-    config = _config(tmp_path, max_side=100)
+    config = _config(tmp_path, check=CheckOptions(max_side=100))
     (tmp_path / "in" / "a").mkdir(parents=True)
     records = []
     for name, (w, h) in (("ok", (100, 50)), ("wrong", (40, 40))):
@@ -299,7 +300,7 @@ def test_a_store_that_stays_down_fails_the_job_instead_of_rejecting_each_file(
 ):
     """Inspection and the writer let storage.StoreOutageError through (a per-file ReadError
     would become an `unreadable` reject): the pipeline stops with the outage message."""
-    from pipeline import storage
+    from pipeline.core import storage
     from transforms.write_shards import WriteShards
 
     monkeypatch.setattr(storage, "_BREAKER", storage._OutageBreaker())

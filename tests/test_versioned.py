@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline import changes, schema, versions
+from pipeline.core import changes, schema, versions
 from pipeline.demo import build_corpus
 from tests.servers import cloud_env, gcs, s3, tensorflow_gcs_env  # noqa: F401 - fixtures
 
@@ -213,7 +213,7 @@ def test_changes_name_every_category_and_count_deltas():
 
 def test_reader_import_stays_beam_free():
     code = (
-        "import sys; import pipeline.reader, pipeline.versions; "
+        "import sys; import pipeline.reader, pipeline.core.versions; "
         "assert 'apache_beam' not in sys.modules, 'reader imported Beam'"
     )
     subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=_env(), check=True, timeout=300)
@@ -416,7 +416,7 @@ def beam_filesystems_s3(s3):
 
 _RESOLVE_ON_GCS = """
 import sys
-from pipeline.versions import resolve_dataset_dir
+from pipeline.core.versions import resolve_dataset_dir
 print(resolve_dataset_dir(sys.argv[1]))
 print(resolve_dataset_dir(sys.argv[1] + "/v20261201T030000Z"))
 assert "apache_beam" not in sys.modules, "the reader's resolution imported Beam"

@@ -16,8 +16,8 @@ from apache_beam.options.pipeline_options import (
     StandardOptions,
 )
 
-from pipeline import storage
-from pipeline.normalize import IMAGE, LABEL, normalize_layer
+from pipeline.core import storage
+from pipeline.core.normalize import IMAGE, LABEL, normalize_layer
 
 __all__ = [
     "IMAGE",

@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 import apache_beam as beam
 
-from pipeline import progress
+from pipeline.core import tallies
 
 __all__ = ["CountProgress"]
 
@@ -19,18 +19,18 @@ class _TallyFn(beam.DoFn):
         self._size = size
 
     def process(self, element):
-        progress.tally(self._stage, self._size(element))
+        tallies.tally(self._stage, self._size(element))
         return ()
 
     def finish_bundle(self):
-        progress.flush()
+        tallies.flush()
 
 
 class CountProgress(beam.PTransform):
     """A side branch that counts what flows through a PCollection; outputs nothing.
 
     Args:
-        stage: one of progress.STAGES.
+        stage: one of tallies.STAGES.
         size: element -> how many files it stands for (1 per reject, len(batch) per batch,
             a shard's num_examples).
     """

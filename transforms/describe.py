@@ -12,9 +12,8 @@ import apache_beam as beam
 from apache_beam import pvalue
 from apache_beam.io.filesystems import FileSystems
 
-from pipeline import schema, storage
-from pipeline.errors import ERROR_PREFIX
-from transforms.store_modes import shard_suffix
+from pipeline.core import schema, storage
+from pipeline.core.errors import ERROR_PREFIX
 
 __all__ = ["DescribeDataset", "TooManyRejectsError", "ERROR_PREFIX"]
 
@@ -69,7 +68,7 @@ class _DescribeFn(beam.DoFn):
             for index in range(n):
                 s = by_split[split].get(index)
                 if s is None:  # No file hashed to this shard: write it empty, keep the name.
-                    relname = schema.shard_name(split, index, n, shard_suffix(c.compression))
+                    relname = schema.shard_name(split, index, n, schema.shard_suffix(c.compression))
                     storage.write_bytes_atomic(storage.join(out, relname), b"")
                     s = {
                         "file": relname,

@@ -9,25 +9,13 @@ import apache_beam as beam
 from apache_beam import pvalue
 from apache_beam.metrics import Metrics
 
-from pipeline import storage
-from transforms.image_check import CheckOptions, Rejected, check_file_size, check_image
+from pipeline.core import storage
+from pipeline.core.rejects import Rejected, decoder_error, make_reject
+from transforms.images.check import check_image
+from transforms.images.limits import CheckOptions, check_file_size
 from transforms.keys import stats_fraction, wants_stats
 
-__all__ = ["InspectImages", "decoder_error", "inspect_bytes"]
-
-# A decoder_error detail keeps this many characters of the exception's text: enough for the
-# message, not a whole repr of a huge argument.
-MAX_ERROR_DETAIL = 300
-
-
-def decoder_error(path: str, error: BaseException) -> dict:
-    """The Reject for a file whose per-file step raised something unanticipated (the per-file
-    dead-letter boundary: a decoder bug on one file must not fail a bundle of thousands)."""
-    text = str(error).strip().replace("\n", " ")
-    detail = f"{type(error).__name__}: {text}" if text else type(error).__name__
-    if len(detail) > MAX_ERROR_DETAIL:
-        detail = detail[: MAX_ERROR_DETAIL - 3] + "..."
-    return {"path": path, "reason": "decoder_error", "detail": detail}
+__all__ = ["InspectImages", "inspect_bytes"]
 
 
 def inspect_bytes(item: dict, data: bytes, opts: CheckOptions, compute_stats: bool) -> dict:
@@ -59,7 +47,7 @@ class _InspectFn(beam.DoFn):
     REJECTED = "rejected"
 
     def __init__(self, config):
-        self._opts = config.check_options()
+        self._opts = config.check
         self._concurrency = config.read_concurrency
         self._decode_threads = config.decode_threads
         self._stats_split = config.train_split if config.analyze else None
@@ -104,9 +92,9 @@ class _InspectFn(beam.DoFn):
                 check_file_size(item["size"], self._opts)
             return storage.read_bytes(item["path"]), None
         except Rejected as e:
-            return None, {"path": item["path"], "reason": e.reason, "detail": e.detail}
+            return None, make_reject(item["path"], e.reason, e.detail)
         except storage.ReadError as e:
-            return None, {"path": item["path"], "reason": "unreadable", "detail": e.detail}
+            return None, make_reject(item["path"], "unreadable", e.detail)
 
     def _check(self, item: dict, read: concurrent.futures.Future | None, fraction: float):
         """(InspectedImage, None) or (None, Reject) once the file's read completes (a local
@@ -117,7 +105,7 @@ class _InspectFn(beam.DoFn):
                 return None, reject
             return inspect_bytes(item, data, self._opts, self._wants_stats(item, fraction)), None
         except Rejected as e:
-            return None, {"path": item["path"], "reason": e.reason, "detail": e.detail}
+            return None, make_reject(item["path"], e.reason, e.detail)
         except storage.StoreOutageError:
             raise  # the store is down: stop the job (the only per-file failure that may)
         except Exception as e:  # noqa: BLE001  (the per-file dead-letter boundary)

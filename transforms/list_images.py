@@ -13,27 +13,17 @@ from apache_beam import pvalue
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 
+from pipeline.core.rejects import make_reject
 from transforms.keys import assign_split
 from transforms.match_local import match_local
 
 __all__ = [
     "ListImages",
-    "LISTING_REASONS",
     "ManifestError",
     "input_root",
     "read_manifest_rows",
     "resolve_local",
 ]
-
-# Reject reasons raised while listing (the image reasons live in transforms/image_check.py).
-LISTING_REASONS = {
-    "bad_manifest_row": "a manifest row without a path or label; detail has the line number",
-    "no_split": "--split_from path|manifest found no split for this file",
-    "broken_link": "the pattern matched a symbolic link whose target does not exist",
-    "unreadable_dir": "a folder the pattern reaches could not be listed (permissions); what it "
-    "holds is unknown and not converted",
-    "not_a_file": "the pattern matched a folder (e.g. one named x.jpg) or a FIFO/socket/device",
-}
 
 _GLOB_CHARS = "*?["
 
@@ -162,9 +152,7 @@ class _MatchAllFn(beam.DoFn):
                     seen.add(path)
                 if reason is not None:
                     Metrics.counter("imgrec", f"rejected_{reason}").inc()
-                    yield pvalue.TaggedOutput(
-                        self.REJECTED, {"path": path, "reason": reason, "detail": detail}
-                    )
+                    yield pvalue.TaggedOutput(self.REJECTED, make_reject(path, reason, detail))
                     continue
                 self._matched.inc()
                 key = path[len(root) :] if path.startswith(root) else path.split("://")[-1]
@@ -202,11 +190,11 @@ class _ReadManifestFn(beam.DoFn):
             if not raw:
                 yield pvalue.TaggedOutput(
                     self.REJECTED,
-                    {
-                        "path": f"{manifest}:{lineno}",
-                        "reason": "bad_manifest_row",
-                        "detail": f"line {lineno} has no path: {row!r}",
-                    },
+                    make_reject(
+                        f"{manifest}:{lineno}",
+                        "bad_manifest_row",
+                        f"line {lineno} has no path: {row!r}",
+                    ),
                 )
                 continue
             is_absolute = "://" in raw or raw.startswith("/")
@@ -266,11 +254,11 @@ class _LabelAndSplitFn(beam.DoFn):
             if not label:
                 yield pvalue.TaggedOutput(
                     self.REJECTED,
-                    {
-                        "path": path,
-                        "reason": "bad_manifest_row",
-                        "detail": "the manifest row has no label (or pass --label_from parent|none)",
-                    },
+                    make_reject(
+                        path,
+                        "bad_manifest_row",
+                        "the manifest row has no label (or pass --label_from parent|none)",
+                    ),
                 )
                 return
         else:
@@ -285,13 +273,13 @@ class _LabelAndSplitFn(beam.DoFn):
         if not split:
             yield pvalue.TaggedOutput(
                 self.REJECTED,
-                {
-                    "path": path,
-                    "reason": "no_split",
-                    "detail": f"--split_from {self._split_from} found no split for key {key!r} "
+                make_reject(
+                    path,
+                    "no_split",
+                    f"--split_from {self._split_from} found no split for key {key!r} "
                     "(expected <split>/<label>/<file> under the input root, or a split "
                     "column in the manifest)",
-                },
+                ),
             )
             return
         yield {

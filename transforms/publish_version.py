@@ -14,8 +14,8 @@ import apache_beam as beam
 from apache_beam import pvalue
 from apache_beam.io.filesystems import FileSystems
 
-from pipeline import changes, schema, storage, versions
-from pipeline.errors import ERROR_PREFIX
+from pipeline.core import changes, schema, storage, versions
+from pipeline.core.errors import ERROR_PREFIX
 from transforms.plan_shards import WRITER_FIELDS
 
 __all__ = ["WriteFileIndex", "PublishVersion", "VersionCheckError", "check_version"]

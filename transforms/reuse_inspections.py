@@ -25,7 +25,7 @@ from apache_beam import pvalue
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 
-from pipeline import storage
+from pipeline.core import storage
 from transforms.keys import stats_fraction, wants_stats
 
 __all__ = [
@@ -61,7 +61,7 @@ _STATS = _INSPECTED_FIELDS.index("stats")
 def records_folder(config, output: str | None = None) -> str:
     """The folder of `config`'s records in `output` (default: config.output): one per set of
     check options, since they decide what inspection finds."""
-    digest = hashlib.sha256(f"{RECORD_VERSION}\0{config.check_options()!r}".encode()).hexdigest()
+    digest = hashlib.sha256(f"{RECORD_VERSION}\0{config.check!r}".encode()).hexdigest()
     return storage.join(output or config.output, RECORD_DIR, digest[:16])
 
 

@@ -1,6 +1,6 @@
 """Raw-pixel records (`--store pixels|smart`, image/format "raw"): bytes -> uint8 [H, W, 3].
 
-The reader's side of transforms/store_modes.py. No Beam, no decoder: `decode_raw` is a copy and
+The reader's side of transforms/images/store_modes.py. No Beam, no decoder: `decode_raw` is a copy and
 the reshape is free, so a raw record costs its read, its parse and the crop + resize.
 """
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from pipeline import schema
+from pipeline.core import schema
 
 __all__ = ["RAW_CHANNELS", "STORE_MODES", "decode_raw_image", "is_raw", "store_mode"]
 

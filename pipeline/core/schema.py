@@ -27,9 +27,12 @@ __all__ = [
     "TRANSCODED_FROM",
     "TRANSCODE_REASON",
     "RAW_FORMAT",
+    "STORE_MODES",
+    "COMPRESSIONS",
     "FEATURE_SPEC_JSON",
     "feature_spec",
     "shard_name",
+    "shard_suffix",
     "make_example",
     "load_dataset_info",
     "parse_dataset_info",
@@ -63,6 +66,10 @@ TRANSCODE_REASON = "image/transcode_reason"
 # image/format of records stored with --store pixels (or smart): image/encoded holds uint8 pixels
 # in height x width x channels order, decoded with tf.io.decode_raw + reshape.
 RAW_FORMAT = "raw"
+# dataset_info.json["store"] (--store): how images are stored; the reader dispatches on it.
+STORE_MODES = ("encoded", "pixels", "smart")
+# --compression: of whole shard files; the name says which (shard_suffix).
+COMPRESSIONS = ("none", "gzip")
 
 # (key, kind, dtype) of every feature; kind "fixed" is a scalar FixedLenFeature.
 _FEATURES: tuple[tuple[str, str], ...] = (
@@ -109,6 +116,11 @@ def feature_spec(keys: tuple[str, ...] | None = None) -> dict:
 def shard_name(split: str, index: int, num_shards: int, suffix: str = "") -> str:
     """Relative path of one shard: `train/train-00003-of-00016.tfrecord`."""
     return f"{split}/{split}-{index:05d}-of-{num_shards:05d}.tfrecord{suffix}"
+
+
+def shard_suffix(compression: str) -> str:
+    """The shard name's suffix after `.tfrecord` (CONTRACT.md: GZIP adds .gz)."""
+    return ".gz" if compression == "gzip" else ""
 
 
 def make_example(

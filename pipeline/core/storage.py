@@ -30,7 +30,7 @@ from typing import TypeVar
 from apache_beam.io.filesystem import BeamIOError
 from apache_beam.io.filesystems import FileSystems
 
-from pipeline.errors import ERROR_PREFIX
+from pipeline.core.errors import ERROR_PREFIX
 
 __all__ = [
     "ReadError",

@@ -33,7 +33,7 @@ TEST_ABORT_ENV = "IMGREC_TEST_ABORT_ON"
 _MAX_DETAIL = 300
 
 _LEN = 4
-_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 class _Worker:
@@ -43,7 +43,7 @@ class _Worker:
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(filter(None, (_ROOT, env.get("PYTHONPATH"))))
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "transforms.decode_worker"],
+            [sys.executable, "-m", "transforms.images.decode_worker"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
@@ -145,7 +145,7 @@ atexit.register(_POOL.close)
 
 def _ask(op: str, data: bytes, formats: tuple[str, ...]):
     """The worker's answer to (op, data, formats), or Rejected (its own, or decoder_error)."""
-    from transforms.image_check import Rejected
+    from pipeline.core.rejects import Rejected
 
     try:
         # The test hook travels with each request: a worker started earlier obeys it too.
@@ -161,7 +161,7 @@ def _ask(op: str, data: bytes, formats: tuple[str, ...]):
 
 
 def probe(data: bytes, formats: tuple[str, ...]):
-    """The image_check._Header of `data` opened with Pillow's `formats` plugins in a decoder
+    """The headers._Header of `data` opened with Pillow's `formats` plugins in a decoder
     process, or None if none opens it.
 
     Raises:
@@ -182,21 +182,21 @@ def pixels(data: bytes, formats: tuple[str, ...]):
 
 # ----------------------------------------------------------------------------- worker side
 def _serve(op: str, data: bytes, formats: tuple[str, ...], abort_marker: str | None):
-    from transforms import image_check
+    from transforms.images import pillow_probe
 
     if abort_marker and abort_marker.encode() in data:
         os.abort()
-    im = image_check._pillow_open(data, formats)
+    im = pillow_probe._pillow_open(data, formats)
     if im is None:
         return None
     if op == "probe":
-        return image_check._pil_header(im, im.format or formats[0])
-    image, icc = image_check._pil_pixels(im)
+        return pillow_probe._pil_header(im, im.format or formats[0])
+    image, icc = pillow_probe._pil_pixels(im)
     return image.mode, image.size, image.tobytes(), icc
 
 
 def _main() -> None:
-    from transforms.image_check import Rejected
+    from pipeline.core.rejects import Rejected
 
     # Replies go to a private copy of stdout; anything a library prints goes to stderr.
     out = os.fdopen(os.dup(1), "wb")

@@ -1,5 +1,4 @@
-"""How one image is stored (--store encoded|pixels|smart) and how a shard is compressed
-(--compression none|gzip). Beam-free: the writer calls it per file.
+"""How one image is stored (--store encoded|pixels|smart). Beam-free: the writer calls it per file.
 
 `encoded` stores the file's bytes (or the verified transcode) as today. `pixels` stores raw
 uint8 RGB pixels, height x width x 3, at the --max_side size: no libjpeg at read time, several
@@ -10,28 +9,20 @@ costs less than decoding them (SMART_MAX_RAW_PIXELS), the encoded bytes otherwis
 from __future__ import annotations
 
 import dataclasses
-import zlib
 
 import numpy as np
 
-from pipeline import schema
-from transforms import image_check as ic
+from pipeline.core import rejects, schema
+from transforms.images import check, decode, headers, limits, transcode
 
 __all__ = [
-    "STORE_MODES",
-    "COMPRESSIONS",
     "SMART_MAX_RAW_PIXELS",
     "PIXELS_REASON",
     "StoredImage",
     "store_image",
     "raw_pixels",
     "prefers_raw",
-    "shard_suffix",
-    "GzipSink",
 ]
-
-STORE_MODES = ("encoded", "pixels", "smart")
-COMPRESSIONS = ("none", "gzip")
 
 # image/transcode_reason of records stored as raw pixels (after the source's own reasons).
 PIXELS_REASON = "store_pixels"
@@ -52,13 +43,6 @@ PIXELS_REASON = "store_pixels"
 # CPU too, and always costs 5-10x the disk and network bytes; 32k keeps smart on the safe side.
 SMART_MAX_RAW_PIXELS = 32_768
 
-# zlib level of --compression gzip: 6 is gzip's own default (level 9 measured ~3x the CPU for
-# ~1% smaller raw-pixel shards).
-_GZIP_LEVEL = 6
-# wbits 16 + 15: a gzip container (what TFRecordDataset(compression_type="GZIP") reads) with a
-# 32 KB window; zlib writes a fixed header (mtime 0), so shards stay byte-identical run to run.
-_GZIP_WBITS = 16 + zlib.MAX_WBITS
-
 
 @dataclasses.dataclass(frozen=True)
 class StoredImage:
@@ -72,21 +56,16 @@ class StoredImage:
     raw: bool
 
 
-def shard_suffix(compression: str) -> str:
-    """The shard name's suffix after `.tfrecord` (CONTRACT.md: GZIP adds .gz)."""
-    return ".gz" if compression == "gzip" else ""
-
-
 def prefers_raw(height: int, width: int) -> bool:
     """--store smart: whether an image stored at height x width goes in as raw pixels."""
     return height * width <= SMART_MAX_RAW_PIXELS
 
 
-def raw_pixels(data: bytes, info: ic.ImageInfo, opts: ic.CheckOptions) -> np.ndarray:
+def raw_pixels(data: bytes, info: check.ImageInfo, opts: limits.CheckOptions) -> np.ndarray:
     """The image as uint8 RGB pixels [H, W, 3], as training would see the stored image.
 
     An image stored as is is decoded by TensorFlow like the reader does (`channels=3`). A
-    transcoded one goes through the same steps as image_check's transcode (DCT-scaled source
+    transcoded one goes through the same steps as transforms/images/transcode.py (DCT-scaled source
     decode, EXIF orientation, the --max_side resize with --resize_filter), minus the
     re-encode: the pixels skip a lossy JPEG round trip.
 
@@ -96,23 +75,24 @@ def raw_pixels(data: bytes, info: ic.ImageInfo, opts: ic.CheckOptions) -> np.nda
     from PIL import Image
 
     if not info.transcode:
-        tf = ic._tf()
+        tf = decode._tf()
         try:
-            return ic._tf_decode(info.format, data, channels=3).numpy()
+            return decode._tf_decode(info.format, data, channels=3).numpy()
         except tf.errors.InvalidArgumentError as e:
-            raise ic.Rejected("corrupt", f"decode for --store pixels: {ic._tf_message(e)}") from e
-    # Mirrors image_check._transcode's pixel steps (kept there untouched: it owns the re-encode).
-    fmt, h = ic._probe_checked(data, opts)
+            detail = f"decode for --store pixels: {decode._tf_message(e)}"
+            raise rejects.Rejected("corrupt", detail) from e
+    # Mirrors transcode._transcode's pixel steps (kept there untouched: it owns the re-encode).
+    fmt, h = check._probe_checked(data, opts)
     reasons = info.transcode.split(",")
     ratio = 1
     if "max_side" in reasons:
-        ratio, _ = ic._max_side_plan(h.width, h.height, opts.max_side, fmt)
-    image, _ = ic._source_pixels(data, fmt, h, ratio)
+        ratio, _ = transcode._max_side_plan(h.width, h.height, opts.max_side, fmt)
+    image, _ = transcode._source_pixels(data, fmt, h, ratio)
     if "exif_orientation" in reasons and not h.upright_on_load:
-        transpose = ic._ORIENTATION_TRANSPOSE[h.orientation]
+        transpose = headers._ORIENTATION_TRANSPOSE[h.orientation]
         image = image.transpose(getattr(Image.Transpose, transpose))
     if "max_side" in reasons:
-        _, size = ic._max_side_plan(image.width, image.height, opts.max_side, "")
+        _, size = transcode._max_side_plan(image.width, image.height, opts.max_side, "")
         image = image.resize(size, getattr(Image.Resampling, opts.resize_filter.upper()))
     if image.mode != "RGB":
         # Gray is replicated and alpha dropped, as tf.io.decode_image(channels=3) does.
@@ -121,7 +101,7 @@ def raw_pixels(data: bytes, info: ic.ImageInfo, opts: ic.CheckOptions) -> np.nda
 
 
 def store_image(
-    data: bytes, info: ic.ImageInfo, opts: ic.CheckOptions, store: str = "encoded"
+    data: bytes, info: check.ImageInfo, opts: limits.CheckOptions, store: str = "encoded"
 ) -> StoredImage:
     """The bytes to store for one inspected image under `--store`.
 
@@ -130,25 +110,8 @@ def store_image(
     """
     raw = store == "pixels" or (store == "smart" and prefers_raw(info.height, info.width))
     if not raw:
-        encoded = ic.encode_for_storage(data, info, opts)
+        encoded = check.encode_for_storage(data, info, opts)
         return StoredImage(encoded, info.format, info.height, info.width, info.channels, False)
     pixels = raw_pixels(data, info, opts)
     height, width, channels = pixels.shape
     return StoredImage(pixels.tobytes(), schema.RAW_FORMAT, height, width, channels, True)
-
-
-class GzipSink:
-    """A write-only file that gzips what it is given into `sink` (any object with write/close)."""
-
-    def __init__(self, sink):
-        self._sink = sink
-        self._z = zlib.compressobj(_GZIP_LEVEL, zlib.DEFLATED, _GZIP_WBITS)
-
-    def write(self, data: bytes) -> None:
-        chunk = self._z.compress(data)
-        if chunk:
-            self._sink.write(chunk)
-
-    def close(self) -> None:
-        self._sink.write(self._z.flush())
-        self._sink.close()

@@ -49,7 +49,7 @@ def _jsonl(data: bytes) -> list[dict]:
 def load_file_facts(version_dir: str) -> dict[str, dict] | None:
     """{path: {"status", "sha256", "split", "label", "reason"}} of one version, or None when the
     version has no file index (it was not written with --versioned)."""
-    from pipeline import schema, storage, versions
+    from pipeline.core import schema, storage, versions
 
     index_path = storage.join(version_dir, versions.FILE_INDEX)
     if not storage.exists(index_path):

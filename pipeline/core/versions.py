@@ -12,18 +12,16 @@ A reader resolves ROOT through LATEST once, at start, and keeps reading that ver
 a new version is written beside it and LATEST changes only after the new one is complete.
 
 This module must stay importable without Apache Beam (the reader resolves roots with it): the
-Beam-side helpers import `pipeline.storage` inside the functions.
+Beam-side helpers import `pipeline.core.storage` inside the functions.
 """
 
 from __future__ import annotations
-
-from collections.abc import Callable
 
 import datetime
 import json
 import posixpath
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 __all__ = [
     "LATEST",
@@ -139,7 +137,7 @@ def _read_text(path: str, fs: str) -> str | None:
         with tf.io.gfile.GFile(path, "rb") as f:
             return f.read().decode("utf-8", "replace")
     if fs == "beam":
-        from pipeline import storage
+        from pipeline.core import storage
 
         if not storage.exists(path):
             return None
@@ -214,7 +212,7 @@ def list_versions(root: str) -> list[str]:
 
 def is_finished(root: str, name: str) -> bool:
     """Whether the version's dataset_info.json exists (its conversion completed)."""
-    from pipeline import schema, storage
+    from pipeline.core import schema, storage
 
     return storage.exists(_join(_join(root, name), schema.DATASET_INFO))
 
@@ -230,7 +228,7 @@ def choose_version(
     Raises:
         VersionError: `root` holds an unversioned dataset.
     """
-    from pipeline import schema, storage
+    from pipeline.core import schema, storage
 
     if storage.exists(_join(root, schema.DATASET_INFO)):
         raise VersionError(
@@ -256,7 +254,7 @@ def claim_version(root: str, name: str, record: dict) -> str:
     """
     import os
 
-    from pipeline import storage
+    from pipeline.core import storage
 
     for _ in range(1000):
         folder = _join(root, name)
@@ -294,7 +292,7 @@ def write_pointer(root: str, name: str) -> None:
     """
     from apache_beam.io.filesystems import FileSystems
 
-    from pipeline import storage
+    from pipeline.core import storage
 
     path = _join(root, LATEST)
     data = (name + "\n").encode("ascii")
@@ -348,7 +346,7 @@ def _delete_version(folder: str) -> None:
     version.json last (until then a later prune still finds and finishes the job)."""
     from apache_beam.io.filesystems import FileSystems
 
-    from pipeline import schema, storage
+    from pipeline.core import schema, storage
 
     if "://" not in folder:
         import shutil
@@ -431,14 +429,14 @@ def claim_run(config, record: dict):
 
 
 def _exists(path: str) -> bool:
-    from pipeline import storage
+    from pipeline.core import storage
 
     return storage.exists(path)
 
 
 def publication_line(folder: str) -> str:
     """After a versioned run: whether LATEST names `folder`'s version, and its changes headline."""
-    from pipeline import storage
+    from pipeline.core import storage
 
     root, name = split_version_dir(folder)
     latest = read_latest(root)

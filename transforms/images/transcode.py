@@ -1,0 +1,153 @@
+"""Re-encoding: why the stored bytes differ from the source, and the deterministic transcode."""
+
+from __future__ import annotations
+
+import io
+
+from pipeline.core.rejects import Rejected
+from transforms.images.decode import _dct_shape, _dct_side, _decode_failure, _tf, _tf_decode
+from transforms.images.headers import _ORIENTATION_TRANSPOSE, _Header
+from transforms.images.limits import _TF_DECODABLE_OTHER, STORED_FORMATS, CheckOptions
+from transforms.images.pillow_probe import (
+    _MODE_CHANNELS,
+    _PIL_PLUGINS,
+    _not_decodable,
+    _pil_pixels,
+    _pillow_open,
+)
+
+__all__ = ["TRANSCODE_REASONS"]
+
+
+# Why the stored bytes differ from the source (image/transcode_reason, comma-joined in this order).
+TRANSCODE_REASONS = {
+    "unsupported_format": "the source format is not stored as is and --transcode png|jpeg is set",
+    "bmp_to_png": "a BMP: TensorFlow's BMP decoder ignores palettes and compression, so its "
+    "pixels are stored as lossless PNG (by default; --transcode jpeg stores JPEG)",
+    "webp_to_png": "a WebP with alpha or animation: tf.io.decode_image(channels=3) refuses those, "
+    "so its (first frame's) pixels are stored as lossless PNG",
+    "animated_first_frame": "an animated or multi-frame source; its first frame is stored",
+    "exif_orientation": "EXIF says the pixels are stored rotated/flipped; TensorFlow ignores EXIF, "
+    "so the upright pixels are stored (--apply_exif_orientation)",
+    "max_side": "the longer side exceeded --max_side; stored downscaled",
+}
+
+
+def _transcode_deferred(reasons: list[str], fmt: str, channels: int) -> bool:
+    """Whether inspection leaves this transcode to the writer: a gray or colour JPEG that only
+    needs --max_side (its output sides are computed, not made; see check_image)."""
+    return reasons == ["max_side"] and fmt == "jpeg" and channels in (1, 3)
+
+
+def _transcode_reasons(fmt: str, h: _Header, opts: CheckOptions) -> list[str]:
+    reasons = []
+    if fmt not in STORED_FORMATS:
+        # _probe_other already rejected what these options do not keep (--transcode none, ...).
+        if fmt == "webp" and h.frames == 1 and h.webp_as_is:
+            pass  # decode_image(channels=3) reads a still WebP without alpha: stored as is
+        elif fmt in _TF_DECODABLE_OTHER and opts.transcode != "jpeg":
+            reasons.append(f"{fmt}_to_png")
+        else:
+            reasons.append("unsupported_format")
+    if h.frames > 1:
+        if opts.animated == "reject":
+            raise Rejected(
+                "animated",
+                f"{fmt.upper()} with {h.frames}"
+                f"{'+' if fmt == 'gif' else ''} frames and --animated reject",
+            )
+        reasons.append("animated_first_frame")
+    if h.orientation != 1 and (opts.apply_exif_orientation or h.upright_on_load):
+        reasons.append("exif_orientation")
+    if opts.max_side and max(h.width, h.height) > opts.max_side:
+        reasons.append("max_side")
+    return reasons
+
+
+def _transcode(
+    data: bytes, fmt: str, h: _Header, reasons: list[str], opts: CheckOptions
+) -> tuple[bytes, str, int]:
+    """Re-encode: (stored bytes, stored format, channels). Deterministic for given inputs."""
+    from PIL import Image
+
+    ratio = 1
+    if "max_side" in reasons:
+        ratio, _ = _max_side_plan(h.width, h.height, opts.max_side, fmt)
+    image, icc = _source_pixels(data, fmt, h, ratio)
+    if "exif_orientation" in reasons and not h.upright_on_load:
+        image = image.transpose(getattr(Image.Transpose, _ORIENTATION_TRANSPOSE[h.orientation]))
+    if "max_side" in reasons:
+        _, size = _max_side_plan(image.width, image.height, opts.max_side, "")
+        image = image.resize(size, getattr(Image.Resampling, opts.resize_filter.upper()))
+    if fmt == "jpeg":
+        target = "jpeg"
+    elif fmt in STORED_FORMATS or (fmt in _TF_DECODABLE_OTHER and opts.transcode != "jpeg"):
+        target = "png"  # lossless: BMP is uncompressed; WebP with alpha or animation
+    else:
+        target = opts.transcode
+    if target == "jpeg" and image.mode in ("LA", "RGBA"):
+        image = image.convert(image.mode[:-1])  # JPEG has no alpha; TF's channels=3 drops it too
+    if icc and not _icc_matches(icc, image.mode):
+        icc = None
+    out = io.BytesIO()
+    extra = {"icc_profile": icc} if icc else {}
+    if target == "jpeg":
+        image.save(out, "JPEG", quality=opts.jpeg_quality, **extra)
+    else:
+        image.save(out, "PNG", compress_level=6, **extra)
+    return out.getvalue(), target, _MODE_CHANNELS[image.mode]
+
+
+def _max_side_plan(width: int, height: int, max_side: int, fmt: str) -> tuple[int, tuple[int, int]]:
+    """(DCT ratio to decode a `fmt` source at, (width, height) after the --max_side resize).
+
+    A JPEG is decoded at libjpeg's 1/2, 1/4 or 1/8 scale while its long side stays >= max_side
+    (a 4000x3000 photo going to 256 decodes 8x smaller and resizes from 500x375); the resize
+    then brings the long side to max_side, keeping the aspect ratio.
+    """
+    ratio = 1
+    if fmt == "jpeg":
+        for r in (8, 4, 2):
+            if _dct_side(max(width, height), r) >= max_side:
+                ratio = r
+                break
+    h, w = _dct_shape(height, width, ratio)
+    scale = max_side / max(w, h)
+    return ratio, (max(1, round(w * scale)), max(1, round(h * scale)))
+
+
+def _icc_matches(icc: bytes, mode: str) -> bool:
+    space = icc[16:20] if len(icc) >= 20 else b""
+    return space == (b"GRAY" if mode in ("L", "LA") else b"RGB ")
+
+
+def _source_pixels(data: bytes, fmt: str, h: _Header, ratio: int = 1):
+    """The source's (first frame) pixels as a Pillow image in L, LA, RGB or RGBA, and its ICC.
+
+    JPEG/PNG/still GIF are decoded by TensorFlow, so a file TF rejects is rejected here too
+    rather than "repaired" by a more lenient decoder. Animated GIFs and other formats are
+    decoded by Pillow (TF's GIF decoder would read every frame). `ratio` > 1 decodes a JPEG
+    at that DCT scale (1/ratio of each side).
+    """
+    from PIL import Image
+
+    tf = _tf()
+    if fmt in STORED_FORMATS and not (fmt == "gif" and h.frames > 1):
+        try:
+            pixels = _tf_decode(fmt, data, channels=0, accurate=True, ratio=ratio).numpy()
+        except tf.errors.InvalidArgumentError as e:
+            raise _decode_failure(fmt, data, h, e) from e
+        image = Image.fromarray(pixels if pixels.shape[2] > 1 else pixels[:, :, 0])
+        return image, h.icc
+    if h.isolated:
+        from transforms.images import decode_worker
+
+        decoded = decode_worker.pixels(data, _PIL_PLUGINS.get(fmt, ()))
+        if decoded is None:
+            raise _not_decodable(data, fmt)
+        mode, size, raw, icc = decoded
+        return Image.frombytes(mode, size, raw), icc
+    im = h.pil if h.pil is not None else _pillow_open(data, _PIL_PLUGINS.get(fmt, ()))
+    if im is None:
+        raise _not_decodable(data, fmt)
+    return _pil_pixels(im)
