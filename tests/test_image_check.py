@@ -1,4 +1,5 @@
-"""Tests of image_check on generated hostile files: outcomes, TF-equivalence, stored bytes."""
+"""Tests of the per-file check (transforms/images) on generated hostile files: outcomes,
+TF-equivalence, stored bytes."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Per-image limits and transcode choices (CheckOptions) and the checks by size alone.
+"""Per-image limits and transcode choices (CheckOptions); refusals by size and declared sides.
 
 Imports no numpy, no Pillow, no TensorFlow: option parsing and the plan digest import it.
 """
@@ -64,7 +64,8 @@ DEFAULT_MAX_PIXELS = 89_478_485
 
 @dataclasses.dataclass(frozen=True)
 class CheckOptions:
-    """Per-image limits and transcode choices (a subset of ConvertConfig, same names)."""
+    """Per-image limits and transcode choices (ConvertConfig.check; each field is the option of
+    the same name)."""
 
     max_pixels: int = DEFAULT_MAX_PIXELS
     min_side: int = 1
