@@ -4,11 +4,14 @@ One-off migration aid for branches made before the move (delete after merging th
 
     python scripts/i13_rewrite_imports.py FILE...        # rewrites in place, prints what to check
 
-Handles `from pipeline import a, b`, `from pipeline.X import ...`, `from transforms.image_check
-import ...` (name by name), `from transforms import image_check [as ic]` with `ic.NAME` uses,
-`transforms.store_modes` names that moved to the schema or the writer, dotted module names in
-strings, and the file paths named in docs. Prints a warning for monkeypatch.setattr on a module
-whose functions moved: patch the module that *calls* the function (see the report of issue 13).
+Run it from the repository root on the new layout (it reads transforms/images to learn where
+each moved name is bound), then `ruff check --select I --fix` on the same files to merge and sort
+the import lines. Handles `from pipeline import a, b`, `from pipeline.X import ...`,
+`from transforms.image_check import ...` (name by name), `from transforms import image_check
+[as ic]` with `ic.NAME` uses and `monkeypatch.setattr(ic, "NAME", v)` (one setattr per module
+whose globals hold NAME, so every caller sees the patch), names that moved between modules
+(store_modes -> schema/write_shards, LISTING_REASONS and decoder_error -> rejects, ...), dotted
+module names in strings, and the file paths named in docs. What it cannot map it prints.
 """
 
 from __future__ import annotations
@@ -128,43 +131,98 @@ def _rewrite_from(m: re.Match) -> str:
     if mod in NAMES:
         for n in names:
             base = n.split(" as ")[0]
-            groups.setdefault(NAMES[mod].get(base, MODULES.get(mod, mod)), []).append(n)
-        return _emit(indent, groups, tail)
+            target = NAMES[mod].get(base, MODULES.get(mod, mod))
+            if _SELF and target == _SELF:
+                continue  # the name moved into this very module
+            groups.setdefault(target, []).append(n)
+        return _emit(indent, groups, tail) if groups else ""
+
     if mod in MODULES:
         return f"{indent}from {MODULES[mod]} import {m['names']}"
     return m.group(0)
 
 
+def _bindings() -> dict[str, set[str]]:
+    """name -> the transforms.images modules whose globals hold it (defined or from-imported
+    there): where a monkeypatch must land for the code in that module to see it."""
+    import ast
+    import glob
+    import os
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    out: dict[str, set[str]] = {}
+    for path in glob.glob(os.path.join(root, "transforms", "images", "*.py")):
+        short = os.path.basename(path)[:-3]
+        with open(path, encoding="utf-8") as f:
+            tree = ast.parse(f.read())
+        for node in tree.body:
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith(_IMAGES):
+                for a in node.names:
+                    out.setdefault(a.asname or a.name, set()).add(_IMAGES + short)
+    for name, new in NAMES["transforms.image_check"].items():
+        out.setdefault(name, set()).add(new)
+    return out
+
+
 def _rewrite_module_alias(text: str, path: str) -> str:
-    """`from transforms import image_check [as X]` + `X.NAME` -> the new modules."""
-    pat = re.compile(r"^([ \t]*)from transforms import image_check(?: as (\w+))?[ \t]*$", re.M)
+    """`from transforms import image_check [as X]` (alone or among other names) + `X.NAME` and
+    `monkeypatch.setattr(X, "NAME", v)` -> the new modules."""
+    pat = re.compile(r"^([ \t]*)from transforms import ([\w ,]*\bimage_check\b[\w ,]*)$", re.M)
+    bindings = None
     for m in list(pat.finditer(text)):
-        alias = m.group(2) or "image_check"
+        names = [n.strip() for n in m.group(2).split(",") if n.strip()]
+        mine = [n for n in names if n.split(" as ")[0] == "image_check"][0]
+        alias = mine.split(" as ")[1] if " as " in mine else "image_check"
         used: dict[str, str] = {}
+        bindings = bindings or _bindings()
+
+        def patch(a: re.Match, used: dict = used, alias: str = alias, where_is=bindings) -> str:
+            indent, obj, name, value = a.groups()
+            where = sorted(where_is.get(name, ()))
+            if not where:
+                print(f"{path}: {alias}.{name}: not mapped", file=sys.stderr)
+                return a.group(0)
+            for new in where:
+                used[new] = new.rpartition(".")[2]
+            return "\n".join(f'{indent}{obj}.setattr({used[w]}, "{name}", {value})' for w in where)
+
+        text = re.sub(
+            rf'^([ \t]*)(\w+)\.setattr\(\s*{alias},\s*"(\w+)",\s*(.+)\)[ \t]*$',
+            patch,
+            text,
+            flags=re.M,
+        )
 
         def attr(a: re.Match, alias: str = alias, used: dict = used) -> str:
             name = a.group(1)
             new = NAMES["transforms.image_check"].get(name)
+            if name == "importlib":  # CheckOptions looks up importlib.util.find_spec
+                new = _IMAGES + "limits"
             if new is None:
                 print(f"{path}: {alias}.{name}: not mapped", file=sys.stderr)
                 return a.group(0)
             used[new] = new.rpartition(".")[2]
             return f"{used[new]}.{name}"
 
-        text = re.sub(rf"\b{alias}\.(\w+)", attr, text)
-        for s in re.finditer(r"setattr\(\s*(\w+),\s*\"(\w+)\"", text):
-            print(
-                f"{path}: monkeypatch of {s.group(1)}.{s.group(2)}: patch where it is called",
-                file=sys.stderr,
-            )
+        text = re.sub(rf"(?<![\w.]){alias}\.(\w+)", attr, text)
         groups: dict[str, list[str]] = {}
         for new, short in sorted(used.items()):
             groups.setdefault(new.rpartition(".")[0], []).append(short)
-        text = text.replace(m.group(0), _emit(m.group(1), groups) if groups else "", 1)
+        rest = [n for n in names if n is not mine]
+        lines = [f"{m.group(1)}from transforms import {', '.join(rest)}"] if rest else []
+        if groups:
+            lines.append(_emit(m.group(1), groups))
+        text = text.replace(m.group(0), "\n".join(lines), 1)
     return text
 
 
+_SELF = ""  # the dotted name of the module being rewritten
+
+
 def rewrite(text: str, path: str = "") -> str:
+    global _SELF
+    _SELF = path[2:] if path.startswith("./") else path
+    _SELF = _SELF[:-3].replace("/", ".") if _SELF.endswith(".py") else ""
     text = _rewrite_module_alias(text, path)
     text = _FROM.sub(_rewrite_from, text)
     text = re.sub(
