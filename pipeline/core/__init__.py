@@ -1,0 +1,1 @@
+"""The core: schema, storage, rejects, versions, the reader's helpers; nothing above it."""

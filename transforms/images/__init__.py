@@ -1,0 +1,1 @@
+"""Per-file image logic, no Beam: sniff, headers, Pillow, decode, transcode; check.py chains it."""
