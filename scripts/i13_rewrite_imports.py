@@ -71,7 +71,7 @@ NAMES = {
     },
     "pipeline.shard_cache": {
         n: "pipeline.core.stores"
-        for n in "_S3Store _TensorFlowStore _BeamStore _TF_SCHEMES".split()
+        for n in "_S3Store _TensorFlowStore _BeamStore _TF_SCHEMES _scheme _split_s3 _s3_store".split()
     },
     "transforms.inspect_images": {
         "decoder_error": "pipeline.core.rejects",
