@@ -34,6 +34,7 @@ from apache_beam.internal import pickler
 from apache_beam.metrics.metric import MetricResults
 from apache_beam.runners.runner import PipelineRunner
 
+from pipeline.core import beam_compat
 from pipeline.core.errors import ERROR_PREFIX
 from pipeline.options import OptionError
 
@@ -118,13 +119,7 @@ def _global(value):
 def _run_dofn_partition(items, spec: dict, *side_values):
     """Run one DoFn over one partition; returns [(tag, value)] including finish_bundle output."""
     from apache_beam import DoFn
-    from apache_beam.runners.common import (
-        DoFnContext,
-        DoFnInvoker,
-        DoFnSignature,
-        Receiver,
-        _OutputHandler,
-    )
+    from apache_beam.runners.common import DoFnContext, DoFnInvoker, DoFnSignature, Receiver
     from apache_beam.transforms.sideinputs import SideInputMap
 
     out: list = []
@@ -150,15 +145,7 @@ def _run_dofn_partition(items, spec: dict, *side_values):
         # A fresh DoFn per task: Dask hands the same deserialized `spec` to every task of a
         # worker, and DoFns keep per-instance state (TFT caches its graph on the instance).
         DoFnSignature(pickler.loads(spec["fn"])),
-        _OutputHandler(
-            window_fn=spec["window_fn"],
-            main_receivers=receivers[None],
-            tagged_receivers=receivers,
-            per_element_output_counter=None,
-            output_batch_converter=None,
-            process_yields_batches=False,
-            process_batch_yields_elements=False,
-        ),
+        beam_compat.dofn_output_handler(spec["window_fn"], receivers[None], receivers),
         context=DoFnContext(spec["label"], state=None),
         side_inputs=side_inputs,
         input_args=list(spec["args"]),
@@ -256,7 +243,7 @@ class _Translator(beam.pipeline.PipelineVisitor):
         main = inputs[0]
         side_views, side_bags = [], []
         for si in node.side_inputs:
-            side_views.append((type(si), si._view_options()))
+            side_views.append(beam_compat.side_input_view(si))
             source = self._input(si.pvalue)
             # Computed once on the cluster; every task reading it gets the whole list. An Item
             # argument is turned into a delayed with its graph optimized (fused) on its own,
@@ -294,7 +281,7 @@ class DaskRunner(PipelineRunner):
         dask_options = options.view_as(DaskOptions).get_all_options(
             drop_default=True, current_only=True
         )
-        bag_kwargs = DaskOptions._extract_bag_kwargs(dask_options)
+        bag_kwargs = beam_compat.pop_dask_bag_kwargs(dask_options)
         client = ddist.Client(**dask_options)
         pipeline.replace_all(dask_overrides())
         threads = sum(client.nthreads().values()) or 1

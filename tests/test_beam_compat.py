@@ -59,3 +59,41 @@ def test_beam_argument_parser_takes_every_registered_option_class():
         cls._add_argparse_args(parser)  # some of Beam's call add_value_provider_argument
     known, _ = parser.parse_known_args(["--runner", "DirectRunner", "--output", "out"])
     assert known.runner == "DirectRunner" and known.output == "out"
+
+
+def test_dofn_output_handler_routes_outputs_to_receivers():
+    from apache_beam.runners.common import Receiver
+    from apache_beam.transforms.window import GlobalWindow
+    from apache_beam.utils.windowed_value import WindowedValue
+
+    got = []
+
+    class Collect(Receiver):
+        def receive(self, windowed_value):
+            got.append(windowed_value.value)
+
+    handler = beam_compat.dofn_output_handler(None, Collect(), {})
+    element = WindowedValue("in", 0, (GlobalWindow(),))
+    handler.handle_process_outputs(element, iter(["a", "b"]))
+    assert got == ["a", "b"]
+
+
+def test_side_input_view_rebuilds_the_view():
+    import apache_beam as beam
+    from apache_beam.transforms.sideinputs import SideInputMap
+    from apache_beam.transforms.window import GlobalWindow
+    from apache_beam.utils.windowed_value import WindowedValue
+
+    p = beam.Pipeline()
+    side = beam.pvalue.AsList(p | beam.Create([1, 2]))
+    view_class, options = beam_compat.side_input_view(side)
+    assert view_class is beam.pvalue.AsList and isinstance(options, dict)
+    values = [WindowedValue(v, 0, (GlobalWindow(),)) for v in (1, 2)]
+    assert list(SideInputMap(view_class, options, values)[GlobalWindow()]) == [1, 2]
+
+
+def test_pop_dask_bag_kwargs_takes_the_bag_arguments_out():
+    pytest.importorskip("dask")
+    options = {"npartitions": 4, "partition_size": 16, "address": "tcp://127.0.0.1:1"}
+    assert beam_compat.pop_dask_bag_kwargs(options) == {"npartitions": 4, "partition_size": 16}
+    assert options == {"address": "tcp://127.0.0.1:1"}

@@ -139,6 +139,20 @@ def test_the_checker_sees_deferred_from_and_relative_imports():
     assert _violations(["pipeline/core/schema.py"], ("pipeline.core",)) == {}
 
 
+def test_private_beam_names_are_imported_in_beam_compat_only():
+    found = {}
+    for path in MODULES:
+        with open(os.path.join(ROOT, path), encoding="utf-8") as f:
+            tree = ast.parse(f.read(), path)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and _within(node.module or "", "apache_beam"):
+                private = [a.name for a in node.names if a.name.startswith("_")]
+                if private:
+                    found.setdefault(path, []).extend(private)
+    assert found == {"pipeline/core/beam_compat.py": ["_TFRecordUtil", "_BeamArgumentParser",
+                                                      "_OutputHandler"]}  # fmt: skip
+
+
 @pytest.mark.parametrize("path", MODULES)
 def test_no_module_is_over_the_line_limit(path):
     with open(os.path.join(ROOT, path), encoding="utf-8") as f:
