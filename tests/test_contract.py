@@ -138,7 +138,7 @@ def test_examples_hold_the_contracts_features_with_source_values(default_run):
             for key, kind in CONTRACT_FEATURES.items():
                 assert features[key].WhichOneof("kind") == kind, key
 
-            def one(key):
+            def one(key, features=features):
                 values = getattr(features[key], CONTRACT_FEATURES[key]).value
                 assert len(values) == 1, key
                 return values[0]

@@ -11,6 +11,7 @@ import os
 import shutil
 import subprocess
 import sys
+
 import pytest
 
 from pipeline import schema
