@@ -17,7 +17,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-__all__ = ["ROOT", "cli", "cli_env", "in_process", "ok"]
+__all__ = ["ROOT", "cli", "cli_env", "in_process", "ok", "read_records"]
 
 ROOT = Path(__file__).resolve().parent.parent
 # A conversion of a test corpus takes seconds; this only stops a hung run.
@@ -69,3 +69,10 @@ def in_process(*args: str, check: bool = True) -> subprocess.CompletedProcess:
         ["imgrec", *map(str, args)], status, out.getvalue(), err.getvalue()
     )
     return ok(proc) if check else proc
+
+
+def read_records(path: str) -> list[bytes]:
+    """Every record of one TFRecord shard (uncompressed), through TensorFlow's reader."""
+    import tensorflow as tf
+
+    return [r.numpy() for r in tf.data.TFRecordDataset(path)]

@@ -5,9 +5,9 @@ use to inject faults (refused connections, reset connections, HTTP 429/503 answe
 mocking any client library. Clients (Beam, google-cloud-storage, boto3) talk to the relay; the
 `put`/`get`/`keys` helpers talk to the server directly, so they keep working while a fault is on.
 
-Use from a test module::
-
-    from tests.servers import cloud_env, gcs, s3, store  # noqa: F401  (pytest fixtures)
+tests/conftest.py registers this module as a pytest plugin: a test takes `gcs`, `s3`, `store`,
+... as arguments, without importing them, and the whole session shares one server of each kind
+(an import per module would start one per module).
 
 TensorFlow's own GCS filesystem (what pipeline/reader.py uses for gs://) has its endpoints
 compiled in (https://storage.googleapis.com, https://www.googleapis.com) and no emulator
@@ -190,7 +190,15 @@ class Relay:
             try:
                 client, _ = listener.accept()
             except OSError:
-                return  # listener closed by down()
+                with self._lock:
+                    closed = self._listener is not listener
+                if closed:
+                    return  # listener closed by down()
+                # A client that reset before it was accepted (ECONNABORTED), or a full fd
+                # table: keep serving. Returning here left the port listening with nobody
+                # accepting, and the next conversion hung until its timeout.
+                time.sleep(0.01)
+                continue
             with self._lock:
                 if self._listener is not listener:
                     _reset(client)

@@ -21,9 +21,8 @@ import pytest
 
 from pipeline import changes, schema, versions
 from pipeline.demo import build_corpus
-from tests.servers import cloud_env, gcs, s3, tensorflow_gcs_env  # noqa: F401 - fixtures
+from tests.runs import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 CONVERT_ARGS = [
     "--no_analyze",
     "--splits", "train=0.6,validation=0.4",

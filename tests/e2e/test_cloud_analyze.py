@@ -21,8 +21,7 @@ import pytest
 
 from pipeline import launcher, schema
 from pipeline.demo import build_corpus
-from tests.servers import beam_filesystems, cloud_env, gcs, s3, store  # noqa: F401 - fixtures
-from tests.test_cloud_e2e import (
+from tests.e2e.test_cloud import (
     RUN_TIMEOUT_S,
     _bucket_reader,
     _local_reader,
@@ -31,8 +30,8 @@ from tests.test_cloud_e2e import (
     check_dataset,
     upload,
 )
+from tests.runs import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 # test_cloud_e2e's corpus options without --no_analyze: analysis runs as it does by default.
 ANALYZE_ARGS = [
     "--splits", "train=0.6,validation=0.4",

@@ -21,7 +21,7 @@ from pipeline import schema, versions
 from pipeline.builder import build_pipeline
 from pipeline.demo import build_corpus
 from pipeline.options import ConvertConfig, OptionError
-from tests.servers import cloud_env, gcs, s3, store  # noqa: F401 - fixtures
+from tests.runs import ROOT as ROOT_PATH
 
 # Small shards: the 80-image corpus spreads over several, so that a small change leaves some
 # shards' plans unchanged (copied) and changes others (written).
@@ -270,7 +270,7 @@ def test_full_needs_versioned():
         )
 
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = str(ROOT_PATH)
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:

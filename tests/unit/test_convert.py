@@ -16,14 +16,8 @@ import pytest
 
 from pipeline import schema
 from pipeline.demo import build_corpus
-from tests.runs import cli_env
+from tests.runs import cli_env, read_records
 from tests.runs import in_process as run_cli
-
-
-def read_records(path: str) -> list[bytes]:
-    import tensorflow as tf
-
-    return [r.numpy() for r in tf.data.TFRecordDataset(path)]
 
 
 def shard_digests(out: str) -> dict[str, str]:

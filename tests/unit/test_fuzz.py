@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from tests.runs import ROOT as ROOT_PATH
 from transforms.image_check import CheckOptions, Rejected, check_image, encode_for_storage
 
 tf = pytest.importorskip("tensorflow")
@@ -34,7 +35,7 @@ _CI_SEED = 20261201
 # Every this-many accepted files goes through the writer's encode_for_storage as well.
 _WRITE_SAMPLE = 3
 
-REGRESSIONS = os.path.join(os.path.dirname(__file__), "regressions")
+REGRESSIONS = str(ROOT_PATH / "tests" / "regressions")
 
 
 def _seed() -> int:

@@ -21,9 +21,9 @@ from pipeline import schema
 from pipeline.builder import build_pipeline
 from pipeline.demo import build_corpus
 from pipeline.options import ConvertConfig
-from tests.servers import cloud_env, gcs, s3, store  # noqa: F401 - fixtures
+from tests.runs import ROOT as ROOT_PATH
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = str(ROOT_PATH)
 
 
 def convert(*args: str) -> dict[str, int]:

@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from tests.test_dataflow_dry_run import PROJECT, ROOT, RUN_TIMEOUT_S, env, gcs  # noqa: F401
+from tests.e2e.test_dataflow_dry_run import PROJECT, ROOT, RUN_TIMEOUT_S, env, gcs  # noqa: F401
 
 
 @pytest.mark.parametrize("in_launcher_image", [True, False])

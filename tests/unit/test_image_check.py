@@ -15,6 +15,7 @@ import pytest
 from PIL import Image
 
 from tests.hostile import encode, make_hostile_corpus, photo, png_chunk, tf_decodes
+from tests.runs import ROOT as ROOT_PATH
 from transforms import image_check
 from transforms.image_check import (
     REASONS,
@@ -687,7 +688,7 @@ def test_reason_taxonomy_is_stable_and_documented():
 
     text = ""
     for doc in ("README.md", os.path.join("docs", "rejects.md")):
-        with open(os.path.join(os.path.dirname(__file__), os.pardir, doc), encoding="utf-8") as f:
+        with open(os.path.join(ROOT_PATH, doc), encoding="utf-8") as f:
             text += f.read()
     for key in (*REASONS, *LISTING_REASONS, *image_check.TRANSCODE_REASONS):
         assert f"`{key}`" in text, f"{key} is documented in neither README.md nor docs/rejects.md"

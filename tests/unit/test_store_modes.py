@@ -19,9 +19,10 @@ from pipeline import reader, schema
 from pipeline.demo import build_corpus
 from pipeline.options import ConvertConfig, OptionError
 from pipeline.verify import verify_dataset
+from tests.runs import ROOT as ROOT_PATH
 from transforms import store_modes
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = str(ROOT_PATH)
 MAX_SIDE = 64
 OUT_SIZE = (48, 48)
 

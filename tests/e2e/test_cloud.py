@@ -23,9 +23,8 @@ import pytest
 
 from pipeline import schema
 from pipeline.demo import build_corpus
-from tests.servers import cloud_env, gcs, s3, store, tensorflow_gcs_env  # noqa: F401 - fixtures
+from tests.runs import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 # Small images and a tiny shard target: several shards per split from a 2-core-friendly corpus.
 CONVERT_ARGS = [
     "--no_analyze",

@@ -16,11 +16,12 @@ from pipeline import schema
 from pipeline.builder import build_pipeline
 from pipeline.demo import build_corpus
 from pipeline.options import ConvertConfig
+from tests.runs import ROOT as ROOT_PATH
 from transforms import list_images
 from transforms.list_images import LISTING_REASONS
 from transforms.match_local import match_local
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = str(ROOT_PATH)
 # Enough good images that the hostile entries stay under the default --max_bad_fraction (5 %).
 NUM_GOOD = 100
 

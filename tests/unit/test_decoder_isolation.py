@@ -18,13 +18,15 @@ from PIL import Image
 
 from pipeline import schema
 from pipeline.options import ConvertConfig
-from tests.test_convert import ROOT, read_records
+from tests.runs import ROOT as ROOT_PATH
+from tests.runs import read_records
 from transforms import decode_worker, image_check
 from transforms.image_check import REASONS, CheckOptions, Rejected, check_image
 from transforms.inspect_images import MAX_ERROR_DETAIL, InspectImages
 from transforms.plan_shards import writer_entry
 
-REGRESSIONS = os.path.join(os.path.dirname(__file__), "regressions")
+ROOT = str(ROOT_PATH)
+REGRESSIONS = str(ROOT_PATH / "tests" / "regressions")
 
 
 def _encode(im, fmt: str, **kw) -> bytes:
@@ -219,8 +221,10 @@ def test_writer_turns_a_failing_re_encode_into_a_reject_and_keeps_the_rest(tmp_p
     with TestPipeline() as p:
         plan = p | "Plan" >> beam.Create([{"train": 1}])
         labels = p | "Labels" >> beam.Create([["a"]])
-        out = p | beam.Create([(("train", 0), entries)]) | WriteShards(
-            _config(tmp_path), plan, labels
+        out = (
+            p
+            | beam.Create([(("train", 0), entries)])
+            | WriteShards(_config(tmp_path), plan, labels)
         )
         assert_that(
             out["shards"] | beam.Map(lambda s: s["num_examples"]), equal_to([1]), label="Written"

@@ -16,11 +16,12 @@ import tensorflow as tf
 from PIL import Image
 
 from pipeline import reader, schema
+from tests.runs import ROOT as ROOT_PATH
 
 LABELS = ["astronaut", "cat", "coffee"]
 IMAGE_SIZE = (24, 32)
 SPLITS = {"train": (60, 4), "validation": (21, 3)}  # split: (examples, shards)
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = str(ROOT_PATH)
 
 
 def _image_bytes(index: int, fmt: str) -> tuple[bytes, int, int]:

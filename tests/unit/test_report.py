@@ -17,9 +17,9 @@ from pipeline import schema
 from pipeline.demo import build_corpus
 from pipeline.launcher import run_convert
 from pipeline.report import parse_example, read_records, write_report
-from tests.servers import beam_filesystems, cloud_env, gcs, s3, store  # noqa: F401 - fixtures
+from tests.runs import ROOT as ROOT_PATH
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = str(ROOT_PATH)
 _DATA_URI = re.compile(r'src="data:(image/(?:png|jpeg));base64,([A-Za-z0-9+/=]+)"')
 
 

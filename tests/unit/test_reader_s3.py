@@ -24,19 +24,19 @@ import pytest
 import tensorflow as tf
 
 from pipeline import reader, schema, shard_cache
-from tests.servers import (  # noqa: F401 - cloud_env is a fixture
+from tests.runs import ROOT as ROOT_PATH
+from tests.servers import (
     HOST,
     Relay,
     S3Server,
     ServerProcess,
     _s3_error,
     _venv_bin,
-    cloud_env,
     free_port,
 )
-from tests.test_reader import IMAGE_SIZE, write_dataset
+from tests.unit.test_reader import IMAGE_SIZE, write_dataset
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = str(ROOT_PATH)
 # "validation/validation-0000i-of-00003.tfrecord"
 VAL_SHARDS = [schema.shard_name("validation", i, 3) for i in range(3)]
 
@@ -339,9 +339,7 @@ def test_read_that_fails_midway_leaves_no_shard_under_its_final_name(
 
 def test_cache_without_room_fails_with_the_space_needed(datasets, tmp_path, monkeypatch):
     free = 1000
-    monkeypatch.setattr(
-        shard_cache.shutil, "disk_usage", lambda _: type("U", (), {"free": free})()
-    )
+    monkeypatch.setattr(shard_cache.shutil, "disk_usage", lambda _: type("U", (), {"free": free})())
     needed = json.loads(Path(datasets["local"], schema.DATASET_INFO).read_text())["splits"][
         "train"
     ]["num_bytes"]
@@ -425,9 +423,12 @@ def test_cached_shards_without_note_are_hashed_and_changed_ones_downloaded_again
     assert sum(int(b.shape[0]) for _, b in ds) == 21
     assert [os.path.basename(p) for p in s3rec.shard_gets()] == [second.name]
     assert Path(f"{first}.verified").exists()
-    assert hashlib.sha256(second.read_bytes()).hexdigest() == json.loads(
-        Path(datasets["local"], schema.DATASET_INFO).read_text()
-    )["splits"]["validation"]["shards"][1]["sha256"]
+    assert (
+        hashlib.sha256(second.read_bytes()).hexdigest()
+        == json.loads(Path(datasets["local"], schema.DATASET_INFO).read_text())["splits"][
+            "validation"
+        ]["shards"][1]["sha256"]
+    )
 
 
 def test_mirror_copies_a_folder_such_as_the_transform_export(s3rec, datasets, tmp_path):
