@@ -5,7 +5,7 @@ ignores the GCS emulator (it would call the real Google host). The converter the
 write to a local scratch folder and publishes `transform_fn/` and `transformed_metadata/` through
 Beam's FileSystems. These tests run the real command line against the local servers of
 tests/servers.py, download the published export and load it with `tft.TFTransformOutput`.
-The no-analysis conversions stay in tests/test_cloud_e2e.py.
+The no-analysis conversions stay in tests/e2e/test_cloud.py.
 """
 
 from __future__ import annotations

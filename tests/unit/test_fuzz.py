@@ -3,7 +3,7 @@ and the writer's encode_for_storage. Only Rejected may come out; whatever is acc
 with TensorFlow as the reader decodes it.
 
 Seed: fixed when CI is set (reproducible runs), else IMGREC_FUZZ_SEED or a random one; the seed
-is in every failure message (IMGREC_FUZZ_SEED=N pytest tests/test_fuzz.py replays it). A crash
+is in every failure message (IMGREC_FUZZ_SEED=N pytest tests/unit/test_fuzz.py replays it). A crash
 found becomes a file in tests/regressions/ (checked by test_regression_files_are_rejected_or_kept).
 """
 
