@@ -60,11 +60,19 @@ def in_process(*args: str, check: bool = True) -> subprocess.CompletedProcess:
     to a log file and nothing exits the interpreter. A conversion runs on one in-memory
     worker unless the arguments ask for more.
     """
+    from apache_beam.io.filesystems import FileSystems
+
     from pipeline import cli as imgrec_cli
 
     out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        status = imgrec_cli.main([str(a) for a in args])
+    # convert hands its options to FileSystems for the preflight (a process-wide setting): put
+    # back what was there, so that one test's --s3_endpoint_url does not reach the next.
+    previous = FileSystems._pipeline_options  # noqa: SLF001 - restored below
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            status = imgrec_cli.main([str(a) for a in args])
+    finally:
+        FileSystems._pipeline_options = previous  # noqa: SLF001
     proc = subprocess.CompletedProcess(
         ["imgrec", *map(str, args)], status, out.getvalue(), err.getvalue()
     )

@@ -22,6 +22,7 @@ from pipeline.builder import build_pipeline
 from pipeline.demo import build_corpus
 from pipeline.options import ConvertConfig, OptionError
 from tests.runs import ROOT as ROOT_PATH
+from tests.runs import in_process
 
 # Small shards: the 80-image corpus spreads over several, so that a small change leaves some
 # shards' plans unchanged (copied) and changes others (written).
@@ -274,13 +275,8 @@ ROOT = str(ROOT_PATH)
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="2")
-    proc = subprocess.run(
-        [sys.executable, "-m", "pipeline", "convert", *args, *COMMON, "--workers", "1"],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
-    assert proc.returncode == 0, f"exit {proc.returncode}\n{proc.stdout}\n{proc.stderr[-3000:]}"
-    return proc
+    """`imgrec convert ARGS` in this process (tests/runs.py), asserting exit 0."""
+    return in_process("convert", *args, *COMMON, "--workers", "1")
 
 
 @pytest.mark.parametrize("store", ["gs", "s3"], indirect=True)
