@@ -29,7 +29,7 @@ from tests.runs import ROOT
 CONVERT_ARGS = [
     "--no_analyze",
     "--splits", "train=0.6,validation=0.4",
-    "--target_shard_mb", "0.02",
+    "--target_shard_mb", "0.006",  # ~22 KB per split: 3-4 shards each (checked in `reference`)
     "--max_bad_fraction", "0.5",
 ]  # fmt: skip
 # A conversion of this corpus takes ~10-20 s (TensorFlow import, DirectRunner start-up).
@@ -127,7 +127,15 @@ def reference(corpus, tmp_path_factory) -> dict[str, tuple[str, str, int]]:
     src, _, listed = corpus
     out = tmp_path_factory.mktemp("reference") / "ds"
     _ok(run_cli("--input", f"{src}/*/*.jpg", "--output", str(out)))
-    return check_dataset(*_local_reader(out), input_root=f"{src}/", expected_listed=listed)
+    placement = check_dataset(*_local_reader(out), input_root=f"{src}/", expected_listed=listed)
+    # Placement comparisons mean something only with several shards per split, each used: with
+    # one shard per split, a shard chosen by the wrong hash would place every image the same.
+    info = json.loads((out / schema.DATASET_INFO).read_text())
+    for split, entry in info["splits"].items():
+        assert entry["num_shards"] >= 3, (split, entry["num_shards"])
+        used = {shard for s, shard, _ in placement.values() if s == split}
+        assert len(used) >= 3, (split, used)
+    return placement
 
 
 def _local_reader(out: Path) -> tuple[Callable[[str], bytes], list[str]]:
@@ -366,23 +374,21 @@ def _run_with_outage(store, corpus, stop: Callable[[], None], start: Callable[[]
         watcher.stop.set()
         watcher.join()
     assert hit, "the run ended before the outage began"
-    print(f"outcome: exit {proc.returncode}; {proc.stderr.strip().splitlines()[-1:]}")
     return proc, source, dest, listed, watcher.seen
 
 
 def _assert_outcome(store, proc, source, dest, listed, seen, reference) -> None:
-    """Completed correctly, or failed with one clear line; never a partial file in view."""
+    """The run rode the outage out: exit 0 and a complete dataset, never a partial file in view.
+
+    The outage (OUTAGE_S) is shorter than every retry budget (imgrec's ~7 s per read, the
+    clients' own), so failing is a bug here, not an acceptable outcome: a store that stays down
+    is tests/unit/test_storage.py's (the outage breaker, one line naming --resume).
+    """
     for name, versions in seen.items():
         if name.endswith(".tfrecord"):
             for data in versions:
                 _records(data)  # whole files only: a torn shard fails its CRC/length checks
-    final = store.keys(dest, "ds/")
-    if proc.returncode != 0:
-        assert proc.returncode == 1, proc.stderr[-2000:]
-        assert proc.stderr.strip().splitlines()[-1].startswith("imgrec: "), proc.stderr[-2000:]
-        assert schema.DATASET_INFO not in seen
-        assert "ds/" + schema.DATASET_INFO not in final
-        return
+    assert proc.returncode == 0, f"exit {proc.returncode}: {proc.stderr[-2000:]}"
     root = store.uri(source, "photos/")
     rejected = store.get(store.uri(dest, "ds/" + schema.REJECTED)).decode().splitlines()
     lost = {
