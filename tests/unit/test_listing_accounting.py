@@ -208,6 +208,7 @@ def _without_dac_override() -> tuple[str, ...] | None:
     return (setpriv, f"--inh-caps={caps}", f"--bounding-set={caps}")
 
 
+@pytest.mark.e2e  # the real command line under setpriv (a fresh process by necessity)
 def test_vanishing_entries_are_rejected_by_the_cli(good_images, tmp_path):
     """The real command line with default options, a real chmod 000 folder (as root, the
     process runs without the capability that overrides permissions)."""

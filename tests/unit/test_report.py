@@ -174,6 +174,7 @@ def _page_width(binary: str, page: str, tmp_path) -> tuple[int, int]:
     return int(m.group(1)), int(m.group(2))
 
 
+@pytest.mark.e2e  # a real browser, three headless Chromium starts
 def test_report_renders_in_chromium_without_horizontal_overflow(dataset, chromium, tmp_path):
     from PIL import Image, ImageStat
 

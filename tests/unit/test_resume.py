@@ -22,6 +22,7 @@ from pipeline.builder import build_pipeline
 from pipeline.demo import build_corpus
 from pipeline.options import ConvertConfig
 from tests.runs import ROOT as ROOT_PATH
+from tests.runs import in_process
 
 ROOT = str(ROOT_PATH)
 
@@ -252,10 +253,7 @@ def test_bucket_input_resume_uses_object_update_times(store, tmp_path):
     args += [*store.beam_args, "--workers", "1"]
 
     def run(*extra: str, output: str = out) -> None:
-        argv = [a if a != out else output for a in args]
-        proc = _cli(*argv, *extra)
-        _, err = proc.communicate(timeout=600)
-        assert proc.returncode == 0, err.decode()[-3000:]
+        in_process("convert", *[a if a != out else output for a in args], *extra)
 
     run()
     expected = snapshot(out)
