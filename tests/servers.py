@@ -725,10 +725,9 @@ def cloud_env(tmp_path_factory) -> Iterator[Path]:
         yield root
 
 
-@pytest.fixture(scope="session")
-def gcs(cloud_env, tmp_path_factory) -> Iterator[GcsServer]:
-    """A running GCS emulator (data on disk, so it survives `server.restart()`)."""
-    root = tmp_path_factory.mktemp("gcs")
+@contextlib.contextmanager
+def _gcs_server(root: Path) -> Iterator[GcsServer]:
+    """Start a GCS emulator with its data under `root`; clients reach it through its relay."""
     port = free_port()
     server = ServerProcess(
         "gcp-storage-emulator",
@@ -757,6 +756,25 @@ def gcs(cloud_env, tmp_path_factory) -> Iterator[GcsServer]:
         finally:
             relay.down()
             server.stop()
+
+
+@pytest.fixture(scope="session")
+def gcs(cloud_env, tmp_path_factory) -> Iterator[GcsServer]:
+    """A running GCS emulator (data on disk, so it survives `server.restart()`)."""
+    with _gcs_server(tmp_path_factory.mktemp("gcs")) as server:
+        yield server
+
+
+@pytest.fixture
+def own_gcs(cloud_env, tmp_path_factory) -> Iterator[GcsServer]:
+    """A GCS emulator of this test's own, for a test that stops and restarts the process.
+
+    The emulator rewrites one JSON file of every object's metadata, not atomically, on each
+    write: stopped in the middle of one, it cannot start again. A small private state keeps
+    that window short, and no other test loses the session's emulator to it.
+    """
+    with _gcs_server(tmp_path_factory.mktemp("own_gcs")) as server:
+        yield server
 
 
 @pytest.fixture(scope="session")

@@ -347,6 +347,8 @@ def _run_with_outage(store, corpus, stop: Callable[[], None], start: Callable[[]
     done = threading.Event()
     hit = []
 
+    failed: list[BaseException] = []
+
     def outage() -> None:
         base = store.relay.accepted
         while store.relay.accepted < base + OUTAGE_AFTER_CONNECTIONS and not done.is_set():
@@ -356,7 +358,10 @@ def _run_with_outage(store, corpus, stop: Callable[[], None], start: Callable[[]
         stop()
         hit.append(time.monotonic())
         time.sleep(OUTAGE_S)
-        start()
+        try:
+            start()
+        except BaseException as e:  # noqa: BLE001 - reported by the test below
+            failed.append(e)
 
     fault = threading.Thread(target=outage, daemon=True)
     fault.start()
@@ -373,6 +378,7 @@ def _run_with_outage(store, corpus, stop: Callable[[], None], start: Callable[[]
         fault.join()
         watcher.stop.set()
         watcher.join()
+    assert not failed, f"the server did not come back: {failed[0]}"
     assert hit, "the run ended before the outage began"
     return proc, source, dest, listed, watcher.seen
 
@@ -406,11 +412,11 @@ def _assert_outcome(store, proc, source, dest, listed, seen, reference) -> None:
     assert seen.get(schema.DATASET_INFO, {info}) == {info}
 
 
-def test_gcs_server_restart_mid_run(gcs, corpus, reference):
+def test_gcs_server_restart_mid_run(own_gcs, corpus, reference):
     """The emulator process itself is stopped and started again on the same port (its objects
     are kept on disk)."""
-    outcome = _run_with_outage(gcs, corpus, gcs.server.stop, gcs.server.start)
-    _assert_outcome(gcs, *outcome, reference)
+    outcome = _run_with_outage(own_gcs, corpus, own_gcs.server.stop, own_gcs.server.start)
+    _assert_outcome(own_gcs, *outcome, reference)
 
 
 def test_s3_link_down_mid_run(s3, corpus, reference):
