@@ -279,6 +279,7 @@ def _cli(*args: str) -> subprocess.CompletedProcess:
     return in_process("convert", *args, *COMMON, "--workers", "1")
 
 
+@pytest.mark.e2e  # conversions on the storage servers (minutes on 2 cores)
 @pytest.mark.parametrize("store", ["gs", "s3"], indirect=True)
 def test_bucket_root_copies_shards_server_side(store, tmp_path):
     """Input and versioned root on a bucket (GCS emulator, S3): a no-change rerun reads no

@@ -236,6 +236,7 @@ def test_kill_9_then_resume_equals_a_fresh_run(tmp_path):
     shutil.rmtree(src)
 
 
+@pytest.mark.e2e  # conversions on the storage servers (minutes on 2 cores)
 @pytest.mark.parametrize("store", ["gs", "s3"], indirect=True)
 def test_bucket_input_resume_uses_object_update_times(store, tmp_path):
     """Bucket listing stamps (object update times) on the GCS emulator and S3: an unchanged

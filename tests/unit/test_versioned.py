@@ -369,6 +369,7 @@ def test_kill_9_leaves_latest_and_resume_completes_the_same_version(tmp_path_fac
 # ---------------------------------------------------------------------------------------------
 
 
+@pytest.mark.e2e  # conversions on the storage servers (minutes on 2 cores)
 def test_versioned_runs_on_s3(s3, corpus, beam_filesystems_s3):
     source, dest = s3.new_bucket("src"), s3.new_bucket("dst")
     for p in sorted(corpus.rglob("*.jpg")):
