@@ -254,6 +254,7 @@ _FRESH_PROCESS_CHECK = textwrap.dedent("""
 """)
 
 
+@pytest.mark.e2e  # a fresh TensorFlow process (MirroredStrategy or TF's own filesystem)
 def test_export_loads_in_fresh_process_and_normalises_the_split(analyzed, tmp_path):
     out, _, sampled, _ = analyzed
     images_npz = str(tmp_path / "images.npz")

@@ -203,6 +203,7 @@ def mirrored(s3rec, datasets, tmp_path_factory) -> dict:
     }
 
 
+@pytest.mark.e2e  # a fresh TensorFlow process (MirroredStrategy or TF's own filesystem)
 def test_mirrored_s3_evaluation_epoch_matches_the_local_copy(mirrored):
     result = mirrored["result"]
     assert result["replicas"] == 2
@@ -215,6 +216,7 @@ def test_mirrored_s3_evaluation_epoch_matches_the_local_copy(mirrored):
     assert result["beam_imported"] is False  # s3:// goes through boto3
 
 
+@pytest.mark.e2e  # a fresh TensorFlow process (MirroredStrategy or TF's own filesystem)
 def test_each_shard_is_downloaded_once_into_the_cache(mirrored, datasets):
     gets = mirrored["gets"]
     # 3 validation shards for the evaluation epoch, then the training shards the first
@@ -230,6 +232,7 @@ def test_each_shard_is_downloaded_once_into_the_cache(mirrored, datasets):
     assert not [p for p in cached if shard_cache._TEMP_MARK in p.name]
 
 
+@pytest.mark.e2e  # a fresh TensorFlow process (MirroredStrategy or TF's own filesystem)
 def test_second_make_dataset_on_the_same_cache_downloads_nothing(s3rec, datasets, mirrored):
     s3rec.reset()
     ds = reader.make_dataset(

@@ -323,6 +323,7 @@ _MIRRORED_SCRIPT = textwrap.dedent(
 )
 
 
+@pytest.mark.e2e  # a fresh TensorFlow process (MirroredStrategy or TF's own filesystem)
 def test_mirrored_strategy_on_raw_shards_sees_every_example_once(pixels):
     with open(os.path.join(pixels, schema.DATASET_INFO)) as f:
         n = json.load(f)["splits"]["train"]["num_examples"]

@@ -419,6 +419,7 @@ assert "apache_beam" not in sys.modules, "the reader's resolution imported Beam"
 """
 
 
+@pytest.mark.e2e  # a fresh TensorFlow process (MirroredStrategy or TF's own filesystem)
 def test_reader_resolves_a_gcs_root_through_tensorflows_filesystem(gcs, tensorflow_gcs_env):
     """The reader's path (tf.io.gfile, no Beam) reads LATEST on gs://."""
     bucket = gcs.new_bucket("versions")
