@@ -8,9 +8,10 @@ tests/unit/: in-process tests (conversions through `tests.runs.in_process` on on
 worker, transforms under TestPipeline, the reader on small shards). tests/e2e/: the real command
 line in fresh processes (`tests.runs.cli`: default options end to end, exit statuses, kill -9),
 storage outages mid-run, Dask and Dataflow, packaging; every test there is marked `e2e`. A test
-in a tests/unit file that runs the command line in a fresh process (a kill -9, setpriv), a real
-browser, or a whole conversion on the storage servers carries `@pytest.mark.e2e` itself (these
-stay beside the fast tests of the same feature).
+in a tests/unit file that runs the command line in a fresh process (a kill -9, setpriv), a fresh
+TensorFlow process (MirroredStrategy's logical CPUs, TensorFlow's GCS filesystem), a real browser,
+or a whole conversion on the storage servers carries `@pytest.mark.e2e` itself (these stay beside
+the fast tests of the same feature).
 
 Shared helpers: tests/runs.py (running imgrec), tests/servers.py (GCS emulator and S3 server
 fixtures, registered below), tests/hostile.py and tests/format_corpus.py (generated corpora).
