@@ -45,9 +45,7 @@ def _photo(rng: random.Random, w: int, h: int) -> Image.Image:
     return Image.fromarray(np.clip(base + noise, 0, 255).astype(np.uint8))
 
 
-def bmp_variant(
-    im: Image.Image, header_size: int, bpp: int = 24, top_down: bool = False
-) -> bytes:
+def bmp_variant(im: Image.Image, header_size: int, bpp: int = 24, top_down: bool = False) -> bytes:
     """A BMP with an info header of `header_size` bytes (12, 40, 52, 56, 64, 108, 124).
 
     bpp 24 is BI_RGB; bpp 16 (5-6-5) and 32 (8-8-8-8) use BI_BITFIELDS masks (in the header

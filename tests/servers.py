@@ -5,9 +5,9 @@ use to inject faults (refused connections, reset connections, HTTP 429/503 answe
 mocking any client library. Clients (Beam, google-cloud-storage, boto3) talk to the relay; the
 `put`/`get`/`keys` helpers talk to the server directly, so they keep working while a fault is on.
 
-Use from a test module::
-
-    from tests.servers import cloud_env, gcs, s3, store  # noqa: F401  (pytest fixtures)
+tests/conftest.py registers this module as a pytest plugin: a test takes `gcs`, `s3`, `store`,
+... as arguments, without importing them, and the whole session shares one server of each kind
+(an import per module would start one per module).
 
 TensorFlow's own GCS filesystem (what pipeline/reader.py uses for gs://) has its endpoints
 compiled in (https://storage.googleapis.com, https://www.googleapis.com) and no emulator
@@ -190,7 +190,15 @@ class Relay:
             try:
                 client, _ = listener.accept()
             except OSError:
-                return  # listener closed by down()
+                with self._lock:
+                    closed = self._listener is not listener
+                if closed:
+                    return  # listener closed by down()
+                # A client that reset before it was accepted (ECONNABORTED), or a full fd
+                # table: keep serving. Returning here left the port listening with nobody
+                # accepting, and the next conversion hung until its timeout.
+                time.sleep(0.01)
+                continue
             with self._lock:
                 if self._listener is not listener:
                     _reset(client)
@@ -717,10 +725,9 @@ def cloud_env(tmp_path_factory) -> Iterator[Path]:
         yield root
 
 
-@pytest.fixture(scope="session")
-def gcs(cloud_env, tmp_path_factory) -> Iterator[GcsServer]:
-    """A running GCS emulator (data on disk, so it survives `server.restart()`)."""
-    root = tmp_path_factory.mktemp("gcs")
+@contextlib.contextmanager
+def _gcs_server(root: Path) -> Iterator[GcsServer]:
+    """Start a GCS emulator with its data under `root`; clients reach it through its relay."""
     port = free_port()
     server = ServerProcess(
         "gcp-storage-emulator",
@@ -749,6 +756,25 @@ def gcs(cloud_env, tmp_path_factory) -> Iterator[GcsServer]:
         finally:
             relay.down()
             server.stop()
+
+
+@pytest.fixture(scope="session")
+def gcs(cloud_env, tmp_path_factory) -> Iterator[GcsServer]:
+    """A running GCS emulator (data on disk, so it survives `server.restart()`)."""
+    with _gcs_server(tmp_path_factory.mktemp("gcs")) as server:
+        yield server
+
+
+@pytest.fixture
+def own_gcs(cloud_env, tmp_path_factory) -> Iterator[GcsServer]:
+    """A GCS emulator of this test's own, for a test that stops and restarts the process.
+
+    The emulator rewrites one JSON file of every object's metadata, not atomically, on each
+    write: stopped in the middle of one, it cannot start again. A small private state keeps
+    that window short, and no other test loses the session's emulator to it.
+    """
+    with _gcs_server(tmp_path_factory.mktemp("own_gcs")) as server:
+        yield server
 
 
 @pytest.fixture(scope="session")

@@ -14,9 +14,11 @@ from PIL import Image
 
 from pipeline.core import schema
 from tests.format_corpus import _photo, bmp_variant, webp_variants
-from tests.test_convert import read_records, run_cli
+from tests.runs import ROOT as ROOT_PATH
+from tests.runs import cli as run_cli
+from tests.runs import read_records
 
-REGRESSIONS = os.path.join(os.path.dirname(__file__), "regressions")
+REGRESSIONS = str(ROOT_PATH / "tests" / "regressions")
 
 
 def _encode(im, fmt: str, **kw) -> bytes:

@@ -23,21 +23,20 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from pipeline import reader
-from pipeline.core import schema, shard_cache, stores
-from tests.servers import (  # noqa: F401 - cloud_env is a fixture
+from pipeline import reader, schema, shard_cache
+from tests.runs import ROOT as ROOT_PATH
+from tests.servers import (
     HOST,
     Relay,
     S3Server,
     ServerProcess,
     _s3_error,
     _venv_bin,
-    cloud_env,
     free_port,
 )
-from tests.test_reader import IMAGE_SIZE, write_dataset
+from tests.unit.test_reader import IMAGE_SIZE, write_dataset
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = str(ROOT_PATH)
 # "validation/validation-0000i-of-00003.tfrecord"
 VAL_SHARDS = [schema.shard_name("validation", i, 3) for i in range(3)]
 
@@ -205,6 +204,7 @@ def mirrored(s3rec, datasets, tmp_path_factory) -> dict:
     }
 
 
+@pytest.mark.e2e  # a fresh TensorFlow process (MirroredStrategy or TF's own filesystem)
 def test_mirrored_s3_evaluation_epoch_matches_the_local_copy(mirrored):
     result = mirrored["result"]
     assert result["replicas"] == 2
@@ -217,6 +217,7 @@ def test_mirrored_s3_evaluation_epoch_matches_the_local_copy(mirrored):
     assert result["beam_imported"] is False  # s3:// goes through boto3
 
 
+@pytest.mark.e2e  # a fresh TensorFlow process (MirroredStrategy or TF's own filesystem)
 def test_each_shard_is_downloaded_once_into_the_cache(mirrored, datasets):
     gets = mirrored["gets"]
     # 3 validation shards for the evaluation epoch, then the training shards the first
@@ -232,6 +233,7 @@ def test_each_shard_is_downloaded_once_into_the_cache(mirrored, datasets):
     assert not [p for p in cached if shard_cache._TEMP_MARK in p.name]
 
 
+@pytest.mark.e2e  # a fresh TensorFlow process (MirroredStrategy or TF's own filesystem)
 def test_second_make_dataset_on_the_same_cache_downloads_nothing(s3rec, datasets, mirrored):
     s3rec.reset()
     ds = reader.make_dataset(
@@ -341,9 +343,7 @@ def test_read_that_fails_midway_leaves_no_shard_under_its_final_name(
 
 def test_cache_without_room_fails_with_the_space_needed(datasets, tmp_path, monkeypatch):
     free = 1000
-    monkeypatch.setattr(
-        shard_cache.shutil, "disk_usage", lambda _: type("U", (), {"free": free})()
-    )
+    monkeypatch.setattr(shard_cache.shutil, "disk_usage", lambda _: type("U", (), {"free": free})())
     needed = json.loads(Path(datasets["local"], schema.DATASET_INFO).read_text())["splits"][
         "train"
     ]["num_bytes"]
@@ -427,9 +427,12 @@ def test_cached_shards_without_note_are_hashed_and_changed_ones_downloaded_again
     assert sum(int(b.shape[0]) for _, b in ds) == 21
     assert [os.path.basename(p) for p in s3rec.shard_gets()] == [second.name]
     assert Path(f"{first}.verified").exists()
-    assert hashlib.sha256(second.read_bytes()).hexdigest() == json.loads(
-        Path(datasets["local"], schema.DATASET_INFO).read_text()
-    )["splits"]["validation"]["shards"][1]["sha256"]
+    assert (
+        hashlib.sha256(second.read_bytes()).hexdigest()
+        == json.loads(Path(datasets["local"], schema.DATASET_INFO).read_text())["splits"][
+            "validation"
+        ]["shards"][1]["sha256"]
+    )
 
 
 def test_mirror_copies_a_folder_such_as_the_transform_export(s3rec, datasets, tmp_path):

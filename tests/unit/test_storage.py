@@ -10,8 +10,7 @@ import time
 import pytest
 from apache_beam.io.filesystems import FileSystems
 
-from pipeline.core import storage
-from tests.servers import beam_filesystems, cloud_env, gcs, s3, store  # noqa: F401 - fixtures
+from pipeline import storage
 
 # 9 MB: above boto3's 8 MB multipart threshold (copies) and Beam's 5 MB S3 part size.
 BIG = 9 * 1024 * 1024 + 7

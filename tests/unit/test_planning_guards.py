@@ -9,7 +9,7 @@ import pytest
 from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
-from tests.test_transforms import _config, _record
+from tests.unit.test_transforms import _config, _record
 from transforms import keys
 from transforms.keys import assign_split, int_hash
 from transforms.plan_shards import PlanShards, num_shards_for, writer_record
@@ -56,9 +56,7 @@ def test_every_shard_index_is_used_and_shards_follow_keys_not_paths(tmp_path):
         _record(f"/mnt/copy-{i % 3}/cls/{i}.jpg", f"cls/{i}.jpg", sha256=f"{i:064d}")
         for i in range(200)
     ]
-    expected = sorted(
-        ("train", int_hash("shard", 7, r["key"]) % 4, r["path"]) for r in rows
-    )
+    expected = sorted(("train", int_hash("shard", 7, r["key"]) % 4, r["path"]) for r in rows)
     assert {index for _, index, _ in expected} == {0, 1, 2, 3}
     with TestPipeline() as p:
         out = p | beam.Create([rows[i : i + 16] for i in range(0, 200, 16)]) | PlanShards(config)

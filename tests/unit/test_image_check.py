@@ -17,10 +17,18 @@ from PIL import Image
 
 from pipeline.core.rejects import REASONS, Rejected
 from tests.hostile import encode, make_hostile_corpus, photo, png_chunk, tf_decodes
-from transforms.images import check, decode, limits, transcode
-from transforms.images.check import check_image, encode_for_storage
-from transforms.images.limits import CheckOptions, check_file_size
-from transforms.images.sniff import sniff_container, sniff_format
+from tests.runs import ROOT as ROOT_PATH
+from transforms import image_check
+from transforms.image_check import (
+    REASONS,
+    CheckOptions,
+    Rejected,
+    check_file_size,
+    check_image,
+    encode_for_storage,
+    sniff_container,
+    sniff_format,
+)
 
 tf = pytest.importorskip("tensorflow")
 
@@ -683,7 +691,7 @@ def test_reason_taxonomy_is_stable_and_documented():
 
     text = ""
     for doc in ("README.md", os.path.join("docs", "rejects.md")):
-        with open(os.path.join(os.path.dirname(__file__), os.pardir, doc), encoding="utf-8") as f:
+        with open(os.path.join(ROOT_PATH, doc), encoding="utf-8") as f:
             text += f.read()
     for key in (*REASONS, *LISTING_REASONS, *transcode.TRANSCODE_REASONS):
         assert f"`{key}`" in text, f"{key} is documented in neither README.md nor docs/rejects.md"

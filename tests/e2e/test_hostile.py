@@ -10,7 +10,8 @@ import pytest
 
 from pipeline.core import schema
 from tests.hostile import make_hostile_corpus
-from tests.test_convert import read_records, run_cli
+from tests.runs import cli as run_cli
+from tests.runs import read_records
 
 
 @pytest.fixture(scope="module")

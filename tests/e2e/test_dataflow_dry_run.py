@@ -22,7 +22,8 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests.runs import ROOT
+
 HOST = "127.0.0.1"
 PROJECT = "imgrec-dry-run"
 # The emulator starts in 1-3 s; 60 s leaves room for a loaded 2-core machine.

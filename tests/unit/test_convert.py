@@ -1,4 +1,5 @@
-"""End-to-end conversion through the CLI: accounting, decodability, determinism, splits, shards, errors."""
+"""Conversions through `imgrec convert` in process: accounting, decodability, determinism, splits,
+shards, errors (tests/e2e/test_cli.py runs the same command line in fresh processes)."""
 
 from __future__ import annotations
 
@@ -15,30 +16,8 @@ import pytest
 
 from pipeline.core import schema
 from pipeline.demo import build_corpus
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def run_cli(*args: str, check: bool = True) -> subprocess.CompletedProcess:
-    """`python -m pipeline ARGS` in a fresh process, as a user runs it."""
-    env = dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="2")
-    proc = subprocess.run(
-        [sys.executable, "-m", "pipeline", *args],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    if check and proc.returncode != 0:
-        raise AssertionError(f"exit {proc.returncode}\nstdout:{proc.stdout}\nstderr:{proc.stderr}")
-    return proc
-
-
-def read_records(path: str) -> list[bytes]:
-    import tensorflow as tf
-
-    return [r.numpy() for r in tf.data.TFRecordDataset(path)]
+from tests.runs import cli_env, read_records
+from tests.runs import in_process as run_cli
 
 
 def shard_digests(out: str) -> dict[str, str]:
@@ -456,7 +435,7 @@ def test_analysis_adds_statistics_and_leaves_shards_unchanged(converted, corpus,
         [sys.executable, "-c", script, out],
         capture_output=True,
         text=True,
-        env=dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="2"),
+        env=cli_env(),
         timeout=300,
     )
     assert proc.returncode == 0, proc.stderr

@@ -5,7 +5,7 @@ ignores the GCS emulator (it would call the real Google host). The converter the
 write to a local scratch folder and publishes `transform_fn/` and `transformed_metadata/` through
 Beam's FileSystems. These tests run the real command line against the local servers of
 tests/servers.py, download the published export and load it with `tft.TFTransformOutput`.
-The no-analysis conversions stay in tests/test_cloud_e2e.py.
+The no-analysis conversions stay in tests/e2e/test_cloud.py.
 """
 
 from __future__ import annotations
@@ -22,8 +22,7 @@ import pytest
 from pipeline import launcher
 from pipeline.core import schema
 from pipeline.demo import build_corpus
-from tests.servers import beam_filesystems, cloud_env, gcs, s3, store  # noqa: F401 - fixtures
-from tests.test_cloud_e2e import (
+from tests.e2e.test_cloud import (
     RUN_TIMEOUT_S,
     _bucket_reader,
     _local_reader,
@@ -32,8 +31,8 @@ from tests.test_cloud_e2e import (
     check_dataset,
     upload,
 )
+from tests.runs import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 # test_cloud_e2e's corpus options without --no_analyze: analysis runs as it does by default.
 ANALYZE_ARGS = [
     "--splits", "train=0.6,validation=0.4",

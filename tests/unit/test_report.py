@@ -16,11 +16,10 @@ import pytest
 from pipeline.core import schema
 from pipeline.demo import build_corpus
 from pipeline.launcher import run_convert
-from pipeline.report import write_report
-from pipeline.report_scan import parse_example, read_records
-from tests.servers import beam_filesystems, cloud_env, gcs, s3, store  # noqa: F401 - fixtures
+from pipeline.report import parse_example, read_records, write_report
+from tests.runs import ROOT as ROOT_PATH
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = str(ROOT_PATH)
 _DATA_URI = re.compile(r'src="data:(image/(?:png|jpeg));base64,([A-Za-z0-9+/=]+)"')
 
 
@@ -175,6 +174,7 @@ def _page_width(binary: str, page: str, tmp_path) -> tuple[int, int]:
     return int(m.group(1)), int(m.group(2))
 
 
+@pytest.mark.e2e  # a real browser, three headless Chromium starts
 def test_report_renders_in_chromium_without_horizontal_overflow(dataset, chromium, tmp_path):
     from PIL import Image, ImageStat
 

@@ -15,13 +15,13 @@ import pytest
 import tensorflow as tf
 from PIL import Image
 
-from pipeline import reader
-from pipeline.core import schema
+from pipeline import reader, schema
+from tests.runs import ROOT as ROOT_PATH
 
 LABELS = ["astronaut", "cat", "coffee"]
 IMAGE_SIZE = (24, 32)
 SPLITS = {"train": (60, 4), "validation": (21, 3)}  # split: (examples, shards)
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = str(ROOT_PATH)
 
 
 def _image_bytes(index: int, fmt: str) -> tuple[bytes, int, int]:
@@ -445,22 +445,26 @@ def mirrored(data_dir) -> dict:
     }
 
 
+@pytest.mark.e2e  # a fresh TensorFlow process (MirroredStrategy or TF's own filesystem)
 def test_mirrored_each_replica_gets_half_the_global_batch(mirrored):
     result = mirrored["result"]
     assert result["replicas"] == 2
     assert result["train_shapes"] == [[4, 24, 32, 3], [4, 24, 32, 3]]
 
 
+@pytest.mark.e2e  # a fresh TensorFlow process (MirroredStrategy or TF's own filesystem)
 def test_reader_imports_without_beam(mirrored):
     assert mirrored["result"]["beam_imported"] is False
 
 
+@pytest.mark.e2e  # a fresh TensorFlow process (MirroredStrategy or TF's own filesystem)
 def test_mirrored_evaluation_epoch_yields_every_example_once(mirrored):
     names = mirrored["result"]["eval_names"]
     assert len(names) == 21 and len(set(names)) == 21
     assert mirrored["result"]["eval_steps"] == 3
 
 
+@pytest.mark.e2e  # a fresh TensorFlow process (MirroredStrategy or TF's own filesystem)
 def test_mirrored_model_fit_runs_steps_per_epoch(mirrored):
     result = mirrored["result"]
     assert result["fit_steps"] == 7
@@ -468,6 +472,7 @@ def test_mirrored_model_fit_runs_steps_per_epoch(mirrored):
     assert "ran out of data" not in mirrored["log"]
 
 
+@pytest.mark.e2e  # a fresh TensorFlow process (MirroredStrategy or TF's own filesystem)
 def test_example_trains_with_mirrored_strategy(data_dir):
     env = dict(os.environ, PYTHONPATH=REPO, CUDA_VISIBLE_DEVICES="")
     proc = subprocess.run(
@@ -497,6 +502,7 @@ def test_example_trains_with_mirrored_strategy(data_dir):
     assert proc.stdout.count("val_accuracy") >= 2  # evaluation ran after both epochs
 
 
+@pytest.mark.e2e  # a fresh TensorFlow process (MirroredStrategy or TF's own filesystem)
 def test_mirrored_logs_no_auto_shard_warning(mirrored):
     log = mirrored["log"].lower()
     assert "auto_shard" not in log and "autoshard" not in log and "unshardable" not in log

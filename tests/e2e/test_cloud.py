@@ -23,14 +23,13 @@ import pytest
 
 from pipeline.core import schema
 from pipeline.demo import build_corpus
-from tests.servers import cloud_env, gcs, s3, store, tensorflow_gcs_env  # noqa: F401 - fixtures
+from tests.runs import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 # Small images and a tiny shard target: several shards per split from a 2-core-friendly corpus.
 CONVERT_ARGS = [
     "--no_analyze",
     "--splits", "train=0.6,validation=0.4",
-    "--target_shard_mb", "0.02",
+    "--target_shard_mb", "0.006",  # ~22 KB per split: 3-4 shards each (checked in `reference`)
     "--max_bad_fraction", "0.5",
 ]  # fmt: skip
 # A conversion of this corpus takes ~10-20 s (TensorFlow import, DirectRunner start-up).
@@ -128,7 +127,15 @@ def reference(corpus, tmp_path_factory) -> dict[str, tuple[str, str, int]]:
     src, _, listed = corpus
     out = tmp_path_factory.mktemp("reference") / "ds"
     _ok(run_cli("--input", f"{src}/*/*.jpg", "--output", str(out)))
-    return check_dataset(*_local_reader(out), input_root=f"{src}/", expected_listed=listed)
+    placement = check_dataset(*_local_reader(out), input_root=f"{src}/", expected_listed=listed)
+    # Placement comparisons mean something only with several shards per split, each used: with
+    # one shard per split, a shard chosen by the wrong hash would place every image the same.
+    info = json.loads((out / schema.DATASET_INFO).read_text())
+    for split, entry in info["splits"].items():
+        assert entry["num_shards"] >= 3, (split, entry["num_shards"])
+        used = {shard for s, shard, _ in placement.values() if s == split}
+        assert len(used) >= 3, (split, used)
+    return placement
 
 
 def _local_reader(out: Path) -> tuple[Callable[[str], bytes], list[str]]:
@@ -340,6 +347,8 @@ def _run_with_outage(store, corpus, stop: Callable[[], None], start: Callable[[]
     done = threading.Event()
     hit = []
 
+    failed: list[BaseException] = []
+
     def outage() -> None:
         base = store.relay.accepted
         while store.relay.accepted < base + OUTAGE_AFTER_CONNECTIONS and not done.is_set():
@@ -349,7 +358,10 @@ def _run_with_outage(store, corpus, stop: Callable[[], None], start: Callable[[]
         stop()
         hit.append(time.monotonic())
         time.sleep(OUTAGE_S)
-        start()
+        try:
+            start()
+        except BaseException as e:  # noqa: BLE001 - reported by the test below
+            failed.append(e)
 
     fault = threading.Thread(target=outage, daemon=True)
     fault.start()
@@ -366,24 +378,23 @@ def _run_with_outage(store, corpus, stop: Callable[[], None], start: Callable[[]
         fault.join()
         watcher.stop.set()
         watcher.join()
+    assert not failed, f"the server did not come back: {failed[0]}"
     assert hit, "the run ended before the outage began"
-    print(f"outcome: exit {proc.returncode}; {proc.stderr.strip().splitlines()[-1:]}")
     return proc, source, dest, listed, watcher.seen
 
 
 def _assert_outcome(store, proc, source, dest, listed, seen, reference) -> None:
-    """Completed correctly, or failed with one clear line; never a partial file in view."""
+    """The run rode the outage out: exit 0 and a complete dataset, never a partial file in view.
+
+    The outage (OUTAGE_S) is shorter than every retry budget (imgrec's ~7 s per read, the
+    clients' own), so failing is a bug here, not an acceptable outcome: a store that stays down
+    is tests/unit/test_storage.py's (the outage breaker, one line naming --resume).
+    """
     for name, versions in seen.items():
         if name.endswith(".tfrecord"):
             for data in versions:
                 _records(data)  # whole files only: a torn shard fails its CRC/length checks
-    final = store.keys(dest, "ds/")
-    if proc.returncode != 0:
-        assert proc.returncode == 1, proc.stderr[-2000:]
-        assert proc.stderr.strip().splitlines()[-1].startswith("imgrec: "), proc.stderr[-2000:]
-        assert schema.DATASET_INFO not in seen
-        assert "ds/" + schema.DATASET_INFO not in final
-        return
+    assert proc.returncode == 0, f"exit {proc.returncode}: {proc.stderr[-2000:]}"
     root = store.uri(source, "photos/")
     rejected = store.get(store.uri(dest, "ds/" + schema.REJECTED)).decode().splitlines()
     lost = {
@@ -401,11 +412,11 @@ def _assert_outcome(store, proc, source, dest, listed, seen, reference) -> None:
     assert seen.get(schema.DATASET_INFO, {info}) == {info}
 
 
-def test_gcs_server_restart_mid_run(gcs, corpus, reference):
+def test_gcs_server_restart_mid_run(own_gcs, corpus, reference):
     """The emulator process itself is stopped and started again on the same port (its objects
     are kept on disk)."""
-    outcome = _run_with_outage(gcs, corpus, gcs.server.stop, gcs.server.start)
-    _assert_outcome(gcs, *outcome, reference)
+    outcome = _run_with_outage(own_gcs, corpus, own_gcs.server.stop, own_gcs.server.start)
+    _assert_outcome(own_gcs, *outcome, reference)
 
 
 def test_s3_link_down_mid_run(s3, corpus, reference):

@@ -2,7 +2,7 @@
 
 The launcher runs templates/flex/main.py with `--name=value` parameters and a
 `--template_location` where Beam writes the job instead of submitting it. Against the GCS
-emulator of tests/test_dataflow_dry_run.py: the job is built with the versioned steps, the
+emulator of tests/e2e/test_dataflow_dry_run.py: the job is built with the versioned steps, the
 version is claimed, nothing is published, and the launcher exits 0 (no job id to print).
 """
 
@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from tests.test_dataflow_dry_run import PROJECT, ROOT, RUN_TIMEOUT_S, env, gcs  # noqa: F401
+from tests.e2e.test_dataflow_dry_run import PROJECT, ROOT, RUN_TIMEOUT_S, env, gcs  # noqa: F401
 
 
 @pytest.mark.parametrize("in_launcher_image", [True, False])

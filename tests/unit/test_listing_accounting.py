@@ -17,10 +17,11 @@ from pipeline.core import schema
 from pipeline.core.rejects import LISTING_REASONS
 from pipeline.demo import build_corpus
 from pipeline.options import ConvertConfig
+from tests.runs import ROOT as ROOT_PATH
 from transforms import list_images
 from transforms.match_local import match_local
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = str(ROOT_PATH)
 # Enough good images that the hostile entries stay under the default --max_bad_fraction (5 %).
 NUM_GOOD = 100
 
@@ -207,6 +208,7 @@ def _without_dac_override() -> tuple[str, ...] | None:
     return (setpriv, f"--inh-caps={caps}", f"--bounding-set={caps}")
 
 
+@pytest.mark.e2e  # the real command line under setpriv (a fresh process by necessity)
 def test_vanishing_entries_are_rejected_by_the_cli(good_images, tmp_path):
     """The real command line with default options, a real chmod 000 folder (as root, the
     process runs without the capability that overrides permissions)."""

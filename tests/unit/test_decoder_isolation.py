@@ -19,14 +19,15 @@ from PIL import Image
 from pipeline.core import schema
 from pipeline.core.rejects import MAX_ERROR_DETAIL, REASONS, Rejected
 from pipeline.options import ConvertConfig
-from tests.test_convert import ROOT, read_records
-from transforms.images import check, decode_worker, limits
-from transforms.images.check import check_image
-from transforms.images.limits import CheckOptions
-from transforms.inspect_images import InspectImages
+from tests.runs import ROOT as ROOT_PATH
+from tests.runs import in_process, read_records
+from transforms import decode_worker, image_check
+from transforms.image_check import REASONS, CheckOptions, Rejected, check_image
+from transforms.inspect_images import MAX_ERROR_DETAIL, InspectImages
 from transforms.plan_shards import writer_entry
 
-REGRESSIONS = os.path.join(os.path.dirname(__file__), "regressions")
+ROOT = str(ROOT_PATH)
+REGRESSIONS = str(ROOT_PATH / "tests" / "regressions")
 
 
 def _encode(im, fmt: str, **kw) -> bytes:
@@ -220,8 +221,10 @@ def test_writer_turns_a_failing_re_encode_into_a_reject_and_keeps_the_rest(tmp_p
     with TestPipeline() as p:
         plan = p | "Plan" >> beam.Create([{"train": 1}])
         labels = p | "Labels" >> beam.Create([["a"]])
-        out = p | beam.Create([(("train", 0), entries)]) | WriteShards(
-            _config(tmp_path), plan, labels
+        out = (
+            p
+            | beam.Create([(("train", 0), entries)])
+            | WriteShards(_config(tmp_path), plan, labels)
         )
         assert_that(
             out["shards"] | beam.Map(lambda s: s["num_examples"]), equal_to([1]), label="Written"
@@ -235,8 +238,8 @@ def test_writer_turns_a_failing_re_encode_into_a_reject_and_keeps_the_rest(tmp_p
 
 
 # ----------------------------------------------------------------------------- a real conversion
-def test_a_decoder_that_aborts_costs_one_file_not_the_job(tmp_path):
-    """The CLI with --transcode png: one TIFF makes its decoder process call os.abort() (the
+def test_a_decoder_that_aborts_costs_one_file_not_the_job(tmp_path, monkeypatch):
+    """`imgrec convert --transcode png` (in process): one TIFF makes its decoder process call os.abort() (the
     test-only hook); the job finishes, that file is a decoder_error, every other file is kept,
     and `imgrec verify` passes."""
     src = tmp_path / "in"
@@ -249,18 +252,12 @@ def test_a_decoder_that_aborts_costs_one_file_not_the_job(tmp_path):
     marked = src / "a" / "crash.tiff"
     marked.write_bytes(_encode(_photo(9), "TIFF") + b"IMGREC-ABORT-MARKER")
     out = tmp_path / "out"
-    env = dict(
-        os.environ,
-        PYTHONPATH=ROOT,
-        TF_CPP_MIN_LOG_LEVEL="2",
-        **{decode_worker.TEST_ABORT_ENV: "IMGREC-ABORT-MARKER"},
-    )
-    proc = subprocess.run(
-        [sys.executable, "-m", "pipeline", "convert", "--input", f"{src}/*/*", "--output",
-         str(out), "--transcode", "png", "--no_analyze", "--max_bad_fraction", "0.2"],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
+    # Read by the parent for each call into its decoder process.
+    monkeypatch.setenv(decode_worker.TEST_ABORT_ENV, "IMGREC-ABORT-MARKER")
+    in_process(
+        "convert", "--input", f"{src}/*/*", "--output", str(out), "--transcode", "png",
+        "--no_analyze", "--max_bad_fraction", "0.2",
     )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-3000:]
     info = json.loads((out / schema.DATASET_INFO).read_text())
     assert info["num_listed"] == 15
     assert (info["num_written"], info["num_rejected"], info["num_duplicates"]) == (14, 1, 0)
@@ -276,11 +273,7 @@ def test_a_decoder_that_aborts_costs_one_file_not_the_job(tmp_path):
             ex = tf.io.parse_single_example(rec, schema.feature_spec())
             formats.append(ex[schema.TRANSCODED_FROM].numpy().decode())
     assert sorted(formats).count("tiff") == 2
-    verify = subprocess.run(
-        [sys.executable, "-m", "pipeline", "verify", str(out)],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
-    assert verify.returncode == 0, verify.stdout + verify.stderr
+    assert "OK" in in_process("verify", str(out)).stdout
 
 
 def test_decoder_error_is_a_documented_reason():

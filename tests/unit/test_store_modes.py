@@ -20,26 +20,18 @@ from pipeline.core import schema
 from pipeline.demo import build_corpus
 from pipeline.options import ConvertConfig, OptionError
 from pipeline.verify import verify_dataset
-from transforms.images import store_modes
+from tests.runs import ROOT as ROOT_PATH
+from tests.runs import in_process
+from transforms import store_modes
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = str(ROOT_PATH)
 MAX_SIDE = 64
 OUT_SIZE = (48, 48)
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:
-    """`python -m pipeline ARGS` in a fresh process, as a user runs it."""
-    env = dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="2")
-    proc = subprocess.run(
-        [sys.executable, "-m", "pipeline", *args],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert proc.returncode == 0, f"exit {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
-    return proc
+    """`imgrec ARGS` in this process (tests/runs.py), asserting exit 0."""
+    return in_process(*args)
 
 
 def records(data_dir: str) -> dict[str, dict]:
@@ -333,6 +325,7 @@ _MIRRORED_SCRIPT = textwrap.dedent(
 )
 
 
+@pytest.mark.e2e  # a fresh TensorFlow process (MirroredStrategy or TF's own filesystem)
 def test_mirrored_strategy_on_raw_shards_sees_every_example_once(pixels):
     with open(os.path.join(pixels, schema.DATASET_INFO)) as f:
         n = json.load(f)["splits"]["train"]["num_examples"]

@@ -15,8 +15,8 @@ import pytest
 from packaging.requirements import Requirement
 
 from pipeline.launcher import IMGREC_VERSION
+from tests.runs import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 # Building an sdist or an editable wheel takes ~1 s; a minute means something waits on a network.
 BUILD_TIMEOUT_S = 120
 # What setup.py needs to build: the source tree without tests, benchmarks and outputs.

@@ -10,7 +10,9 @@ import subprocess
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from tests.runs import ROOT as ROOT_PATH
+
+ROOT = str(ROOT_PATH)
 README = os.path.join(ROOT, "README.md")
 DOCS = sorted(glob.glob(os.path.join(ROOT, "docs", "*.md")))
 _LINK = re.compile(r"\]\(([^)\s]+)\)")

@@ -21,9 +21,10 @@ from pipeline.builder import build_pipeline
 from pipeline.core import schema
 from pipeline.demo import build_corpus
 from pipeline.options import ConvertConfig
-from tests.servers import cloud_env, gcs, s3, store  # noqa: F401 - fixtures
+from tests.runs import ROOT as ROOT_PATH
+from tests.runs import in_process
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = str(ROOT_PATH)
 
 
 def convert(*args: str) -> dict[str, int]:
@@ -123,6 +124,54 @@ def test_changed_files_are_read_again(corpus, tmp_path):
     assert snapshot(out) != before
 
 
+def _shard_of(out: str, source: str) -> str:
+    """The shard file (relative to `out`) whose records include `source`."""
+    import tensorflow as tf
+
+    spec = schema.feature_spec((schema.FILENAME,))
+    for path in sorted(glob.glob(os.path.join(out, "*", "*.tfrecord"))):
+        for record in tf.data.TFRecordDataset(path):
+            if tf.io.parse_single_example(record, spec)[schema.FILENAME].numpy() == source.encode():
+                return os.path.relpath(path, out)
+    raise AssertionError(f"{source} is in no shard of {out}")
+
+
+def test_a_changed_file_invalidates_its_shards_plan_and_only_that_one(corpus, tmp_path):
+    """A run that finished every shard but not dataset_info.json, then one input rewritten
+    with other bytes of the same size (its mtime put back): the new sha256 changes the plan
+    digest of that file's shard, so --resume writes that shard again and keeps every other
+    one untouched; the result equals a fresh run of the new corpus."""
+    src, _ = corpus
+    out = str(tmp_path / "out")
+    first = convert(*_args(src, out, "--no_analyze"))
+    shards = sorted(
+        os.path.relpath(p, out) for p in glob.glob(os.path.join(out, "*", "*.tfrecord"))
+    )
+    assert len(shards) >= 3 and first["shards_written"] == len(shards)
+    victim = sorted(glob.glob(os.path.join(src, "cat", "cat_0*.jpg")))[1]
+    victim_shard = _shard_of(out, victim)
+    before = {f: open(os.path.join(out, f), "rb").read() for f in shards}
+    mtimes = {f: os.stat(os.path.join(out, f)).st_mtime_ns for f in shards}
+    st = os.stat(victim)
+    data = bytearray(open(victim, "rb").read())
+    assert data[6:10] == b"JFIF"
+    data[15] = 2 if data[15] != 2 else 3  # JFIF X density: other bytes, same size, valid.
+    with open(victim, "wb") as f:
+        f.write(data)
+    os.utime(victim, ns=(st.st_atime_ns, st.st_mtime_ns))
+    os.remove(os.path.join(out, schema.DATASET_INFO))  # the crash: after the last shard
+
+    resumed = convert(*_args(src, out, "--no_analyze", "--resume"))
+    assert resumed["shards_written"] == 1, resumed
+    assert resumed["shards_resumed"] == len(shards) - 1, resumed
+    rewritten = [f for f in shards if os.stat(os.path.join(out, f)).st_mtime_ns != mtimes[f]]
+    assert rewritten == [victim_shard]
+    assert open(os.path.join(out, victim_shard), "rb").read() != before[victim_shard]
+    fresh_out = str(tmp_path / "fresh")
+    convert(*_args(src, fresh_out, "--no_analyze"))
+    assert snapshot(out) == snapshot(fresh_out)
+
+
 def test_records_without_statistics_are_inspected_for_them(corpus, tmp_path):
     """Records of a --no_analyze run hold no pixel statistics: a resumed run with analysis
     inspects the training images again and describes the dataset as a fresh analysed run."""
@@ -156,6 +205,7 @@ def _cli(*args: str) -> subprocess.Popen:
     )
 
 
+@pytest.mark.e2e  # the real command line, killed with SIGKILL
 def test_kill_9_then_resume_equals_a_fresh_run(tmp_path):
     """A real crash: the CLI is killed with SIGKILL once some shards are final; --resume keeps
     them and the dataset equals a fresh run byte for byte."""
@@ -186,6 +236,7 @@ def test_kill_9_then_resume_equals_a_fresh_run(tmp_path):
     shutil.rmtree(src)
 
 
+@pytest.mark.e2e  # conversions on the storage servers (minutes on 2 cores)
 @pytest.mark.parametrize("store", ["gs", "s3"], indirect=True)
 def test_bucket_input_resume_uses_object_update_times(store, tmp_path):
     """Bucket listing stamps (object update times) on the GCS emulator and S3: an unchanged
@@ -203,10 +254,7 @@ def test_bucket_input_resume_uses_object_update_times(store, tmp_path):
     args += [*store.beam_args, "--workers", "1"]
 
     def run(*extra: str, output: str = out) -> None:
-        argv = [a if a != out else output for a in args]
-        proc = _cli(*argv, *extra)
-        _, err = proc.communicate(timeout=600)
-        assert proc.returncode == 0, err.decode()[-3000:]
+        in_process("convert", *[a if a != out else output for a in args], *extra)
 
     run()
     expected = snapshot(out)

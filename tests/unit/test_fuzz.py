@@ -3,7 +3,7 @@ and the writer's encode_for_storage. Only Rejected may come out; whatever is acc
 with TensorFlow as the reader decodes it.
 
 Seed: fixed when CI is set (reproducible runs), else IMGREC_FUZZ_SEED or a random one; the seed
-is in every failure message (IMGREC_FUZZ_SEED=N pytest tests/test_fuzz.py replays it). A crash
+is in every failure message (IMGREC_FUZZ_SEED=N pytest tests/unit/test_fuzz.py replays it). A crash
 found becomes a file in tests/regressions/ (checked by test_regression_files_are_rejected_or_kept).
 """
 
@@ -21,9 +21,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from pipeline.core.rejects import Rejected
-from transforms.images.check import check_image, encode_for_storage
-from transforms.images.limits import CheckOptions
+from tests.runs import ROOT as ROOT_PATH
+from transforms.image_check import CheckOptions, Rejected, check_image, encode_for_storage
 
 tf = pytest.importorskip("tensorflow")
 
@@ -36,7 +35,7 @@ _CI_SEED = 20261201
 # Every this-many accepted files goes through the writer's encode_for_storage as well.
 _WRITE_SAMPLE = 3
 
-REGRESSIONS = os.path.join(os.path.dirname(__file__), "regressions")
+REGRESSIONS = str(ROOT_PATH / "tests" / "regressions")
 
 
 def _seed() -> int:

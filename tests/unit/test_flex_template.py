@@ -19,8 +19,8 @@ import pytest
 
 from pipeline.launcher import parse_convert_args
 from pipeline.options import ConvertOptions
+from tests.runs import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 FLEX = ROOT / "templates" / "flex"
 DAG = ROOT / "examples" / "airflow_dag.py"
 DOCS = ROOT / "docs" / "scheduling.md"

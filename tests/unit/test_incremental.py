@@ -21,7 +21,8 @@ from pipeline.builder import build_pipeline
 from pipeline.core import schema, versions
 from pipeline.demo import build_corpus
 from pipeline.options import ConvertConfig, OptionError
-from tests.servers import cloud_env, gcs, s3, store  # noqa: F401 - fixtures
+from tests.runs import ROOT as ROOT_PATH
+from tests.runs import in_process
 
 # Small shards: the 80-image corpus spreads over several, so that a small change leaves some
 # shards' plans unchanged (copied) and changes others (written).
@@ -270,19 +271,15 @@ def test_full_needs_versioned():
         )
 
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = str(ROOT_PATH)
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="2")
-    proc = subprocess.run(
-        [sys.executable, "-m", "pipeline", "convert", *args, *COMMON, "--workers", "1"],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
-    assert proc.returncode == 0, f"exit {proc.returncode}\n{proc.stdout}\n{proc.stderr[-3000:]}"
-    return proc
+    """`imgrec convert ARGS` in this process (tests/runs.py), asserting exit 0."""
+    return in_process("convert", *args, *COMMON, "--workers", "1")
 
 
+@pytest.mark.e2e  # conversions on the storage servers (minutes on 2 cores)
 @pytest.mark.parametrize("store", ["gs", "s3"], indirect=True)
 def test_bucket_root_copies_shards_server_side(store, tmp_path):
     """Input and versioned root on a bucket (GCS emulator, S3): a no-change rerun reads no

@@ -20,8 +20,9 @@ import pytest
 
 from pipeline.core import schema
 from pipeline.demo import build_corpus
+from tests.runs import ROOT as ROOT_PATH
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = str(ROOT_PATH)
 DASK = os.path.join(os.path.dirname(sys.executable), "dask")
 # The demo corpus has 3 broken files of 45 (6.7%): above the default 5% limit.
 COMMON = ("--max_bad_fraction", "0.2", "--target_shard_mb", "0.05")
@@ -201,7 +202,9 @@ def test_dask_options_refused_without_dask_runner(corpus, tmp_path):
         check=False,
     )  # fmt: skip
     assert rc == 2
-    assert err.strip() == "imgrec: unknown option --dask_client_address; see `imgrec convert --help`"
+    assert (
+        err.strip() == "imgrec: unknown option --dask_client_address; see `imgrec convert --help`"
+    )
 
 
 def _kill_a_worker_once_busy(c: Cluster, job: subprocess.Popen) -> bool:

@@ -12,9 +12,9 @@ from apache_beam.metrics.execution import MetricKey, MetricResult
 from apache_beam.metrics.metricbase import MetricName
 
 from pipeline import progress
-from pipeline.core import tallies
+from tests.runs import ROOT as ROOT_PATH
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = str(ROOT_PATH)
 
 
 def test_counts_from_other_processes_are_summed(tmp_path, monkeypatch):

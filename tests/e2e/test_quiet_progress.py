@@ -14,8 +14,9 @@ import pytest
 
 from pipeline.core import schema
 from pipeline.demo import build_corpus
+from tests.runs import ROOT as ROOT_PATH
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = str(ROOT_PATH)
 # The summary block's lines after its `imgrec: converted ...` head (launcher.format_summary).
 _SUMMARY = re.compile(
     r"^  (written|rejected|duplicates|transcoded|shards|reasons per file:|report) "

@@ -14,10 +14,11 @@ import pytest
 from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import BeamAssertException, assert_that, equal_to
 
+from tests.runs import ROOT as ROOT_PATH
 from transforms import analyze
 from transforms.analyze import AnalyzeDataset
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = str(ROOT_PATH)
 LABEL_NAMES = ["bird", "cat", "dog"]
 # float64 sums of integer pixels: the TFT result may differ from NumPy only in the last few bits.
 RTOL = 1e-9
@@ -253,6 +254,7 @@ _FRESH_PROCESS_CHECK = textwrap.dedent("""
 """)
 
 
+@pytest.mark.e2e  # a fresh TensorFlow process (MirroredStrategy or TF's own filesystem)
 def test_export_loads_in_fresh_process_and_normalises_the_split(analyzed, tmp_path):
     out, _, sampled, _ = analyzed
     images_npz = str(tmp_path / "images.npz")

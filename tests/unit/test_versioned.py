@@ -1,7 +1,8 @@
 """`imgrec convert --versioned`: versions, the LATEST pointer, changes.json, pruning, resume.
 
-Fast tests check the version logic on hand-made folders; the end-to-end ones run the real
-command line (a fresh process, as a scheduler would) on local disk and on moto's S3 server.
+Fast tests check the version logic on hand-made folders; conversions run `imgrec convert` in
+process (tests/runs.py) on local disk and on moto's S3 server; the kill -9 test runs the real
+command line in a fresh process, as a scheduler would (marked e2e).
 """
 
 from __future__ import annotations
@@ -21,9 +22,8 @@ import pytest
 
 from pipeline.core import changes, schema, versions
 from pipeline.demo import build_corpus
-from tests.servers import cloud_env, gcs, s3, tensorflow_gcs_env  # noqa: F401 - fixtures
+from tests.runs import ROOT, in_process
 
-ROOT = Path(__file__).resolve().parent.parent
 CONVERT_ARGS = [
     "--no_analyze",
     "--splits", "train=0.6,validation=0.4",
@@ -39,18 +39,12 @@ def _env() -> dict:
 
 
 def convert(*args: str) -> subprocess.CompletedProcess:
-    """`python -m pipeline convert ARGS --versioned` in a fresh process."""
-    return subprocess.run(
-        [sys.executable, "-m", "pipeline", "convert", *args, "--versioned", *CONVERT_ARGS],
-        cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=RUN_TIMEOUT_S,
-    )  # fmt: skip
+    """`imgrec convert ARGS --versioned` in this process (tests/runs.py)."""
+    return in_process("convert", *args, "--versioned", *CONVERT_ARGS, check=False)
 
 
 def imgrec(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "pipeline", *args],
-        cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=RUN_TIMEOUT_S,
-    )  # fmt: skip
+    return in_process(*args, check=False)
 
 
 def _ok(proc: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
@@ -329,6 +323,7 @@ def test_refuses_a_root_holding_an_unversioned_dataset(tmp_path):
     assert "choose another --output" in proc.stderr
 
 
+@pytest.mark.e2e  # the real command line in a fresh process, killed
 def test_kill_9_leaves_latest_and_resume_completes_the_same_version(tmp_path_factory, tmp_path):
     corpus = tmp_path_factory.mktemp("bigger")
     build_corpus(str(corpus), num_images=60, seed=11, long_side=(64, 96))
@@ -374,6 +369,7 @@ def test_kill_9_leaves_latest_and_resume_completes_the_same_version(tmp_path_fac
 # ---------------------------------------------------------------------------------------------
 
 
+@pytest.mark.e2e  # conversions on the storage servers (minutes on 2 cores)
 def test_versioned_runs_on_s3(s3, corpus, beam_filesystems_s3):
     source, dest = s3.new_bucket("src"), s3.new_bucket("dst")
     for p in sorted(corpus.rglob("*.jpg")):
@@ -423,6 +419,7 @@ assert "apache_beam" not in sys.modules, "the reader's resolution imported Beam"
 """
 
 
+@pytest.mark.e2e  # a fresh TensorFlow process (MirroredStrategy or TF's own filesystem)
 def test_reader_resolves_a_gcs_root_through_tensorflows_filesystem(gcs, tensorflow_gcs_env):
     """The reader's path (tf.io.gfile, no Beam) reads LATEST on gs://."""
     bucket = gcs.new_bucket("versions")

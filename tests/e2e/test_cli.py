@@ -1,0 +1,122 @@
+"""The real command line, in fresh processes, as a user runs it: `python -m pipeline convert` with
+default options end to end (then `verify`, `inspect`, `preview`), exit statuses 0/1/2/3 with one
+`imgrec:` line and other libraries' output kept off the terminal.
+
+tests/unit/test_convert.py checks the conversions themselves in process; this file checks what
+only a fresh process shows.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+
+import pytest
+
+from pipeline.demo import build_corpus
+from tests.runs import cli
+
+
+def _imgrec_lines(stderr: str) -> list[str]:
+    return [line for line in stderr.splitlines() if line.strip()]
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> tuple[str, dict]:
+    src = str(tmp_path_factory.mktemp("cli_corpus"))
+    # 3 broken files of 65: under the default --max_bad_fraction (5 %).
+    return src, build_corpus(src, num_images=60, seed=2, long_side=(48, 96))
+
+
+@pytest.fixture(scope="module")
+def default_run(corpus, tmp_path_factory):
+    src, _ = corpus
+    out = str(tmp_path_factory.mktemp("cli") / "ds")
+    proc = cli("convert", "--input", f"{src}/*/*.jpg", "--output", out)
+    return out, proc
+
+
+def test_default_options_convert_with_a_quiet_terminal(default_run, corpus):
+    out, proc = default_run
+    _, summary = corpus
+    with open(os.path.join(out, "dataset_info.json")) as f:
+        info = json.load(f)
+    assert info["num_written"] == summary["images"] + 1
+    assert info["statistics"]["pixel_mean"]  # analysis is on by default
+    for name in ("report.html", "transform_fn", "train", "validation", "rejected.jsonl"):
+        assert os.path.exists(os.path.join(out, name)), name
+    lines = proc.stdout.splitlines()
+    assert lines[0].startswith(f"imgrec: converted {info['num_listed']} listed files in ")
+    assert any(line.split()[:2] == ["written", str(info["num_written"])] for line in lines)
+    assert f"report      {out}/report.html" in proc.stdout
+    # Nothing from TensorFlow, Beam or libjpeg (the corpus has a truncated JPEG) on stderr.
+    assert not [ln for ln in _imgrec_lines(proc.stderr) if not ln.startswith("imgrec")], (
+        proc.stderr[-3000:]
+    )
+
+
+def test_verify_inspect_and_preview_commands(default_run, tmp_path):
+    out, _ = default_run
+    with open(os.path.join(out, "dataset_info.json")) as f:
+        info = json.load(f)
+    verified = cli("verify", out)
+    assert "OK" in verified.stdout and f"{info['num_written']} records" in verified.stdout
+    shown = cli("inspect", out)
+    assert "written" in shown.stdout and str(info["num_written"]) in shown.stdout
+    page = tmp_path / "r.html"
+    assert f"imgrec: report {page}" in cli("preview", out, "--out", str(page)).stdout
+    assert page.read_text(encoding="utf-8").startswith("<!doctype html>")
+
+    copy = tmp_path / "copy"
+    shutil.copytree(out, copy)
+    shard = info["splits"]["train"]["shards"][0]["file"]
+    data = bytearray((copy / shard).read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    (copy / shard).write_bytes(bytes(data))
+    broken = cli("verify", str(copy), check=False)
+    assert broken.returncode == 1
+    assert f"{shard}: record" in broken.stderr and "sha256 differs" in broken.stderr
+
+
+def test_bad_option_exits_2_with_one_line_and_writes_nothing(corpus, tmp_path):
+    src, _ = corpus
+    out = tmp_path / "o"
+    proc = cli(
+        "convert", "--input", f"{src}/*/*.jpg", "--output", str(out), "--splits", "train=0.5",
+        check=False,
+    )  # fmt: skip
+    assert proc.returncode == 2, proc.stderr
+    assert _imgrec_lines(proc.stderr) == [proc.stderr.strip()], proc.stderr
+    assert proc.stderr.startswith("imgrec: ") and "sum to 0.5" in proc.stderr
+    assert not out.exists()
+    unknown = cli("--input", f"{src}/*/*.jpg", "--output", str(out), "--nope", "1", check=False)
+    assert unknown.returncode == 2
+    assert unknown.stderr.strip() == "imgrec: unknown option --nope; see `imgrec convert --help`"
+
+
+def test_existing_dataset_exits_2_naming_overwrite(default_run, corpus):
+    out, _ = default_run
+    src, _ = corpus
+    proc = cli("convert", "--input", f"{src}/*/*.jpg", "--output", out, check=False)
+    assert proc.returncode == 2
+    assert "already holds a dataset" in proc.stderr and "--overwrite" in proc.stderr
+
+
+def test_too_many_rejects_exits_3(tmp_path):
+    src = tmp_path / "bad" / "x"
+    os.makedirs(src)
+    for i in range(4):
+        (src / f"t{i}.jpg").write_bytes(b"not an image")
+    build_corpus(str(tmp_path / "good"), num_images=3, seed=3, long_side=(64, 80), broken=False)
+    for p in (tmp_path / "good").glob("*/*.jpg"):
+        shutil.copy(p, src)
+    out = tmp_path / "o"
+    proc = cli(
+        "convert", "--input", f"{tmp_path}/bad/*/*.jpg", "--output", str(out), "--no_analyze",
+        check=False,
+    )  # fmt: skip
+    assert proc.returncode == 3
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("imgrec: ") and "4 of 7 listed files were rejected" in proc.stderr
+    assert (out / "rejected.jsonl").exists() and not (out / "dataset_info.json").exists()
