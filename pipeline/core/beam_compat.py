@@ -6,7 +6,7 @@ streams one whole shard per DoFn call, through `GzipSink` when compressed; `veri
 opened through FileSystems); the parser `PipelineOptions` builds for its own flags is private; and
 pipeline/dask_runner.py runs DoFns the way Beam's own runners do, with three private pieces of
 theirs (the output router, a side input's view options, DaskOptions' bag arguments).
-tests/test_beam_compat.py pins what imgrec relies on, so a Beam upgrade that changes one fails
+tests/unit/test_beam_compat.py pins what imgrec relies on, so a Beam upgrade that changes one fails
 there, by name, rather than as a corrupt shard, a confusing option error or a broken Dask run.
 """
 

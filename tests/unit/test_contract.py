@@ -2,7 +2,7 @@
 names, dataset_info.json fields.
 
 Every other test (and the writer, the reader and `verify`) takes these names from
-`pipeline.schema`, so a typo there would go unnoticed by all of them: writer and reader would
+`pipeline.core.schema`, so a typo there would go unnoticed by all of them: writer and reader would
 agree on the wrong name. Here nothing comes from `schema`; a renamed key or file fails.
 """
 
@@ -19,7 +19,8 @@ import pytest
 import tensorflow as tf
 from PIL import Image
 
-from pipeline import reader, schema
+from pipeline import reader
+from pipeline.core import schema
 from pipeline.demo import build_corpus
 from tests.runs import in_process
 

@@ -21,9 +21,10 @@ from pipeline.core.rejects import MAX_ERROR_DETAIL, REASONS, Rejected
 from pipeline.options import ConvertConfig
 from tests.runs import ROOT as ROOT_PATH
 from tests.runs import in_process, read_records
-from transforms import decode_worker, image_check
-from transforms.image_check import REASONS, CheckOptions, Rejected, check_image
-from transforms.inspect_images import MAX_ERROR_DETAIL, InspectImages
+from transforms.images import check, decode_worker, limits
+from transforms.images.check import check_image
+from transforms.images.limits import CheckOptions
+from transforms.inspect_images import InspectImages
 from transforms.plan_shards import writer_entry
 
 ROOT = str(ROOT_PATH)

@@ -18,17 +18,10 @@ from PIL import Image
 from pipeline.core.rejects import REASONS, Rejected
 from tests.hostile import encode, make_hostile_corpus, photo, png_chunk, tf_decodes
 from tests.runs import ROOT as ROOT_PATH
-from transforms import image_check
-from transforms.image_check import (
-    REASONS,
-    CheckOptions,
-    Rejected,
-    check_file_size,
-    check_image,
-    encode_for_storage,
-    sniff_container,
-    sniff_format,
-)
+from transforms.images import check, decode, limits, transcode
+from transforms.images.check import check_image, encode_for_storage
+from transforms.images.limits import CheckOptions, check_file_size
+from transforms.images.sniff import sniff_container, sniff_format
 
 tf = pytest.importorskip("tensorflow")
 

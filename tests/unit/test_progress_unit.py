@@ -12,6 +12,7 @@ from apache_beam.metrics.execution import MetricKey, MetricResult
 from apache_beam.metrics.metricbase import MetricName
 
 from pipeline import progress
+from pipeline.core import tallies
 from tests.runs import ROOT as ROOT_PATH
 
 ROOT = str(ROOT_PATH)

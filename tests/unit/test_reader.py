@@ -15,7 +15,8 @@ import pytest
 import tensorflow as tf
 from PIL import Image
 
-from pipeline import reader, schema
+from pipeline import reader
+from pipeline.core import schema
 from tests.runs import ROOT as ROOT_PATH
 
 LABELS = ["astronaut", "cat", "coffee"]

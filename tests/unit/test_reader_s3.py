@@ -23,7 +23,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from pipeline import reader, schema, shard_cache
+from pipeline import reader
+from pipeline.core import schema, shard_cache, stores
 from tests.runs import ROOT as ROOT_PATH
 from tests.servers import (
     HOST,

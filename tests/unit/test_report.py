@@ -16,7 +16,8 @@ import pytest
 from pipeline.core import schema
 from pipeline.demo import build_corpus
 from pipeline.launcher import run_convert
-from pipeline.report import parse_example, read_records, write_report
+from pipeline.report import write_report
+from pipeline.report_scan import parse_example, read_records
 from tests.runs import ROOT as ROOT_PATH
 
 ROOT = str(ROOT_PATH)

@@ -10,7 +10,7 @@ import time
 import pytest
 from apache_beam.io.filesystems import FileSystems
 
-from pipeline import storage
+from pipeline.core import storage
 
 # 9 MB: above boto3's 8 MB multipart threshold (copies) and Beam's 5 MB S3 part size.
 BIG = 9 * 1024 * 1024 + 7

@@ -22,7 +22,7 @@ from pipeline.options import ConvertConfig, OptionError
 from pipeline.verify import verify_dataset
 from tests.runs import ROOT as ROOT_PATH
 from tests.runs import in_process
-from transforms import store_modes
+from transforms.images import store_modes
 
 ROOT = str(ROOT_PATH)
 MAX_SIDE = 64

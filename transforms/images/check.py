@@ -135,7 +135,7 @@ def check_image(data: bytes, opts: CheckOptions, compute_stats: bool = False) ->
     tf = _tf()
     # JPEG at 1/8 DCT scale: libjpeg still entropy-decodes every coefficient of every block (the
     # only stage that can fail on damaged data) and skips only the full-size IDCT, upsampling and
-    # colour conversion. Rejects are identical to a full decode (tests/test_image_check.py
+    # colour conversion. Rejects are identical to a full decode (tests/unit/test_image_check.py
     # damages 1,500 JPEGs both ways); the sides come from the header, checked against the output.
     scaled = (
         opts.jpeg_verify in ("dct", "strict")

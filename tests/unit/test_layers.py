@@ -19,7 +19,7 @@ import textwrap
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PACKAGES = ("pipeline", "transforms")
 
 # A module past this many lines does more than one job; split it by job (as transforms/images/
