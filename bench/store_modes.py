@@ -13,7 +13,6 @@ augmentation, so its row stays the reference):
   reader encoded ms256       ... converted with --max_side 256 (JPEGs re-encoded at 256)
   reader pixels ms256        ... converted with --store pixels --max_side 256 (raw uint8)
   reader pixels ms256 gzip   ... the same with --compression gzip
-  reader X fancy off         make_dataset(..., jpeg_fancy_upscaling=False) on the JPEG shards
   ceiling raw                the bare pipeline on the pixels shards: TFRecordDataset -> batch ->
                              parse_example -> per image decode_raw, reshape, centre crop, resize
                              (map_fn, 4 in flight) -> prefetch; no file order, no count check
@@ -222,11 +221,10 @@ def main(argv=None) -> int:
     size = (args.size, args.size)
     auto = tf.data.AUTOTUNE
 
-    def reader(d, training=False, **kwargs):
+    def reader(d, training=False):
         return lambda: make_dataset(
-            d, "train", args.batch, image_size=size, repeat=False, training=training, seed=0,
-            **kwargs,
-        )  # fmt: skip
+            d, "train", args.batch, image_size=size, repeat=False, training=training, seed=0
+        )
 
     def idfd():
         ds = tf.keras.utils.image_dataset_from_directory(
@@ -239,8 +237,6 @@ def main(argv=None) -> int:
     for name in readers:
         pipelines[f"reader {name}"] = reader(dirs[name])
     pipelines["ceiling raw"] = lambda: _raw_ceiling(dirs["pixels ms256"], size, args.batch)
-    for name in ("default", "encoded ms256"):  # the jpeg_fancy_upscaling=False option
-        pipelines[f"reader {name} fancy off"] = reader(dirs[name], jpeg_fancy_upscaling=False)
     if not args.no_training:
         for name in readers:
             pipelines[f"reader {name} train"] = reader(dirs[name], training=True)
@@ -286,8 +282,7 @@ def main(argv=None) -> int:
     source = summary.get("bytes", 0) / max(1, summary.get("images", 1))
     rows = []
     for k in built:
-        mode = k[len("reader ") :].removesuffix(" train").removesuffix(" fancy off")
-        mode = mode if k.startswith("reader ") else ""
+        mode = k[len("reader ") :].removesuffix(" train") if k.startswith("reader ") else ""
         kb = per_image.get(mode, source if k == "idfd" else per_image["pixels ms256"]) / 1e3
         rows.append(
             [

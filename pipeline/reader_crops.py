@@ -58,9 +58,7 @@ def crop_window(config: CropSettings, height: tf.Tensor, width: tf.Tensor, seed:
     return (height - crop_h) // 2, (width - crop_w) // 2, crop_h, crop_w
 
 
-def decode_and_crop_scaled(
-    encoded: tf.Tensor, window, image_size: tuple[int, int], fancy_upscaling: bool = True
-) -> tf.Tensor:
+def decode_and_crop_scaled(encoded: tf.Tensor, window, image_size: tuple[int, int]) -> tf.Tensor:
     """Fused crop+decode at the largest DCT scale that keeps the crop >= image_size."""
     top, left, h, w = window
     out_h, out_w = image_size
@@ -72,8 +70,6 @@ def decode_and_crop_scaled(
     def branch(ratio: int) -> Callable[[], tf.Tensor]:
         # libjpeg's crop window is in scaled coordinates.
         scaled = tf.stack([top // ratio, left // ratio, h // ratio, w // ratio])
-        return lambda: tf.io.decode_and_crop_jpeg(
-            encoded, scaled, channels=3, ratio=ratio, fancy_upscaling=fancy_upscaling
-        )
+        return lambda: tf.io.decode_and_crop_jpeg(encoded, scaled, channels=3, ratio=ratio)
 
     return tf.switch_case(index, [branch(r) for r in _DCT_RATIOS])

@@ -31,7 +31,6 @@ class DecodeSettings(Protocol):
     extra_features: tuple[str, ...]
     postprocess: Callable | None
     store: str
-    jpeg_fancy_upscaling: bool
 
 
 # Images of one batch decoded at once inside the batch's map call (tf.map_fn iterations).
@@ -151,12 +150,9 @@ def decode_image(
         if crop is None:
             shape = tf.io.extract_jpeg_shape(encoded)
             crop = crop_window(config, shape[0], shape[1], seed)
-        fancy = config.jpeg_fancy_upscaling
         if not config.dct_scaling:
-            return tf.io.decode_and_crop_jpeg(
-                encoded, tf.stack(crop), channels=3, fancy_upscaling=fancy
-            )
-        return decode_and_crop_scaled(encoded, crop, config.image_size, fancy)
+            return tf.io.decode_and_crop_jpeg(encoded, tf.stack(crop), channels=3)
+        return decode_and_crop_scaled(encoded, crop, config.image_size)
 
     def other() -> tf.Tensor:
         image = tf.io.decode_image(encoded, channels=3, expand_animations=False)
