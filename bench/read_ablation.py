@@ -34,7 +34,7 @@ def main(argv=None) -> int:
 
     import tensorflow as tf
 
-    from pipeline import reader
+    from pipeline import reader, reader_decode
     from pipeline.core import schema
 
     data_dir = args.data_dir or os.path.join(WORK, f"out-w2-{args.num_images}")
@@ -78,7 +78,7 @@ def main(argv=None) -> int:
         ),
         "+ reader _decode_example": lambda: finish(
             tf.data.TFRecordDataset(paths, buffer_size=8 << 20).map(
-                lambda r: reader._decode_example(config, r, None), AUTO
+                lambda r: reader_decode.decode_example(config, r, None), AUTO
             )
         ),
         "+ reader _read_shard (count check)": lambda: finish(
@@ -86,14 +86,14 @@ def main(argv=None) -> int:
                 lambda p, c, e: reader._read_shard(p, c, e, True),
                 cycle_length=min(16, len(paths)),
                 num_parallel_calls=AUTO,
-            ).map(lambda r: reader._decode_example(config, r, None), AUTO)
+            ).map(lambda r: reader_decode.decode_example(config, r, None), AUTO)
         ),
         "_read_shard without count check": lambda: finish(
             files3.interleave(
                 lambda p, c, e: reader._read_shard(p, c, e, False),
                 cycle_length=min(16, len(paths)),
                 num_parallel_calls=AUTO,
-            ).map(lambda r: reader._decode_example(config, r, None), AUTO)
+            ).map(lambda r: reader_decode.decode_example(config, r, None), AUTO)
         ),
         "make_dataset(training=False)": lambda: reader.make_dataset(
             data_dir, "train", batch, training=False, image_size=size

@@ -31,7 +31,7 @@ def main(argv=None) -> int:
 
     import tensorflow as tf
 
-    from pipeline import reader
+    from pipeline import reader, reader_decode
     from pipeline.core import schema
 
     data_dir = args.data_dir or os.path.join(WORK, f"out-w2-{args.num_images}")
@@ -68,10 +68,10 @@ def main(argv=None) -> int:
             )
         ).batch(64),
         "alt: reader's _decode_batch (eval, what make_dataset runs)": lambda d: d.batch(64).map(
-            lambda r: reader._decode_batch(eval_config(shards, size), r)[0]
+            lambda r: reader_decode.decode_batch(eval_config(shards, size), r)[0]
         ),
         "alt: reader's _decode_example (eval)": lambda d: d.map(
-            lambda r: reader._decode_example(
+            lambda r: reader_decode.decode_example(
                 eval_config(shards, size),
                 r,
                 None,

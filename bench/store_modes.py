@@ -4,8 +4,10 @@
     python bench/store_modes.py --num_images 300     # smoke
     python bench/store_modes.py --cost_model         # the --store smart threshold measurement
 
-In one process, same corpus (bench._common.corpus: real-photo crops, long side 380-500), every
-pipeline in evaluation mode (centre crop, fixed order), output 224x224, batch 64:
+In one process, same corpus (bench._common.corpus: real-photo crops, long side 380-500), output
+224x224, batch 64; every pipeline in evaluation mode (centre crop, fixed order), and each reader
+also in training mode (`... train`: random-resized crop + flip, record shuffle; idfd has no
+augmentation, so its row stays the reference):
   idfd                       tf.keras.utils.image_dataset_from_directory on the JPEG folder
   reader default             make_dataset on `imgrec convert` shards (full-size JPEGs)
   reader encoded ms256       ... converted with --max_side 256 (JPEGs re-encoded at 256)
@@ -200,6 +202,7 @@ def main(argv=None) -> int:
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--size", type=int, default=224)
     ap.add_argument("--cost_model", action="store_true")
+    ap.add_argument("--no_training", action="store_true", help="evaluation-mode rows only")
     ap.add_argument("--json", default="")
     args = ap.parse_args(argv)
     if args.cost_model:
@@ -218,8 +221,10 @@ def main(argv=None) -> int:
     size = (args.size, args.size)
     auto = tf.data.AUTOTUNE
 
-    def reader(d):
-        return lambda: make_dataset(d, "train", args.batch, image_size=size, repeat=False)
+    def reader(d, training=False):
+        return lambda: make_dataset(
+            d, "train", args.batch, image_size=size, repeat=False, training=training, seed=0
+        )
 
     def idfd():
         ds = tf.keras.utils.image_dataset_from_directory(
@@ -228,9 +233,13 @@ def main(argv=None) -> int:
         return ds.prefetch(auto)
 
     pipelines = {"idfd": idfd}
-    for name in ("default", "encoded ms256", "pixels ms256", "pixels ms256 gzip"):
+    readers = ("default", "encoded ms256", "pixels ms256", "pixels ms256 gzip")
+    for name in readers:
         pipelines[f"reader {name}"] = reader(dirs[name])
     pipelines["ceiling raw"] = lambda: _raw_ceiling(dirs["pixels ms256"], size, args.batch)
+    if not args.no_training:
+        for name in readers:
+            pipelines[f"reader {name} train"] = reader(dirs[name], training=True)
 
     cpu = [0.0]
 
@@ -246,7 +255,8 @@ def main(argv=None) -> int:
         del it
         return count, secs
 
-    print(f"corpus {n} images; {load_average()}", flush=True)
+    start_load = load_average()
+    print(f"corpus {n} images; {start_load}", flush=True)
     built = {}
     for name, make in pipelines.items():
         built[name] = make()
@@ -272,7 +282,7 @@ def main(argv=None) -> int:
     source = summary.get("bytes", 0) / max(1, summary.get("images", 1))
     rows = []
     for k in built:
-        mode = k[len("reader ") :] if k.startswith("reader ") else ""
+        mode = k[len("reader ") :].removesuffix(" train") if k.startswith("reader ") else ""
         kb = per_image.get(mode, source if k == "idfd" else per_image["pixels ms256"]) / 1e3
         rows.append(
             [
@@ -287,16 +297,23 @@ def main(argv=None) -> int:
         )
     rows.append(["(smart, bytes only)", "-", "-", "-", "-", "-", f"{per_image['smart'] / 1e3:.1f}"])
     table = print_table(
-        f"Read, {n}-image corpus, {args.size}², batch {args.batch}, eval mode; median of "
-        f"{args.repeats} ({load_average()})",
+        f"Read, {n}-image corpus, {args.size}², batch {args.batch}; median of {args.repeats}; "
+        f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} ({load_average()}; at start: "
+        f"{start_load})",
         ["pipeline", "images/pass", "img/s", "× idfd", "× raw ceiling", "CPU µs/img", "KB/img"],
         rows,
     )
     if args.json:
         with open(args.json, "w") as f:
             json.dump(
-                {"ips": ips, "times": times, "cpu_us_per_image": cpus, "counts": counts,
-                 "bytes_per_image": per_image, "table": table},
+                {
+                    "ips": ips,
+                    "times": times,
+                    "cpu_us_per_image": cpus,
+                    "counts": counts,
+                    "bytes_per_image": per_image,
+                    "table": table,
+                },
                 f,
                 indent=1,
             )

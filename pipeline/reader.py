@@ -1,27 +1,35 @@
-"""The training-side reader: a converted dataset's shards to a batched, distributed tf.data pipeline."""
+"""The training-side reader: a converted dataset's shards to a batched, distributed tf.data pipeline.
+
+The pipeline is assembled here; which files a split has is pipeline/reader_files.py, how records
+become images pipeline/reader_decode.py (crop math: pipeline/reader_crops.py). None of them
+imports Apache Beam.
+"""
 
 from __future__ import annotations
 
 import dataclasses
 import logging
-import math
 import os
-import posixpath
 from collections.abc import Callable, Sequence
 from typing import Literal
 
 import tensorflow as tf
 
-from pipeline.core import raw_pixels, schema, shard_cache, versions
+from pipeline.core import raw_pixels, schema, shard_cache
+from pipeline.reader_crops import DEFAULT_CROP_FRACTION as _DEFAULT_CROP_FRACTION
+from pipeline.reader_decode import decode_batch as _decode_batch
+from pipeline.reader_decode import decode_example as _decode_example
+from pipeline.reader_decode import postprocess_fn as _postprocess_fn
+from pipeline.reader_files import ShardFile, split_files, steps_per_epoch
+from pipeline.reader_files import load_split as _load_split
+from pipeline.reader_files import resolve_version as _resolve_version
+from pipeline.reader_files import typical_min_side as _typical_min_side
 
 __all__ = ["ShardFile", "evaluation_images", "make_dataset", "split_files", "steps_per_epoch"]
 
 _log = logging.getLogger(__name__)
 
 AUTOTUNE = tf.data.AUTOTUNE
-
-# Compression by shard-name suffix (CONTRACT.md: "GZIP adds .gz").
-_COMPRESSION_BY_SUFFIX = {".gz": "GZIP", ".zz": "ZLIB", ".zlib": "ZLIB"}
 
 # Shards read at once per input pipeline: enough outstanding reads to hide object-store latency
 # (gs:// first-byte time is ~50 ms) while a 2-core laptop still reads a few files at a time.
@@ -46,43 +54,17 @@ _MIN_SHUFFLE_RECORDS = 1024
 # RAM; the rest is for the shuffle buffer, prefetched batches, the framework and the model.
 _CACHE_RAM_FRACTION = 0.25
 
-# Random-resized crop ("Inception" crop), as in Szegedy et al. 2015 and every ImageNet reference
-# trainer (TF official models, torchvision RandomResizedCrop): 8%-100% of the area, aspect 3/4-4/3.
-_CROP_AREA_RANGE = (0.08, 1.0)
-_CROP_ASPECT_RANGE = (3.0 / 4.0, 4.0 / 3.0)
-_CROP_MIN_OBJECT_COVERED = 0.1
-_CROP_MAX_ATTEMPTS = 10
-# Evaluation centre crop: the central 87.5% (224 of 256), the ResNet/Inception convention.
-_DEFAULT_CROP_FRACTION = 0.875
-
-# JPEG DCT scaling: libjpeg can decode at 1/2, 1/4 or 1/8 size for a fraction of the cost.
-_DCT_RATIOS = (1, 2, 4, 8)
-# Auto mode turns DCT scaling on when the split's median shorter side is at least this many times
-# the target's longer side. Measured on this repo's 2-core dev box (CPU ms per image, fused crop,
-# output 224x224): 1600x1200 photos 2.58 -> 2.22 (train), 2.91 -> 2.25 (eval) with scaling; on
-# ~450x400 photos the per-image ratio switch costs 0.69 -> 0.79, so it stays off there.
+# Auto mode turns JPEG DCT scaling on when the split's median shorter side is at least this many
+# times the target's longer side. Measured on this repo's 2-core dev box (CPU ms per image, fused
+# crop, output 224x224): 1600x1200 photos 2.58 -> 2.22 (train), 2.91 -> 2.25 (eval) with scaling;
+# on ~450x400 photos the per-image ratio switch costs 0.69 -> 0.79, so it stays off there.
 _DCT_MIN_SCALE = 2
-# Without the converter's size statistics, records sampled from the split's first shard to
-# decide DCT scaling (one small read).
-_SIZE_SAMPLE_RECORDS = 64
-
-# Images of one batch decoded at once inside the batch's map call (tf.map_fn iterations).
-_DECODE_PARALLEL_ITERATIONS = 4
 
 # Workers must agree on the per-epoch file order to split files without overlap; with seed=None
 # and several input pipelines this shared seed is used for the file order only.
 _SHARED_FILE_SEED = 20240611
 # Spreads one user seed over independent streams (file order, record shuffle, augmentation).
 _SEED_STRIDE = 1_000_003
-
-
-@dataclasses.dataclass(frozen=True)
-class ShardFile:
-    """One shard of a split, as dataset_info.json lists it."""
-
-    path: str  # absolute path or URI
-    compression: str  # "", "GZIP" or "ZLIB", from the file name's suffix
-    num_examples: int  # -1 when dataset_info.json does not say
 
 
 @dataclasses.dataclass(frozen=True)
@@ -123,139 +105,6 @@ class _Config:
                 f"extra_features {unknown} are not Example features; use keys from "
                 f"pipeline.core.schema, e.g. schema.LABEL_TEXT or schema.FILENAME"
             )
-
-
-def split_files(
-    data_dir: str, split: str, *, s3_endpoint_url: str | None = None
-) -> tuple[dict, tuple[ShardFile, ...]]:
-    """The split's entry in dataset_info.json and its shards, checked to exist.
-
-    Args:
-        data_dir: the converter's output directory (local path or URI: gs://, s3://, ...).
-        split: a split name listed in dataset_info.json, e.g. "train".
-        s3_endpoint_url: S3 endpoint for s3:// data (default: boto3's, or AWS_ENDPOINT_URL_S3).
-
-    Returns:
-        (the split's dict from dataset_info.json, its shards in listed order).
-
-    Raises:
-        schema.DatasetInfoError: `data_dir` has no readable dataset_info.json.
-        ValueError: the split is not in dataset_info.json, or lists no shards.
-        FileNotFoundError: a listed shard is missing, naming it.
-    """
-    store = shard_cache.open_store(data_dir, s3_endpoint_url)
-    data_dir = _resolve_version(data_dir, store)  # a versioned root reads LATEST's version
-    _, split_info, shards = _load_split(data_dir, split, store)
-    return split_info, shards
-
-
-def _resolve_version(data_dir: str, store: shard_cache.Store) -> str:
-    """A versioned root -> the version folder its LATEST pointer names, read through `store`
-    (so s3:// roots resolve with the reader's own client); other folders as they are."""
-
-    def read_text(uri: str) -> str | None:
-        return store.read_bytes(uri).decode("utf-8", "replace") if store.exists(uri) else None
-
-    return versions.resolve_dataset_dir(data_dir, read_text=read_text)
-
-
-def _load_split(
-    data_dir: str, split: str, store: shard_cache.Store
-) -> tuple[dict, dict, tuple[ShardFile, ...]]:
-    """(dataset_info.json, the split's entry, its checked shards); see split_files."""
-    info = store.load_dataset_info(data_dir)
-    info_path = posixpath.join(data_dir.rstrip("/"), schema.DATASET_INFO)
-    splits = info.get("splits") or {}
-    if split not in splits:
-        raise ValueError(
-            f"unknown split {split!r}: {info_path} has splits {sorted(splits)}; pass one of them"
-        )
-    split_info = splits[split]
-    listed = split_info.get("shards") or []
-    if not listed:
-        raise ValueError(f"split {split!r} in {info_path} lists no shards; re-run the conversion")
-    shards = []
-    for entry in listed:
-        rel = entry["file"]
-        suffix = os.path.splitext(rel)[1]
-        shards.append(
-            ShardFile(
-                path=posixpath.join(data_dir.rstrip("/"), rel),
-                compression=_COMPRESSION_BY_SUFFIX.get(suffix, ""),
-                num_examples=int(entry.get("num_examples", -1)),
-            )
-        )
-    _check_shards_exist(data_dir, split, shards, store)
-    return info, split_info, tuple(shards)
-
-
-def _check_shards_exist(
-    data_dir: str, split: str, shards: Sequence[ShardFile], store: shard_cache.Store
-) -> None:
-    """One directory listing per folder (cheap on object stores) instead of a stat per shard."""
-    present: dict[str, set[str]] = {}
-    missing = []
-    for shard in shards:
-        folder, name = posixpath.split(shard.path)
-        if folder not in present:
-            present[folder] = set(store.listdir(folder))
-        if name not in present[folder]:
-            missing.append(shard.path)
-    if missing:
-        shown = ", ".join(missing[:3]) + (
-            f" and {len(missing) - 3} more" if len(missing) > 3 else ""
-        )
-        raise FileNotFoundError(
-            f"split {split!r} of {data_dir}: {len(missing)} shard(s) listed in "
-            f"{schema.DATASET_INFO} are missing: {shown}; re-run the conversion (or copy the "
-            f"whole output directory), then `imgrec verify {data_dir}`"
-        )
-
-
-def steps_per_epoch(
-    data_dir: str,
-    split: str,
-    global_batch_size: int,
-    *,
-    drop_remainder: bool = True,
-    s3_endpoint_url: str | None = None,
-) -> int:
-    """Global steps in one pass over the split, exactly, from dataset_info.json.
-
-    Args:
-        data_dir: the converter's output directory.
-        split: split name, e.g. "train".
-        global_batch_size: examples per step over all replicas.
-        drop_remainder: True (training) counts full batches only; False (evaluation) counts
-            the last partial batch too.
-        s3_endpoint_url: S3 endpoint for s3:// data, as for make_dataset.
-
-    Returns:
-        The number of steps.
-
-    Raises:
-        ValueError: unknown split, non-positive batch size, or (with drop_remainder) a split
-            smaller than one batch.
-    """
-    if global_batch_size <= 0:
-        raise ValueError(f"global_batch_size must be positive, got {global_batch_size}")
-    store = shard_cache.open_store(data_dir, s3_endpoint_url)
-    data_dir = _resolve_version(data_dir, store)
-    info = store.load_dataset_info(data_dir)
-    splits = info.get("splits") or {}
-    if split not in splits:
-        raise ValueError(
-            f"unknown split {split!r}: {data_dir} has splits {sorted(splits)}; pass one of them"
-        )
-    n = int(splits[split]["num_examples"])
-    if not drop_remainder:
-        return math.ceil(n / global_batch_size)
-    if n < global_batch_size:
-        raise ValueError(
-            f"split {split!r} has {n} examples, fewer than one global batch of "
-            f"{global_batch_size}: lower the batch size or pass drop_remainder=False"
-        )
-    return n // global_batch_size
 
 
 def make_dataset(
@@ -504,41 +353,6 @@ def evaluation_images(
     return images
 
 
-def _typical_min_side(
-    info: dict, shard: ShardFile, local_copies: shard_cache.ShardCache | None = None
-) -> int:
-    """Median shorter side of the images: from the converter's statistics, else sampled (with a
-    cache, from the first records of `shard`, read without downloading the whole shard)."""
-    stats = info.get("statistics") or {}
-    height = (stats.get("height_quantiles") or {}).get("p50")
-    width = (stats.get("width_quantiles") or {}).get("p50")
-    if height and width:
-        return int(min(height, width))
-    if local_copies is not None:
-        sample = local_copies.head_sample(shard.path, shard.compression, _SIZE_SAMPLE_RECORDS)
-        shard = ShardFile(path=sample, compression="", num_examples=-1)
-    return _sampled_min_side(shard)
-
-
-def _sampled_min_side(shard: ShardFile) -> int:
-    """Median shorter side of the JPEGs among the first records of `shard` (0 if none)."""
-    records = tf.data.TFRecordDataset(shard.path, compression_type=shard.compression)
-    spec = schema.feature_spec(keys=(schema.ENCODED, schema.FORMAT))
-    sides = []
-    try:
-        for record in records.take(_SIZE_SAMPLE_RECORDS):
-            features = tf.io.parse_single_example(record, spec)
-            encoded = features[schema.ENCODED]
-            if features[schema.FORMAT] != schema.RAW_FORMAT and bool(tf.io.is_jpeg(encoded)):
-                height, width, _ = tf.io.extract_jpeg_shape(encoded).numpy()
-                sides.append(min(height, width))
-    except tf.errors.OpError as e:
-        # The pipeline reads the shard again and fails there with the shard's name; here we
-        # only lose the size hint, so decode at full scale.
-        _log.warning("could not sample image sizes from %s (%s)", shard.path, e.message)
-    return int(sorted(sides)[len(sides) // 2]) if sides else 0
-
-
 def _sub_seed(seed: int | None, stream: int, pipeline_id: int = 0) -> int | None:
     """An independent seed per random stream and input pipeline, derived from the user's seed."""
     if seed is None:
@@ -703,188 +517,3 @@ def _read_shard(
             return n + size, tf.identity(batch)
 
     return batches.scan(tf.constant(0, tf.int64), count).unbatch()
-
-
-def _decode_batch(config: _Config, records: tf.Tensor, seeds: tf.Tensor | None = None):
-    """A batch of records -> (images uint8 [B, H, W, 3], labels int64 [B][, {key: [B]}])."""
-    keys = (schema.ENCODED, schema.LABEL) + config.extra_features + _raw_keys(config)
-    if not config.training:
-        keys += (schema.HEIGHT, schema.WIDTH)
-    features = tf.io.parse_example(records, schema.feature_spec(keys=keys))
-    height, width = config.image_size
-    # Raw records need their sides (and, mixed with encoded ones, their format) per image.
-    raw = _raw_elems(config, features)
-    if config.training:
-        elems = (features[schema.ENCODED], seeds) + raw
-
-        def one(e):
-            return _decode_image(config, e[0], e[1], raw=e[2:])
-    else:
-        # The centre crops of the whole batch at once, from the sides the converter recorded
-        # (it decoded them): saves a header parse and a dozen scalar ops per image.
-        windows = tf.stack(
-            _crop_window(config, features[schema.HEIGHT], features[schema.WIDTH], None), axis=1
-        )
-        elems = (features[schema.ENCODED], windows) + raw
-
-        def one(e):
-            return _decode_image(config, e[0], None, window=tf.unstack(e[1]), raw=e[2:])
-
-    images = tf.map_fn(
-        one,
-        elems,
-        fn_output_signature=tf.TensorSpec((height, width, 3), tf.uint8),
-        # A few images of the batch in flight: measured +5% images/s over one at a time on 2
-        # cores, and no better with 8.
-        parallel_iterations=_DECODE_PARALLEL_ITERATIONS,
-    )
-    return _with_extras(config, images, features)
-
-
-def _with_extras(config: _Config, images: tf.Tensor, features: dict):
-    """(images, labels) or (images, labels, {key: extra}) from the parsed features."""
-    labels = features[schema.LABEL]
-    if config.extra_features:
-        return images, labels, {key: features[key] for key in config.extra_features}
-    return images, labels
-
-
-def _decode_example(config: _Config, record: tf.Tensor, seed: tf.Tensor | None):
-    """Parse one record, crop, decode, resize: (image uint8 [H, W, 3], label int64[, extras])."""
-    keys = (schema.ENCODED, schema.LABEL) + config.extra_features + _raw_keys(config)
-    features = tf.io.parse_single_example(record, schema.feature_spec(keys=keys))
-    image = _decode_image(config, features[schema.ENCODED], seed, raw=_raw_elems(config, features))
-    return _with_extras(config, image, features)
-
-
-def _raw_keys(config: _Config) -> tuple[str, ...]:
-    """Features the raw-pixel path reads besides the encoded bytes (none for encoded datasets)."""
-    if config.store == "encoded":
-        return ()
-    return (schema.HEIGHT, schema.WIDTH) + ((schema.FORMAT,) if config.store == "smart" else ())
-
-
-def _raw_elems(config: _Config, features: dict) -> tuple:
-    """(height, width[, is_raw]) for _decode_image's `raw`; () for encoded datasets."""
-    if config.store == "encoded":
-        return ()
-    sides = (features[schema.HEIGHT], features[schema.WIDTH])
-    if config.store == "smart":
-        return sides + (raw_pixels.is_raw(features[schema.FORMAT]),)
-    return sides
-
-
-def _decode_image(
-    config: _Config, encoded: tf.Tensor, seed: tf.Tensor | None, window=None, raw=()
-) -> tf.Tensor:
-    """One encoded image -> cropped, resized uint8 [H, W, 3] (augmented in training).
-
-    `window` (top, left, height, width), when known, is the crop; else it is computed from the
-    image's own header (random-resized in training, centre otherwise). `raw` is (height, width)
-    of raw-pixel records (--store pixels), plus a bool "this one is raw" for --store smart.
-    """
-    height, width = config.image_size
-
-    def jpeg() -> tf.Tensor:
-        # Fused crop+decode: libjpeg skips the IDCT outside the window and stops after its last
-        # row. Measured faster than a full decode even on ~450x400 photos (see module constants).
-        crop = window
-        if crop is None:
-            shape = tf.io.extract_jpeg_shape(encoded)
-            crop = _crop_window(config, shape[0], shape[1], seed)
-        if not config.dct_scaling:
-            return tf.io.decode_and_crop_jpeg(encoded, tf.stack(crop), channels=3)
-        return _decode_and_crop_scaled(encoded, crop, config.image_size)
-
-    def other() -> tf.Tensor:
-        image = tf.io.decode_image(encoded, channels=3, expand_animations=False)
-        crop = window
-        if crop is None:
-            shape = tf.shape(image)
-            crop = _crop_window(config, shape[0], shape[1], seed)
-        top, left, h, w = crop
-        return tf.slice(image, tf.stack([top, left, 0]), tf.stack([h, w, 3]))
-
-    def raw_crop() -> tf.Tensor:
-        # No decoder: the stored pixels, reshaped, then the same crop as an encoded image gets.
-        pixels = raw_pixels.decode_raw_image(encoded, raw[0], raw[1])
-        crop = window
-        if crop is None:
-            crop = _crop_window(config, raw[0], raw[1], seed)
-        top, left, h, w = crop
-        return tf.slice(pixels, tf.stack([top, left, 0]), tf.stack([h, w, 3]))
-
-    def decoded() -> tf.Tensor:
-        return tf.cond(tf.io.is_jpeg(encoded), jpeg, other)
-
-    # Only decode+crop sits in the branch: resizing inside a tf.cond branch measured ~15% slower.
-    if config.store == "pixels":
-        image = raw_crop()
-    elif config.store == "smart":
-        image = tf.cond(raw[2], raw_crop, decoded)
-    else:
-        image = decoded()
-    # Resizing float32 pixels measured 30-40 us cheaper per 224x224 output than resizing the
-    # uint8 image (TF's uint8 bilinear kernel converts as it goes); the cast costs less.
-    image = tf.image.resize(tf.cast(image, tf.float32), (height, width), method="bilinear")
-    # Bilinear output stays within [0, 255]: +0.5 and truncate rounds without a clip
-    # (measured 0.035 ms/image cheaper than round + saturate_cast).
-    image = tf.cast(image + 0.5, tf.uint8)
-    if config.training:
-        image = tf.image.stateless_random_flip_left_right(image, seed=seed)
-    image.set_shape((height, width, 3))
-    return image
-
-
-def _crop_window(config: _Config, height: tf.Tensor, width: tf.Tensor, seed: tf.Tensor | None):
-    """(top, left, crop_height, crop_width) int32: random-resized crop in training, else centre."""
-    height = tf.cast(height, tf.int32)
-    width = tf.cast(width, tf.int32)
-    if config.training:
-        begin, size, _ = tf.image.stateless_sample_distorted_bounding_box(
-            tf.stack([height, width, 3]),
-            bounding_boxes=tf.zeros([1, 0, 4], tf.float32),
-            seed=seed,
-            min_object_covered=_CROP_MIN_OBJECT_COVERED,
-            aspect_ratio_range=_CROP_ASPECT_RANGE,
-            area_range=_CROP_AREA_RANGE,
-            max_attempts=_CROP_MAX_ATTEMPTS,
-            use_image_if_no_bounding_boxes=True,
-        )
-        return begin[0], begin[1], size[0], size[1]
-    out_h, out_w = config.image_size
-    h_f, w_f = tf.cast(height, tf.float32), tf.cast(width, tf.float32)
-    # Largest window with the output's aspect ratio, then its central crop_fraction.
-    crop_h = tf.minimum(h_f, w_f * out_h / out_w) * config.crop_fraction
-    crop_w = tf.minimum(w_f, h_f * out_w / out_h) * config.crop_fraction
-    crop_h = tf.clip_by_value(tf.cast(tf.round(crop_h), tf.int32), 1, height)
-    crop_w = tf.clip_by_value(tf.cast(tf.round(crop_w), tf.int32), 1, width)
-    return (height - crop_h) // 2, (width - crop_w) // 2, crop_h, crop_w
-
-
-def _decode_and_crop_scaled(encoded: tf.Tensor, window, image_size: tuple[int, int]) -> tf.Tensor:
-    """Fused crop+decode at the largest DCT scale that keeps the crop >= image_size."""
-    top, left, h, w = window
-    out_h, out_w = image_size
-    index = tf.constant(0)
-    for i, ratio in enumerate(_DCT_RATIOS[1:], start=1):
-        fits = tf.logical_and(h // ratio >= out_h, w // ratio >= out_w)
-        index = tf.where(fits, i, index)
-
-    def branch(ratio: int) -> Callable[[], tf.Tensor]:
-        # libjpeg's crop window is in scaled coordinates.
-        scaled = tf.stack([top // ratio, left // ratio, h // ratio, w // ratio])
-        return lambda: tf.io.decode_and_crop_jpeg(encoded, scaled, channels=3, ratio=ratio)
-
-    return tf.switch_case(index, [branch(r) for r in _DCT_RATIOS])
-
-
-def _postprocess_fn(config: _Config) -> Callable:
-    """Apply the user's per-example (image, label) hook, passing extras through."""
-    fn = config.postprocess
-
-    def apply(image, label, *extras):
-        image, label = fn(image, label)
-        return (image, label, *extras)
-
-    return apply

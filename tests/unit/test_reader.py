@@ -15,7 +15,7 @@ import pytest
 import tensorflow as tf
 from PIL import Image
 
-from pipeline import reader
+from pipeline import reader, reader_crops, reader_decode
 from pipeline.core import schema
 from tests.runs import ROOT as ROOT_PATH
 
@@ -176,7 +176,7 @@ def test_centre_crop_is_the_middle_of_the_image():
         extra_features=(),
         postprocess=None,
     )
-    image, _ = reader._decode_example(cfg, tf.constant(record), None)
+    image, _ = reader_decode.decode_example(cfg, tf.constant(record), None)
     assert int(tf.reduce_min(image)) == 255
 
 
@@ -297,7 +297,7 @@ def test_dct_scaling_decodes_large_jpegs_at_reduced_scale(tmp_path):
     pixels = np.random.default_rng(0).integers(0, 256, size=(200, 240, 3), dtype=np.uint8)
     out = io.BytesIO()
     Image.fromarray(pixels).save(out, format="JPEG")
-    image = reader._decode_and_crop_scaled(
+    image = reader_crops.decode_and_crop_scaled(
         tf.constant(out.getvalue()), (10, 20, 160, 200), (40, 40)
     )
     assert image.shape == (40, 50, 3)  # ratio 4: the 160x200 window at quarter scale

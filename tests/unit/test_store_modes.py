@@ -15,7 +15,7 @@ import pytest
 import tensorflow as tf
 from PIL import Image
 
-from pipeline import reader
+from pipeline import reader, reader_crops, reader_decode
 from pipeline.core import schema
 from pipeline.demo import build_corpus
 from pipeline.options import ConvertConfig, OptionError
@@ -220,7 +220,7 @@ def test_smart_mode_mixes_raw_and_jpeg_in_one_shard(smart):
         # The reader's own crop+resize of the source decode: raw records match it.
         decoded = tf.io.decode_jpeg(open(path, "rb").read(), channels=3)
         config = reader._Config(**{**_EVAL_CONFIG, "image_size": OUT_SIZE})
-        window = reader._crop_window(config, tf.shape(decoded)[0], tf.shape(decoded)[1], None)
+        window = reader_crops.crop_window(config, tf.shape(decoded)[0], tf.shape(decoded)[1], None)
         top, left, h, w = (int(v) for v in window)
         crop = tf.cast(decoded[top : top + h, left : left + w], tf.float32)
         want = tf.cast(tf.image.resize(crop, OUT_SIZE) + 0.5, tf.uint8).numpy()
@@ -273,10 +273,10 @@ def test_dct_scaled_decode_psnr_against_the_full_decode(tmp_path):
         photo.save(path, quality=90)
         data = tf.constant(path.read_bytes())
         config = reader._Config(**{**_EVAL_CONFIG, "image_size": (224, 224)})
-        window = reader._crop_window(config, photo.height, photo.width, None)
+        window = reader_crops.crop_window(config, photo.height, photo.width, None)
         top, left, h, w = (int(v) for v in window)
         assert min(h, w) >= 2 * 224  # DCT scaling applies: at least 2x the output
-        scaled = reader._decode_and_crop_scaled(data, window, (224, 224))
+        scaled = reader_crops.decode_and_crop_scaled(data, window, (224, 224))
         assert scaled.shape[0] < h  # decoded at a reduced scale
         full = tf.io.decode_jpeg(data, channels=3)[top : top + h, left : left + w]
 
