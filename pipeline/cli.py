@@ -28,7 +28,7 @@ def _inspect(argv: list[str]) -> int:
     import json
 
     from pipeline import schema, storage
-    from pipeline.launcher import format_summary
+    from pipeline.summary import format_summary
     from pipeline.versions import VersionError, resolve_dataset_dir
 
     if len(argv) != 1:
@@ -70,7 +70,6 @@ def _preview(argv: list[str]) -> int:
     parser.add_argument("--out", help="where to write the HTML (default: DIR/report.html)")
     args = parser.parse_args(argv)
     from pipeline.schema import DatasetInfoError
-
     from pipeline.versions import VersionError, resolve_dataset_dir
 
     try:
@@ -162,6 +161,13 @@ def _dispatch(argv: list[str]) -> int:
     if command.startswith("--"):  # `imgrec --input ...` means convert.
         command, rest = "convert", argv
     if command == "convert":
+        from pipeline.fast_rerun import try_fast_rerun
+
+        # A versioned rerun whose input, options and software are unchanged is made from the
+        # previous version without Beam or TensorFlow (pipeline/fast_rerun.py).
+        status = try_fast_rerun(rest)
+        if status is not None:
+            return status
         from pipeline.launcher import run_convert
 
         return run_convert(rest)

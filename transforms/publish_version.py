@@ -14,11 +14,17 @@ import apache_beam as beam
 from apache_beam import pvalue
 from apache_beam.io.filesystems import FileSystems
 
-from pipeline import changes, schema, storage, versions
+from pipeline import changes, fast_rerun, schema, storage, versions
 from pipeline.errors import ERROR_PREFIX
 from transforms.plan_shards import WRITER_FIELDS
 
-__all__ = ["WriteFileIndex", "PublishVersion", "VersionCheckError", "check_version"]
+__all__ = [
+    "DigestListing",
+    "WriteFileIndex",
+    "PublishVersion",
+    "VersionCheckError",
+    "check_version",
+]
 
 _log = logging.getLogger(__name__)
 
@@ -92,6 +98,31 @@ class WriteFileIndex(beam.PTransform):
         )
 
 
+def _file_lines(batch: list[dict]) -> list[str | None]:
+    return [fast_rerun.listing_line(r["path"], r.get("size", -1), r.get("stamp")) for r in batch]
+
+
+class DigestListing(beam.PTransform):
+    """(listed batches, listing rejects) -> one dict {"sha256", "count"} of the listing as this
+    run saw it (None when it holds files without a stamp or rejects the digest does not cover).
+
+    A no-change rerun lists the input itself and compares (pipeline/fast_rerun.py); taking the
+    digest here, from the pipeline's own listing, makes it describe exactly what was converted.
+    """
+
+    def expand(self, pcolls):
+        listed, rejected = pcolls
+        files = listed | "FileLines" >> beam.Map(_file_lines)
+        rejects = rejected | "RejectLines" >> beam.Map(lambda r: [fast_rerun.reject_line(r)])
+        return (
+            (files, rejects)
+            | "AllLines" >> beam.Flatten()
+            # [line] per batch
+            | "GatherLines" >> beam.CombineGlobally(_ConcatFn())
+            | "Digest" >> beam.Map(fast_rerun.listing_digest)
+        )
+
+
 def check_version(folder: str, info: dict) -> None:
     """Check a finished version against its own counts before it is published.
 
@@ -130,11 +161,12 @@ def check_version(folder: str, info: dict) -> None:
 class _PublishFn(beam.DoFn):
     """dataset_info dict -> checks, changes.json, LATEST, pruning; yields what it did."""
 
-    def __init__(self, config):
+    def __init__(self, config, rerun_key: str | None = None):
         self._folder = config.output
         self._keep = config.keep_versions
+        self._rerun_key = rerun_key
 
-    def process(self, info, index_path):
+    def process(self, info, index_path, listing=None):
         del index_path  # A side input only so that the index is written before this runs.
         root, name = versions.split_version_dir(self._folder)
         check_version(self._folder, info)
@@ -157,6 +189,10 @@ class _PublishFn(beam.DoFn):
             json.dumps(change, indent=1, sort_keys=False).encode("utf-8"),
             mime_type="application/json",
         )
+        record = fast_rerun.record_bytes(self._rerun_key, listing)
+        if record is not None:  # what a no-change rerun of this command compares
+            path = storage.join(self._folder, fast_rerun.RERUN_RECORD)
+            storage.write_bytes_atomic(path, record, mime_type="application/json")
         published, _ = versions.publish(root, name)
         pruned = versions.prune(root, self._keep, name) if published and self._keep else []
         yield {
@@ -171,12 +207,17 @@ class _PublishFn(beam.DoFn):
 class PublishVersion(beam.PTransform):
     """The dataset_info PCollection of a versioned run -> the version checked and published."""
 
-    def __init__(self, config, index_written):
+    def __init__(self, config, index_written, listing=None, rerun_key: str | None = None):
         super().__init__()
         self._config = config
         self._index_written = index_written
+        self._listing = listing
+        self._rerun_key = rerun_key
 
     def expand(self, described):
+        side = {"index_path": pvalue.AsSingleton(self._index_written)}
+        if self._listing is not None:
+            side["listing"] = pvalue.AsSingleton(self._listing)
         return described | "Publish" >> beam.ParDo(
-            _PublishFn(self._config), index_path=pvalue.AsSingleton(self._index_written)
+            _PublishFn(self._config, self._rerun_key), **side
         )
