@@ -165,7 +165,7 @@ def run_key(argv: list[str]) -> str | None:
     listings give equal outputs. The command line is taken as given, so any option change
     (even one that writes the same bytes) runs the pipeline.
     """
-    if any(_given(argv, name) for name in _NOT_FAST):
+    if not _given(argv, "--versioned") or any(_given(argv, name) for name in _NOT_FAST):
         return None
     body = {"format": RECORD_FORMAT, "argv": list(argv), "software": _software()}
     return hashlib.sha256(json.dumps(body, sort_keys=True).encode("utf-8")).hexdigest()
@@ -185,13 +185,49 @@ def reject_line(reject: dict) -> str | None:
     return json.dumps(["reject", reject["path"], reject["reason"], reject.get("detail", "")])
 
 
+# The digest is a sum of per-line sha256 values modulo 2**256 (with the line count): it does not
+# depend on the order lines arrive in, and a pipeline combines it in constant memory per worker
+# whatever the input's size (a sorted list would gather every path on one worker).
+_MODULUS = 1 << 256
+
+
+def line_value(line: str | None) -> int | None:
+    """One digest line's contribution (None stays None: the digest is then unusable)."""
+    if line is None:
+        return None
+    return int.from_bytes(hashlib.sha256(line.encode("utf-8")).digest(), "big")
+
+
+def combine_values(values: Iterable[int | None]) -> tuple[int, int, bool]:
+    """(sum mod 2**256, count, usable) of line values; combinable with `merge_totals`."""
+    total, count, usable = 0, 0, True
+    for value in values:
+        if value is None:
+            usable = False
+        else:
+            total = (total + value) % _MODULUS
+        count += 1
+    return total, count, usable
+
+
+def merge_totals(parts: Iterable[tuple[int, int, bool]]) -> tuple[int, int, bool]:
+    total, count, usable = 0, 0, True
+    for t, c, u in parts:
+        total, count, usable = (total + t) % _MODULUS, count + c, usable and u
+    return total, count, usable
+
+
+def digest_of(totals: tuple[int, int, bool]) -> dict | None:
+    """{"sha256", "count"} of combined totals, or None when a line was unusable."""
+    total, count, usable = totals
+    if not usable:
+        return None
+    return {"sha256": f"{total:064x}", "count": count}
+
+
 def listing_digest(lines: Iterable[str | None]) -> dict | None:
     """{"sha256", "count"} of a listing's lines, or None when one of them is None."""
-    found = list(lines)
-    if any(line is None for line in found):
-        return None
-    data = "\n".join(sorted(found)).encode("utf-8")
-    return {"sha256": hashlib.sha256(data).hexdigest(), "count": len(found)}
+    return digest_of(combine_values(line_value(line) for line in lines))
 
 
 def record_bytes(key: str | None, digest: dict | None) -> bytes | None:

@@ -98,8 +98,32 @@ class WriteFileIndex(beam.PTransform):
         )
 
 
-def _file_lines(batch: list[dict]) -> list[str | None]:
-    return [fast_rerun.listing_line(r["path"], r.get("size", -1), r.get("stamp")) for r in batch]
+def _file_values(batch: list[dict]) -> tuple[int, int, bool]:
+    """[ListedFile] -> the batch's part of the listing digest (pipeline/fast_rerun.py)."""
+    return fast_rerun.combine_values(
+        fast_rerun.line_value(fast_rerun.listing_line(r["path"], r.get("size", -1), r.get("stamp")))
+        for r in batch
+    )
+
+
+def _reject_values(reject: dict) -> tuple[int, int, bool]:
+    return fast_rerun.combine_values([fast_rerun.line_value(fast_rerun.reject_line(reject))])
+
+
+class _SumFn(beam.CombineFn):
+    """Parts of the listing digest -> their sum (constant size, whatever the input's size)."""
+
+    def create_accumulator(self):
+        return 0, 0, True
+
+    def add_input(self, acc, part):
+        return fast_rerun.merge_totals([acc, part])
+
+    def merge_accumulators(self, accumulators):
+        return fast_rerun.merge_totals(accumulators)
+
+    def extract_output(self, acc):
+        return fast_rerun.digest_of(acc)
 
 
 class DigestListing(beam.PTransform):
@@ -112,14 +136,13 @@ class DigestListing(beam.PTransform):
 
     def expand(self, pcolls):
         listed, rejected = pcolls
-        files = listed | "FileLines" >> beam.Map(_file_lines)
-        rejects = rejected | "RejectLines" >> beam.Map(lambda r: [fast_rerun.reject_line(r)])
+        files = listed | "FileParts" >> beam.Map(_file_values)
+        rejects = rejected | "RejectParts" >> beam.Map(_reject_values)
         return (
             (files, rejects)
-            | "AllLines" >> beam.Flatten()
-            # [line] per batch
-            | "GatherLines" >> beam.CombineGlobally(_ConcatFn())
-            | "Digest" >> beam.Map(fast_rerun.listing_digest)
+            | "AllParts" >> beam.Flatten()
+            # (sum of line hashes mod 2**256, lines, usable) per batch
+            | "Digest" >> beam.CombineGlobally(_SumFn())
         )
 
 
