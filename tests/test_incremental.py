@@ -486,3 +486,21 @@ def test_the_no_change_rerun_falls_back_to_the_pipeline(corpus, tmp_path):
     fresh = str(tmp_path / "fresh")
     _cli(*_input(src), "--output", fresh)
     assert snapshot(os.path.join(root, versions.read_latest(root))) == snapshot(fresh)
+
+
+def test_no_change_reruns_prune_like_pipeline_runs(corpus, tmp_path):
+    """--keep_versions prunes after a no-change rerun too; each rerun's only source is the
+    version before it (the one it was made from may be pruned next)."""
+    src, _ = corpus
+    root = str(tmp_path / "root")
+    args = [*_input(src), "--output", root, "--versioned", "--keep_versions", "2"]
+    _cli(*args)
+    first = os.path.join(root, versions.read_latest(root))
+    expected = snapshot(first)
+    for _ in range(3):
+        proc = _cli(*args)
+        assert FAST in proc.stdout
+    names = versions.list_versions(root)
+    assert len(names) == 2 and names[-1] == versions.read_latest(root)
+    assert not os.path.exists(first)
+    assert snapshot(os.path.join(root, names[-1])) == expected
