@@ -29,6 +29,7 @@ carried over as it is.
 
 from __future__ import annotations
 
+import concurrent.futures
 import datetime
 import errno
 import gzip
@@ -101,6 +102,8 @@ _OWN_FILES = (
 )
 # Read size while hashing a shard: large sequential reads, bounded memory.
 _HASH_CHUNK_BYTES = 8 << 20
+# Shards copied and checked at once: enough to keep 8 cores hashing or 8 bucket copies in flight.
+_COPY_THREADS = 8
 # os.link errors that mean "no hard link here": the file is copied instead.
 _NO_HARD_LINK = (errno.EXDEV, errno.EPERM, errno.ENOTSUP, errno.EMLINK, errno.EACCES)
 
@@ -566,21 +569,34 @@ def _build(store, root: str, previous: str, name: str, info: dict) -> int:
     shards = _shard_files(info)
     for rel in store.folders(src):  # empty folders of the TFT export, as publish_export makes
         os.makedirs(os.path.join(dst, rel), exist_ok=True)
-    copied = 0
+    checked = []  # (relative path, size and sha256) of the non-empty shards
     for rel in store.files(src):
         posix = rel.replace(os.sep, "/")
         if posix in _OWN_FILES:
             continue
         verify = shards.get(posix)
-        if verify is not None and verify[0] == 0:
+        if verify is None:
+            store.copy(store.join(src, rel), store.join(dst, rel))
+        elif verify[0] == 0:
             store.write(store.join(dst, rel), b"")
-            continue
-        if not store.copy(store.join(src, rel), store.join(dst, rel), verify):
-            raise _NotApplicable(f"{posix} of {previous} does not match its dataset_info.json")
-        copied += verify is not None
+        else:
+            checked.append((rel, verify))
+
+    def copy_checked(job) -> bool:
+        rel, verify = job
+        return store.copy(store.join(src, rel), store.join(dst, rel), verify)
+
+    # Checking a shard reads all its bytes (hashlib releases the GIL on large reads, a bucket
+    # copy waits on the network): one thread per core, at most _COPY_THREADS.
+    threads = max(1, min(_COPY_THREADS, os.cpu_count() or 1, len(checked)))
+    with concurrent.futures.ThreadPoolExecutor(threads) as pool:
+        results = list(pool.map(copy_checked, checked))
+    bad = [rel for (rel, _), ok in zip(checked, results, strict=True) if not ok]
+    if bad:
+        raise _NotApplicable(f"{bad[0]} of {previous} does not match its dataset_info.json")
     if set(shards) - {r.replace(os.sep, "/") for r in store.files(dst)}:
         raise _NotApplicable("a shard of the previous version is missing")
-    return copied
+    return len(checked)
 
 
 def try_fast_rerun(argv: list[str]) -> int | None:
