@@ -57,8 +57,14 @@ def _add_progress(listing, inspection, written, rejected, deduped) -> None:
     _ = deduped["duplicates"] | "ProgressDuplicates" >> CountProgress("duplicates")
 
 
-def add_convert(p: beam.Pipeline, config: ConvertConfig, provenance: dict) -> beam.PCollection:
-    """Add the whole conversion to `p`; returns the PCollection holding the dataset_info dict."""
+def add_convert(
+    p: beam.Pipeline, config: ConvertConfig, provenance: dict, rerun_key: str | None = None
+) -> beam.PCollection:
+    """Add the whole conversion to `p`; returns the PCollection holding the dataset_info dict.
+
+    `rerun_key` (pipeline/fast_rerun.py) is recorded with a versioned run's listing digest, so
+    that a rerun of the same command on an unchanged input can reuse the version whole.
+    """
     listing = p | "List" >> ListImages(config)
     listed = listing["listed"]  # [ListedFile]: batches of names, never bytes
 
@@ -153,17 +159,21 @@ def add_convert(p: beam.Pipeline, config: ConvertConfig, provenance: dict) -> be
         statistics=statistics,
     )
     if config.versioned:
-        from transforms.publish_version import PublishVersion, WriteFileIndex
+        from transforms.publish_version import DigestListing, PublishVersion, WriteFileIndex
 
         index = planned["groups"] | "IndexFiles" >> WriteFileIndex(config.output)
-        _ = described | "PublishVersion" >> PublishVersion(config, index)
+        digest = (listed, listing["rejected"]) | "DigestListing" >> DigestListing()
+        _ = described | "PublishVersion" >> PublishVersion(config, index, digest, rerun_key)
     return described
 
 
 def build_pipeline(
-    config: ConvertConfig, options: PipelineOptions, provenance: dict
+    config: ConvertConfig,
+    options: PipelineOptions,
+    provenance: dict,
+    rerun_key: str | None = None,
 ) -> beam.Pipeline:
     """A ready-to-run `beam.Pipeline` converting `config`'s input into `config.output`."""
     p = beam.Pipeline(options=options)
-    add_convert(p, config, provenance)
+    add_convert(p, config, provenance, rerun_key)
     return p

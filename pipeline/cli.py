@@ -29,7 +29,7 @@ def _inspect(argv: list[str]) -> int:
 
     from pipeline.core import schema, storage
     from pipeline.core.versions import VersionError, resolve_dataset_dir
-    from pipeline.launcher import format_summary
+    from pipeline.summary import format_summary
 
     if len(argv) != 1:
         print("usage: imgrec inspect DIR", file=sys.stderr)
@@ -161,6 +161,13 @@ def _dispatch(argv: list[str]) -> int:
     if command.startswith("--"):  # `imgrec --input ...` means convert.
         command, rest = "convert", argv
     if command == "convert":
+        from pipeline.fast_rerun import try_fast_rerun
+
+        # A versioned rerun whose input, options and software are unchanged is made from the
+        # previous version without Beam or TensorFlow (pipeline/fast_rerun.py).
+        status = try_fast_rerun(rest)
+        if status is not None:
+            return status
         from pipeline.launcher import run_convert
 
         return run_convert(rest)

@@ -11,7 +11,6 @@ import json
 import logging
 import os
 import platform
-import re
 import shutil
 import sys
 import tempfile
@@ -27,11 +26,12 @@ from apache_beam.options.pipeline_options import (
     TestOptions,
 )
 
-from pipeline import dask_runner
+from pipeline import dask_runner, fast_rerun
 from pipeline.core import schema, storage, versions
 from pipeline.core.beam_compat import BeamArgumentParser
 from pipeline.core.errors import ERROR_PREFIX
 from pipeline.options import ConvertConfig, ConvertOptions, OptionError
+from pipeline.summary import format_summary
 from transforms.list_images import ManifestError, read_manifest_rows, resolve_local
 
 __all__ = [
@@ -41,7 +41,10 @@ __all__ = [
     "IMGREC_VERSION",
     "print_help",
     "check_writable",
+    "format_summary",
 ]
+
+_redact = fast_rerun.redact_argv
 
 IMGREC_VERSION = "0.1.0"
 # Exit status when more than --max_bad_fraction of the listed files were rejected (documented in
@@ -50,10 +53,6 @@ EXIT_TOO_MANY_REJECTS = 3
 
 # Set in a Dataflow Flex Template's launcher container (templates/flex/Dockerfile).
 _FLEX_TEMPLATE_ENV = "FLEX_TEMPLATE_PYTHON_PY_FILE"
-
-# Option names whose values never reach logs, provenance or error messages.
-_SECRET_RE = re.compile(r"(secret|token|password|credential|access_key|key_id|session)", re.I)
-
 
 # Default DirectRunner worker choice (--workers not given): below this many listed files the job
 # runs in-process. Extra worker processes each start their own Beam + TensorFlow (+ TFT) before
@@ -153,24 +152,6 @@ def parse_convert_args(argv: list[str]) -> tuple[PipelineOptions, ConvertConfig,
         parser.parse_known_args(argv)  # Re-validate the merged values.
     options = PipelineOptions(argv)
     return options, ConvertConfig.from_options(options), argv
-
-
-def _redact(argv: list[str]) -> list[str]:
-    out, hide_next = [], False
-    for a in argv:
-        if hide_next:
-            out.append("<redacted>")
-            hide_next = False
-            continue
-        if a.startswith("--") and _SECRET_RE.search(a.split("=", 1)[0]):
-            if "=" in a:
-                out.append(a.split("=", 1)[0] + "=<redacted>")
-            else:
-                out.append(a)
-                hide_next = True
-            continue
-        out.append(a)
-    return out
 
 
 def _versions() -> dict:
@@ -452,38 +433,6 @@ def _beam_error_line(exc: BaseException) -> str:
     return f"conversion failed: {type(exc).__name__}: {tail[:500]}"
 
 
-def format_summary(info: dict, output: str, seconds: float) -> str:
-    """The human summary printed after a conversion."""
-    lines = [
-        f"imgrec: converted {info['num_listed']} listed files in {seconds:.1f} s "
-        f"({info['num_listed'] / max(seconds, 1e-9):.0f} files/s) -> {output}"
-    ]
-    parts = []
-    for split, s in info["splits"].items():
-        parts.append(
-            f"{split} {s['num_examples']} ({s['num_shards']} shard"
-            f"{'s' if s['num_shards'] != 1 else ''}, {s['num_bytes'] / 1e6:.1f} MB)"
-        )
-    lines.append(f"  written     {info['num_written']:>7}   " + ", ".join(parts))
-    reasons = ", ".join(f"{k} {v}" for k, v in info.get("rejected_by_reason", {}).items())
-    lines.append(f"  rejected    {info['num_rejected']:>7}   {reasons}".rstrip())
-    lines.append(f"  duplicates  {info['num_duplicates']:>7}")
-    transcoded = ", ".join(f"{k} {v}" for k, v in info.get("transcoded_by_reason", {}).items())
-    if transcoded:
-        lines.append(
-            f"  transcoded  {sum(info['transcoded_by_reason'].values()):>7}   {transcoded}"
-        )
-    total = sum(s["num_bytes"] for s in info["splits"].values())
-    nshards = sum(s["num_shards"] for s in info["splits"].values())
-    lines.append(
-        f"  shards      {nshards:>7}   {total / 1e6:.1f} MB in all; labels: "
-        f"{len(info['label_names'])}"
-    )
-    if info.get("num_rejected"):
-        lines.append(f"  reasons per file: {storage.join(output, schema.REJECTED)}")
-    return "\n".join(lines)
-
-
 def print_help() -> None:
     parser = argparse.ArgumentParser(
         prog="imgrec convert",
@@ -504,6 +453,8 @@ def run_convert(argv: list[str]) -> int:
         print_help()
         return 0
     started = time.time()
+    # What a no-change rerun compares (pipeline/fast_rerun.py): the command line as given.
+    rerun_key = fast_rerun.run_key(argv)
     try:
         options, config, argv = parse_convert_args(argv)
         # The preflight lists --input and checks --output through FileSystems: give it the
@@ -532,7 +483,7 @@ def run_convert(argv: list[str]) -> int:
     }
     from pipeline.builder import build_pipeline  # Heavy transforms only once options are good.
 
-    pipeline = build_pipeline(config, options, provenance)
+    pipeline = build_pipeline(config, options, provenance, rerun_key=rerun_key)
     runner = str(options.view_as(StandardOptions).runner or "")
     remote = "Dataflow" in runner
     from pipeline import progress

@@ -14,11 +14,17 @@ import apache_beam as beam
 from apache_beam import pvalue
 from apache_beam.io.filesystems import FileSystems
 
-from pipeline.core import changes, schema, storage, versions
+from pipeline.core import changes, rerun_record, schema, storage, versions
 from pipeline.core.errors import ERROR_PREFIX
 from transforms.plan_shards import WRITER_FIELDS
 
-__all__ = ["WriteFileIndex", "PublishVersion", "VersionCheckError", "check_version"]
+__all__ = [
+    "DigestListing",
+    "WriteFileIndex",
+    "PublishVersion",
+    "VersionCheckError",
+    "check_version",
+]
 
 _log = logging.getLogger(__name__)
 
@@ -92,6 +98,56 @@ class WriteFileIndex(beam.PTransform):
         )
 
 
+def _file_values(batch: list[dict]) -> tuple[int, int, bool]:
+    """[ListedFile] -> the batch's part of the listing digest (pipeline/core/rerun_record.py)."""
+    return rerun_record.combine_values(
+        rerun_record.line_value(
+            rerun_record.listing_line(r["path"], r.get("size", -1), r.get("stamp"))
+        )
+        for r in batch
+    )
+
+
+def _reject_values(reject: dict) -> tuple[int, int, bool]:
+    return rerun_record.combine_values([rerun_record.line_value(rerun_record.reject_line(reject))])
+
+
+class _SumFn(beam.CombineFn):
+    """Parts of the listing digest -> their sum (constant size, whatever the input's size)."""
+
+    def create_accumulator(self):
+        return 0, 0, True
+
+    def add_input(self, acc, part):
+        return rerun_record.merge_totals([acc, part])
+
+    def merge_accumulators(self, accumulators):
+        return rerun_record.merge_totals(accumulators)
+
+    def extract_output(self, acc):
+        return rerun_record.digest_of(acc)
+
+
+class DigestListing(beam.PTransform):
+    """(listed batches, listing rejects) -> one dict {"sha256", "count"} of the listing as this
+    run saw it (None when it holds files without a stamp or rejects the digest does not cover).
+
+    A no-change rerun lists the input itself and compares (pipeline/core/rerun_record.py); taking the
+    digest here, from the pipeline's own listing, makes it describe exactly what was converted.
+    """
+
+    def expand(self, pcolls):
+        listed, rejected = pcolls
+        files = listed | "FileParts" >> beam.Map(_file_values)
+        rejects = rejected | "RejectParts" >> beam.Map(_reject_values)
+        return (
+            (files, rejects)
+            | "AllParts" >> beam.Flatten()
+            # (sum of line hashes mod 2**256, lines, usable) per batch
+            | "Digest" >> beam.CombineGlobally(_SumFn())
+        )
+
+
 def check_version(folder: str, info: dict) -> None:
     """Check a finished version against its own counts before it is published.
 
@@ -130,11 +186,12 @@ def check_version(folder: str, info: dict) -> None:
 class _PublishFn(beam.DoFn):
     """dataset_info dict -> checks, changes.json, LATEST, pruning; yields what it did."""
 
-    def __init__(self, config):
+    def __init__(self, config, rerun_key: str | None = None):
         self._folder = config.output
         self._keep = config.keep_versions
+        self._rerun_key = rerun_key
 
-    def process(self, info, index_path):
+    def process(self, info, index_path, listing=None):
         del index_path  # A side input only so that the index is written before this runs.
         root, name = versions.split_version_dir(self._folder)
         check_version(self._folder, info)
@@ -157,6 +214,10 @@ class _PublishFn(beam.DoFn):
             json.dumps(change, indent=1, sort_keys=False).encode("utf-8"),
             mime_type="application/json",
         )
+        record = rerun_record.record_bytes(self._rerun_key, listing)
+        if record is not None:  # what a no-change rerun of this command compares
+            path = storage.join(self._folder, rerun_record.RERUN_RECORD)
+            storage.write_bytes_atomic(path, record, mime_type="application/json")
         published, _ = versions.publish(root, name)
         pruned = versions.prune(root, self._keep, name) if published and self._keep else []
         yield {
@@ -171,12 +232,17 @@ class _PublishFn(beam.DoFn):
 class PublishVersion(beam.PTransform):
     """The dataset_info PCollection of a versioned run -> the version checked and published."""
 
-    def __init__(self, config, index_written):
+    def __init__(self, config, index_written, listing=None, rerun_key: str | None = None):
         super().__init__()
         self._config = config
         self._index_written = index_written
+        self._listing = listing
+        self._rerun_key = rerun_key
 
     def expand(self, described):
+        side = {"index_path": pvalue.AsSingleton(self._index_written)}
+        if self._listing is not None:
+            side["listing"] = pvalue.AsSingleton(self._listing)
         return described | "Publish" >> beam.ParDo(
-            _PublishFn(self._config), index_path=pvalue.AsSingleton(self._index_written)
+            _PublishFn(self._config, self._rerun_key), **side
         )

@@ -17,6 +17,7 @@ __all__ = [
     "MAX_LISTED",
     "index_bytes",
     "load_file_facts",
+    "facts_from_files",
     "compute_changes",
     "headline",
 ]
@@ -54,8 +55,25 @@ def load_file_facts(version_dir: str) -> dict[str, dict] | None:
     index_path = storage.join(version_dir, versions.FILE_INDEX)
     if not storage.exists(index_path):
         return None
+
+    def optional(name: str) -> bytes | None:
+        path = storage.join(version_dir, name)
+        return storage.read_bytes(path) if storage.exists(path) else None
+
+    return facts_from_files(
+        gzip.decompress(storage.read_bytes(index_path)),
+        optional(schema.REJECTED),
+        optional(schema.DUPLICATES),
+    )
+
+
+def facts_from_files(
+    index: bytes, rejected: bytes | None, duplicates: bytes | None
+) -> dict[str, dict]:
+    """`load_file_facts` from the three files' bytes (the index already decompressed; None for
+    a file that does not exist)."""
     facts: dict[str, dict] = {}
-    for row in _jsonl(gzip.decompress(storage.read_bytes(index_path))):
+    for row in _jsonl(index):
         facts[row["path"]] = {
             "status": _STATUS_WRITTEN,
             "sha256": row["sha256"],
@@ -63,14 +81,10 @@ def load_file_facts(version_dir: str) -> dict[str, dict] | None:
             "label": row["label"],
         }
     # Rejected last: a file rejected while its shard was written is in the index too.
-    for name, status in (
-        (schema.DUPLICATES, _STATUS_DUPLICATE),
-        (schema.REJECTED, _STATUS_REJECTED),
-    ):
-        path = storage.join(version_dir, name)
-        if not storage.exists(path):
+    for data, status in ((duplicates, _STATUS_DUPLICATE), (rejected, _STATUS_REJECTED)):
+        if data is None:
             continue
-        for row in _jsonl(storage.read_bytes(path)):
+        for row in _jsonl(data):
             fact = facts.setdefault(row["path"], {})
             fact["status"] = status
             if status == _STATUS_REJECTED:

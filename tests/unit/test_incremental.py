@@ -8,6 +8,7 @@ import glob
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -17,8 +18,9 @@ import pytest
 from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.options.pipeline_options import PipelineOptions
 
+from pipeline import fast_rerun
 from pipeline.builder import build_pipeline
-from pipeline.core import schema, versions
+from pipeline.core import rerun_record, schema, versions
 from pipeline.demo import build_corpus
 from pipeline.options import ConvertConfig, OptionError
 from tests.runs import ROOT as ROOT_PATH
@@ -299,6 +301,8 @@ def test_bucket_root_copies_shards_server_side(store, tmp_path):
     proc = _cli(*args, "--output", root, "--versioned")
     v2 = store.get(store.uri(bucket, "flowers/LATEST")).decode().strip()
     assert v2 > v1 and "changes: no change" in proc.stdout
+    # Same command, same listing: the version is made from v1 without running the pipeline.
+    assert "nothing changed: the pipeline did not run" in proc.stdout, proc.stdout
     info = json.loads(store.get(store.uri(bucket, f"flowers/{v1}/{schema.DATASET_INFO}")))
     shards = [
         shard["file"]
@@ -331,3 +335,170 @@ def test_bucket_root_copies_shards_server_side(store, tmp_path):
             (local / rel).parent.mkdir(parents=True, exist_ok=True)
             (local / rel).write_bytes(store.get(store.uri(bucket, key)))
     assert snapshot(str(local)) == snapshot(fresh)
+
+
+# -- The no-change rerun (pipeline/fast_rerun.py) ------------------------------------------------
+
+_PROBE = """
+import sys
+from pipeline import cli
+status = cli.main(sys.argv[1:])
+heavy = sorted(m for m in ("apache_beam", "tensorflow", "tensorflow_transform") if m in sys.modules)
+print("heavy modules:", ",".join(heavy) or "none")
+sys.exit(status)
+"""
+
+
+def _cli_default(*args: str) -> subprocess.CompletedProcess:
+    """`imgrec convert ARGS` with default options (analysis and report on), one worker,
+    reporting which heavy modules the process imported."""
+    env = dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="2")
+    proc = subprocess.run(
+        [sys.executable, "-c", _PROBE, "convert", *args, "--target_shard_mb", "0.02",
+         "--max_bad_fraction", "0.5", "--workers", "1"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert proc.returncode == 0, f"exit {proc.returncode}\n{proc.stdout}\n{proc.stderr[-3000:]}"
+    return proc
+
+
+def _masked_report(folder: str) -> str:
+    with open(os.path.join(folder, "report.html")) as f:
+        text = f.read()
+    return re.sub(r"Written [^<]* by imgrec preview", "Written - by imgrec preview", text)
+
+
+def _info_without_times(folder: str) -> dict:
+    with open(os.path.join(folder, schema.DATASET_INFO)) as f:
+        info = json.load(f)
+    for key in ("started", "finished"):
+        info["provenance"].pop(key)
+    return info
+
+
+FAST = "nothing changed: the pipeline did not run"
+
+
+def test_a_no_change_rerun_is_made_from_the_previous_version_without_beam(corpus, tmp_path):
+    """Default options: the rerun imports neither Beam nor TensorFlow, hard-links every shard,
+    carries the TFT export, and writes what a from-scratch conversion writes (the report
+    byte for byte but its "Written" time, dataset_info.json but its start and finish times)."""
+    from pipeline.report import build_report
+
+    src, summary = corpus
+    root = str(tmp_path / "root")
+    args = [*_input(src), "--output", root, "--versioned"]
+    first = _cli_default(*args)
+    assert FAST not in first.stdout
+    v1 = os.path.join(root, versions.read_latest(root))
+    assert os.path.exists(os.path.join(v1, rerun_record.RERUN_RECORD))
+
+    second = _cli_default(*args)
+    assert FAST in second.stdout and "changes: no change" in second.stdout
+    assert "heavy modules: none" in second.stdout, second.stdout
+    v2 = os.path.join(root, versions.read_latest(root))
+    assert v2 != v1
+    assert snapshot(v2) == snapshot(v1)
+    _assert_copied_exactly(v1, v2, {"shards_copied": _nonempty_shards(v1)})
+    # Every file of v1 is in v2; those that are not rewritten are the same bytes.
+    own = {schema.DATASET_INFO, versions.CHANGES, versions.VERSION_MARKER, "report.html"}
+    files = sorted(
+        os.path.relpath(os.path.join(d, n), v1) for d, _, names in os.walk(v1) for n in names
+    )
+    for rel in files:
+        with open(os.path.join(v1, rel), "rb") as a, open(os.path.join(v2, rel), "rb") as b:
+            assert rel in own or a.read() == b.read(), rel
+    assert os.path.exists(os.path.join(v2, "transform_fn", "saved_model.pb"))
+    info1, info2 = _info_without_times(v1), _info_without_times(v2)
+    assert info2 == info1 and info2["statistics"]["num_images"] > 0
+    change = _changes(v2)
+    assert change["headline"] == "no change" and change["version"] == os.path.basename(v2)
+    with open(os.path.join(v2, versions.VERSION_MARKER)) as f:
+        assert json.load(f)["version"] == os.path.basename(v2)
+    # The report is what `imgrec preview` builds for the new folder.
+    masked = re.sub(r"Written [^<]* by imgrec preview", "Written - by imgrec preview",
+                    build_report(v2))  # fmt: skip
+    assert _masked_report(v2) == masked
+
+    # A from-scratch conversion of the same input writes the same dataset.
+    fresh = str(tmp_path / "fresh")
+    _cli_default(*_input(src), "--output", fresh)
+    assert snapshot(v2) == snapshot(fresh)
+
+    # A file rewritten with its old size and mtime has another listing stamp (ctime): the
+    # pipeline runs again, reading that file only, and still writes the from-scratch bytes.
+    victim = sorted(glob.glob(os.path.join(src, "*", "*_00004*.jpg")))[0]
+    st = os.stat(victim)
+    _rewrite_same_size(victim)
+    os.utime(victim, ns=(st.st_atime_ns, st.st_mtime_ns))
+    third = _cli_default(*args)
+    assert FAST not in third.stdout and "1 changed" in third.stdout
+    v3 = os.path.join(root, versions.read_latest(root))
+    fresh3 = str(tmp_path / "fresh3")
+    _cli_default(*_input(src), "--output", fresh3)
+    assert snapshot(v3) == snapshot(fresh3) != snapshot(v2)
+
+
+def test_the_no_change_rerun_falls_back_to_the_pipeline(corpus, tmp_path):
+    """Another option, a damaged previous shard or an added file: the pipeline runs, no
+    half-made version is left behind, and the output is the from-scratch one."""
+    src, _ = corpus
+    root = str(tmp_path / "root")
+    args = [*_input(src), "--output", root, "--versioned"]
+    _cli(*args)
+    v1 = os.path.join(root, versions.read_latest(root))
+    expected = snapshot(v1)
+
+    # Another option (even one that changes no byte) runs the pipeline.
+    proc = _cli(*args, "--seed", "0")
+    assert FAST not in proc.stdout
+    _cli(*args)  # the record of the version just written names the other command line
+    proc = _cli(*args)
+    assert FAST in proc.stdout
+    latest = os.path.join(root, versions.read_latest(root))
+
+    shards = sorted(
+        p for p in glob.glob(os.path.join(latest, "*", "*.tfrecord")) if os.path.getsize(p)
+    )
+    with open(shards[0], "r+b") as f:  # same size, other bytes: only the sha256 can tell
+        f.seek(20)
+        byte = f.read(1)
+        f.seek(20)
+        f.write(bytes([byte[0] ^ 0xFF]))
+    before = set(os.listdir(root))
+    proc = _cli(*args)
+    assert FAST not in proc.stdout
+    new = set(os.listdir(root)) - before
+    assert len(new) == 1, new  # the fast path removed the folder it had claimed
+    rebuilt = os.path.join(root, versions.read_latest(root))
+    assert snapshot(rebuilt) == expected
+    assert not glob.glob(os.path.join(rebuilt, "*", ".tmp-*"))
+
+    extra = str(tmp_path / "extra")
+    build_corpus(extra, num_images=2, seed=98, long_side=(48, 80), broken=False)
+    for path in glob.glob(os.path.join(extra, "*", "*.jpg")):
+        label = os.path.basename(os.path.dirname(path))
+        shutil.copy(path, os.path.join(src, label, "added_" + os.path.basename(path)))
+    proc = _cli(*args)
+    assert FAST not in proc.stdout and "+2 added" in proc.stdout
+    fresh = str(tmp_path / "fresh")
+    _cli(*_input(src), "--output", fresh)
+    assert snapshot(os.path.join(root, versions.read_latest(root))) == snapshot(fresh)
+
+
+def test_no_change_reruns_prune_like_pipeline_runs(corpus, tmp_path):
+    """--keep_versions prunes after a no-change rerun too; each rerun's only source is the
+    version before it (the one it was made from may be pruned next)."""
+    src, _ = corpus
+    root = str(tmp_path / "root")
+    args = [*_input(src), "--output", root, "--versioned", "--keep_versions", "2"]
+    _cli(*args)
+    first = os.path.join(root, versions.read_latest(root))
+    expected = snapshot(first)
+    for _ in range(3):
+        proc = _cli(*args)
+        assert FAST in proc.stdout
+    names = versions.list_versions(root)
+    assert len(names) == 2 and names[-1] == versions.read_latest(root)
+    assert not os.path.exists(first)
+    assert snapshot(os.path.join(root, names[-1])) == expected

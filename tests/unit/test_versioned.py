@@ -332,8 +332,11 @@ def test_kill_9_leaves_latest_and_resume_completes_the_same_version(tmp_path_fac
     _ok(convert(*args))
     v1 = _latest(root)
 
+    # --full: the same command on the same input would be served from v1 without the
+    # pipeline (pipeline/fast_rerun.py), too fast to kill; this run must write shards.
     proc = subprocess.Popen(
-        [sys.executable, "-m", "pipeline", "convert", *args, "--versioned", *CONVERT_ARGS],
+        [sys.executable, "-m", "pipeline", "convert", *args, "--full", "--versioned",
+         *CONVERT_ARGS],
         cwd=ROOT, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
         start_new_session=True,
     )  # fmt: skip
