@@ -91,7 +91,9 @@ def convert(src: str, out: str, extra: list[str], roles: dict[str, int]) -> dict
     cmd = [sys.executable, "-m", "pipeline", "convert", "--input", f"{src}/*/*.jpg"]
     cmd += ["--output", out, "--no_analyze", "--overwrite", *extra]
     start = time.time()
-    job = subprocess.Popen(cmd, cwd=ROOT, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    job = subprocess.Popen(
+        cmd, cwd=ROOT, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
     peak = Peak({"client": job.pid, **roles})
     _, err = job.communicate()
     result = {"wall_s": round(time.time() - start, 1), "rc": job.returncode, "peak_mb": peak.stop()}
@@ -125,9 +127,19 @@ def main() -> None:
             )  # fmt: skip
             workers = [
                 subprocess.Popen(
-                    [dask_bin, "worker", addr, "--nthreads", "1", "--no-dashboard",
-                     "--memory-limit", "0"],
-                    env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                    [
+                        dask_bin,
+                        "worker",
+                        addr,
+                        "--nthreads",
+                        "1",
+                        "--no-dashboard",
+                        "--memory-limit",
+                        "0",
+                    ],
+                    env=_env(),
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
                 )  # fmt: skip
                 for _ in range(2)
             ]

@@ -100,8 +100,7 @@ class _NoMetrics(MetricResults):
 
     def query(self, filter=None):  # noqa: A002 - Beam's parameter name
         return {
-            name: []
-            for name in (self.COUNTERS, self.DISTRIBUTIONS, self.GAUGES, self.STRINGSETS)
+            name: [] for name in (self.COUNTERS, self.DISTRIBUTIONS, self.GAUGES, self.STRINGSETS)
         }
 
 
@@ -139,7 +138,7 @@ def _run_dofn_partition(items, spec: dict, *side_values):
     receivers = _Tagged()
     side_inputs = [
         SideInputMap(view_class, view_options, [_global(v) for v in values])
-        for (view_class, view_options), values in zip(spec["side_views"], side_values)
+        for (view_class, view_options), values in zip(spec["side_views"], side_values, strict=True)
     ]
     invoker = DoFnInvoker.create_invoker(
         # A fresh DoFn per task: Dask hands the same deserialized `spec` to every task of a
@@ -211,7 +210,9 @@ class _Translator(beam.pipeline.PipelineVisitor):
             size = self.bag_kwargs.get("partition_size")
             if not npart and not size:  # About 16 partitions; Beam's default is 128 values each.
                 size = max(1, len(values) // _CREATE_PARTITIONS)
-            bag = db.from_sequence(values, npartitions=npart, partition_size=None if npart else size)
+            bag = db.from_sequence(
+                values, npartitions=npart, partition_size=None if npart else size
+            )
         elif isinstance(transform, overrides._Flatten):
             bags = [self._input(i) for i in inputs]
             bag = db.concat(bags) if bags else db.from_sequence([], npartitions=1)

@@ -281,7 +281,10 @@ class SizeQuantilesFn(beam.CombineFn):
 
     def extract_output(self, acc):
         heights, widths = acc
-        return {"height_quantiles": _quantile_dict(heights), "width_quantiles": _quantile_dict(widths)}
+        return {
+            "height_quantiles": _quantile_dict(heights),
+            "width_quantiles": _quantile_dict(widths),
+        }
 
 
 def _stats_columns(item: dict) -> tuple[list[float], list[float], float]:

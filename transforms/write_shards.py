@@ -261,7 +261,9 @@ class _WriteShardFn(beam.DoFn):
         num_shards = plan[split]
         label_ids = {name: i for i, name in enumerate(label_names)}
         entries = sorted(entries, key=lambda e: (int_hash("order", self._seed, e[_KEY]), e[_KEY]))
-        relname = schema.shard_name(split, index, num_shards, schema.shard_suffix(self._compression))
+        relname = schema.shard_name(
+            split, index, num_shards, schema.shard_suffix(self._compression)
+        )
         final = storage.join(self._output, relname)
         marker = plan_marker_path(self._output, split, index, num_shards)
         digest = hashlib.sha256(repr((self._opts, self._store, self._compression)).encode())
@@ -362,7 +364,6 @@ class _WriteShardFn(beam.DoFn):
         self._written_bytes.inc(out.num_bytes)
         self._shards.inc()
         yield info
-
 
     def _write_marker(self, marker: str, plan_digest: str, info: dict) -> None:
         body = {"plan_digest": plan_digest, "shard": info, "software": self._software}

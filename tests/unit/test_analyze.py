@@ -182,7 +182,7 @@ def test_size_quantiles_are_exact_nearest_rank(seed):
     fn = analyze.SizeQuantilesFn()
     # Two accumulators merged, as a runner combines bundles.
     accs = [fn.create_accumulator(), fn.create_accumulator()]
-    for i, (h, w) in enumerate(zip(heights, widths)):
+    for i, (h, w) in enumerate(zip(heights, widths, strict=True)):
         accs[i % 2] = fn.add_input(accs[i % 2], {"height": h, "width": w})
     out = fn.extract_output(fn.merge_accumulators(accs))
     for key, sizes in (("height_quantiles", heights), ("width_quantiles", widths)):

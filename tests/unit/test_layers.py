@@ -119,7 +119,9 @@ def test_the_reader_imports_only_the_core_and_itself_and_never_beam():
     for path in READER:
         names = _imports(path)
         allowed = ("pipeline.core", *READER_MODULES)
-        assert sorted(n for n in _ours(names) if not any(_within(n, a) for a in allowed)) == [], path
+        assert sorted(n for n in _ours(names) if not any(_within(n, a) for a in allowed)) == [], (
+            path
+        )
         assert not any(_within(n, "apache_beam") for n in names), path
 
 
