@@ -70,7 +70,8 @@ def _describe_non_image(data: bytes) -> str:
         head.decode("utf-8")
         is_text = True
     except UnicodeDecodeError as e:
-        is_text = e.start >= len(head) - 3  # a multi-byte character cut by the 1024-byte window
+        # A multi-byte character cut by the 1024-byte window (only where the window cut the data).
+        is_text = len(data) > len(head) and e.start >= len(head) - 3
     if is_text:
         snippet = head[:40].decode("utf-8", "replace")
         return f"text ({len(data)} bytes, starting {snippet!r})"
