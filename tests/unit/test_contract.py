@@ -229,3 +229,18 @@ def test_reader_reads_examples_written_with_the_literal_keys(tmp_path):
     assert np.abs(got[:, :6] - (200, 10, 10)).max() <= 2  # left half red, right half blue
     assert np.abs(got[:, 10:] - (10, 10, 200)).max() <= 2
     assert reader.steps_per_epoch(str(tmp_path), "validation", 1, drop_remainder=False) == 1
+
+
+def test_an_example_that_was_not_transcoded_says_so_with_empty_strings():
+    from tensorflow.core.example import example_pb2
+
+    from pipeline.core import schema
+
+    raw = schema.make_example(
+        encoded=b"\xff\xd8\xff", image_format="jpeg", height=1, width=2, channels=3, label=0,
+        label_text="cat", filename="/in/cat/1.jpg", sha256="ab" * 32,
+    )  # fmt: skip
+    feature = example_pb2.Example.FromString(raw).features.feature
+    assert feature["image/transcoded_from"].bytes_list.value == [b""]
+    assert feature["image/transcode_reason"].bytes_list.value == [b""]
+    assert feature["image/class/text"].bytes_list.value == [b"cat"]
