@@ -48,12 +48,17 @@ def test_centre_crop_window_is_the_centred_fraction_of_the_output_aspect(
 
 def test_training_windows_lie_inside_the_image_and_cover_the_area_range():
     settings = _Settings(training=True)
-    areas = []
+    areas, tops, lefts = [], [], []
     for i in range(200):
         top, left, h, w = _window(settings, 300, 400, tf.constant([i, 7]))
         assert 0 <= top and 0 <= left and h >= 1 and w >= 1
         assert top + h <= 300 and left + w <= 400
+        if h * w < 300 * 400:  # a sampled window (not the whole-image fallback)
+            assert 3 / 4 - 0.02 <= w / h <= 4 / 3 + 0.02, (h, w)
         areas.append(h * w / (300 * 400))
+        tops.append(top)
+        lefts.append(left)
+    assert max(tops) > 0 and max(lefts) > 0 and lefts != tops  # both offsets vary, independently
     # Inception crop: 8 %-100 % of the area; 200 draws reach both ends of the range.
     assert min(areas) < 0.2 and max(areas) > 0.8 and min(areas) >= 0.05
     assert _window(settings, 300, 400, tf.constant([3, 7])) == _window(

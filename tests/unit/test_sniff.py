@@ -59,6 +59,7 @@ def _tga(**over) -> bytes:
         *[(_bmp(size), "bmp") for size in (12, 40, 52, 56, 64, 108, 124)],
         (_bmp(41), None),
         (b"BM" + bytes(10), None),  # too short for its info-header size
+        (_bmp(40)[:18], "bmp"),  # exactly the 18 bytes that name the info-header size
         (b"RIFF\x00\x00\x00\x00WEBPVP8 ", "webp"),
         (b"RIFF\x00\x00\x00\x00WAVEfmt ", None),
         (b"II*\x00", "tiff"),
@@ -101,6 +102,11 @@ def _tga(**over) -> bytes:
         (_tga(), "tga"),
         (_tga(cmap=1, kind=1, depth=8), "tga"),
         (_tga(kind=11, depth=32), "tga"),
+        (_tga(kind=9, depth=15), "tga"),
+        (_tga(kind=10, depth=16), "tga"),
+        (_tga(kind=3, depth=1), "tga"),
+        (_tga(width=1, height=1), "tga"),
+        (_tga(width=256, height=512), "tga"),  # little-endian sides
         (_tga(cmap=2), None),
         (_tga(kind=4), None),
         (_tga(depth=12), None),
