@@ -41,10 +41,7 @@ __all__ = [
     "IMGREC_VERSION",
     "print_help",
     "check_writable",
-    "format_summary",
 ]
-
-_redact = fast_rerun.redact_argv
 
 IMGREC_VERSION = "0.1.0"
 # Exit status when more than --max_bad_fraction of the listed files were rejected (documented in
@@ -467,7 +464,7 @@ def run_convert(argv: list[str]) -> int:
         if not dry_run:  # A dry run builds the job and touches nothing.
             check_writable(config, options)
         if config.versioned and not dry_run:
-            config = versions.claim_run(config, {"argv": _redact(argv)})
+            config = versions.claim_run(config, {"argv": fast_rerun.redact_argv(argv)})
             print(version_note.format(name=versions.split_version_dir(config.output)[1]))
         if config.overwrite and not dry_run:  # A dry run builds the job and touches nothing.
             _delete_dataset(config.output)
@@ -477,7 +474,7 @@ def run_convert(argv: list[str]) -> int:
         return 2
     provenance = {
         "versions": _versions(),
-        "argv": _redact(argv),
+        "argv": fast_rerun.redact_argv(argv),
         "runner": options.view_as(StandardOptions).runner,
         "started": datetime.datetime.fromtimestamp(started, datetime.UTC).isoformat(),
     }

@@ -17,7 +17,7 @@ from pipeline.demo import build_corpus
 from tests.runs import ROOT as ROOT_PATH
 
 ROOT = str(ROOT_PATH)
-# The summary block's lines after its `imgrec: converted ...` head (launcher.format_summary).
+# The summary block's lines after its `imgrec: converted ...` head (pipeline/summary.py, format_summary).
 _SUMMARY = re.compile(
     r"^  (written|rejected|duplicates|transcoded|shards|reasons per file:|report) "
 )
