@@ -120,6 +120,8 @@ class Relay:
         self._fail_status = 503
         self._fail_match: bytes | None = None
         self._cut_after: int | None = None
+        self._cut_down_for: float | None = None
+        self._timers: list[threading.Timer] = []
         self.uploaded = 0  # bytes relayed client -> server since the last cut_after()
         self.injected = 0  # HTTP error answers sent so far
         self.accepted = 0  # connections relayed so far
@@ -141,8 +143,12 @@ class Relay:
             self._listener = listener
         threading.Thread(target=self._accept_loop, args=(listener,), daemon=True).start()
 
-    def down(self) -> None:
-        """Refuse new connections and reset open ones: the server looks stopped."""
+    def down(self, for_s: float | None = None) -> None:
+        """Refuse new connections and reset open ones: the server looks stopped. With `for_s`,
+        come back `up()` that many seconds later (timed from now, not from the test's start, so a
+        slow machine cannot make the outage outlast the client's retries)."""
+        if for_s is not None:
+            self._come_back_in(for_s)
         with self._lock:
             listener, self._listener = self._listener, None
         if listener is not None:
@@ -167,18 +173,31 @@ class Relay:
         self.reset_connections()
 
     def heal(self) -> None:
-        """Cancel every pending fault and relay again."""
+        """Cancel every pending fault (timed come-backs included) and relay again."""
         with self._lock:
             self._fail_left = 0
             self._cut_after = None
+            self._cut_down_for = None
+            timers, self._timers = self._timers, []
+        for t in timers:
+            t.cancel()
         self.up()
 
-    def cut_after(self, nbytes: int) -> None:
+    def cut_after(self, nbytes: int, down_for: float | None = None) -> None:
         """Go `down()` once `nbytes` more bytes have gone from clients to the server: the server
-        dies in the middle of an upload."""
+        dies in the middle of an upload. With `down_for`, it comes back that many seconds after
+        the cut."""
         with self._lock:
             self.uploaded = 0
             self._cut_after = nbytes
+            self._cut_down_for = down_for
+
+    def _come_back_in(self, seconds: float) -> None:
+        timer = threading.Timer(seconds, self.up)
+        timer.daemon = True
+        with self._lock:
+            self._timers.append(timer)
+        timer.start()
 
     @property
     def failing(self) -> int:
@@ -256,7 +275,9 @@ class Relay:
                 if not data:
                     break
                 if up and self._count_upload(len(data)):
-                    threading.Thread(target=self.down, daemon=True).start()
+                    with self._lock:
+                        down_for, self._cut_down_for = self._cut_down_for, None
+                    threading.Thread(target=self.down, args=(down_for,), daemon=True).start()
                     break
                 dst.sendall(data)
                 data = b""

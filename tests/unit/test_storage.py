@@ -78,9 +78,13 @@ def test_read_survives_a_server_outage(store, bucket, beam_filesystems):
     data = _payload(2000)
     uri = store.uri(bucket, "dog/b.jpg")
     store.put(uri, data)
-    store.relay.down()
-    threading.Timer(2.0, store.relay.up).start()
-    assert storage.read_bytes(uri) == data
+    # Back 1 s after it went down: less than the shortest total back-off of storage's retries
+    # (0.25 + 0.5 + 1.0 s before the 4th attempt), however slow the machine is.
+    store.relay.down(for_s=1.0)
+    try:
+        assert storage.read_bytes(uri) == data
+    finally:
+        store.relay.heal()
 
 
 def test_read_gives_up_on_a_persistent_transient_error_and_says_so(
@@ -195,7 +199,7 @@ def test_write_bytes_atomic_local(tmp_path):
 
 
 def test_write_through_an_outage_never_shows_a_partial_object(store, bucket, beam_filesystems):
-    """The server dies halfway through the upload and comes back 3 s later; a watcher reading
+    """The server dies halfway through the upload and comes back 1 s later; a watcher reading
     the final name directly from the server sees nothing, then the whole object."""
     data = _payload(BIG)
     uri = store.uri(bucket, "train/train-00000-of-00001.tfrecord")
@@ -212,13 +216,15 @@ def test_write_through_an_outage_never_shows_a_partial_object(store, bucket, bea
 
     watcher = threading.Thread(target=watch, daemon=True)
     watcher.start()
-    store.relay.cut_after(BIG // 2)
-    threading.Timer(3.0, store.relay.heal).start()
+    # Back 1 s after the cut (timed from the cut itself): shorter than the shortest total
+    # back-off before storage's last attempt, so the write must succeed on any machine.
+    store.relay.cut_after(BIG // 2, down_for=1.0)
     try:
         storage.write_bytes_atomic(uri, data)
     finally:
         stop.set()
         watcher.join()
+        store.relay.heal()  # never leave a fault (or a pending come-back) to the next test
     assert store.relay.uploaded >= BIG // 2, "the cut never happened"
     assert seen <= {-1, len(data)}, f"partial sizes observed: {sorted(seen)}"
     assert store.get(uri) == data
