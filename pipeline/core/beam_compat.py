@@ -7,7 +7,10 @@ opened through FileSystems); the parser `PipelineOptions` builds for its own fla
 pipeline/dask_runner.py runs DoFns the way Beam's own runners do, with three private pieces of
 theirs (the output router, a side input's view options, DaskOptions' bag arguments). And Beam's
 S3 filesystem builds a new boto3 session and client for every operation (~100 ms of CPU each:
-more than moving a small image), so `share_s3_clients` makes it reuse one per configuration.
+more than moving a small image), so `share_s3_clients` makes it reuse one per configuration; and
+Beam recomputes a DoFn's state and timer specs (a signature inspection of each of its ~30
+methods) about seven times per DoFn while it builds, translates and runs a pipeline, so
+`memoize_dofn_specs` remembers them per DoFn object. `install()` applies both.
 tests/unit/test_beam_compat.py pins what imgrec relies on, so a Beam upgrade that changes one fails
 there, by name, rather than as a corrupt shard, a confusing option error or a broken Dask run.
 """
@@ -17,6 +20,7 @@ from __future__ import annotations
 import os
 import threading
 import types
+import weakref
 
 from apache_beam.io.tfrecordio import _TFRecordUtil
 from apache_beam.options.pipeline_options import _BeamArgumentParser
@@ -24,6 +28,8 @@ from apache_beam.options.pipeline_options import _BeamArgumentParser
 __all__ = [
     "BeamArgumentParser",
     "dofn_output_handler",
+    "install",
+    "memoize_dofn_specs",
     "pop_dask_bag_kwargs",
     "read_record",
     "share_s3_clients",
@@ -139,3 +145,49 @@ def share_s3_clients() -> bool:
     if not isinstance(real, _SharedBoto3):
         boto3_client.boto3 = _SharedBoto3(real)
     return True
+
+
+def memoize_dofn_specs() -> None:
+    """Compute `apache_beam.transforms.userstate.get_dofn_specs(dofn)` once per DoFn object.
+
+    Beam calls it (directly and through `is_stateful_dofn`) from ParDo's construction, its
+    runner-API translation, the DirectRunner's overrides and every DoFnRunner; each call walks
+    `dir(dofn)` and builds an `inspect.signature` of every method. The result depends only on the
+    default values of the DoFn's methods, fixed once the DoFn is built, so it is kept per object
+    (by identity, dropped with the object). A default conversion with analysis builds ~370
+    ParDos: this takes ~0.6 s of CPU off every run (about a sixth of a small conversion).
+    Callers get fresh sets, as from Beam. Idempotent.
+    """
+    from apache_beam.transforms import userstate
+
+    if getattr(userstate.get_dofn_specs, "_imgrec_memoized", False):
+        return
+    compute = userstate.get_dofn_specs
+    cache: dict[int, tuple[weakref.ref, tuple[frozenset, frozenset]]] = {}
+    lock = threading.Lock()
+
+    def get_dofn_specs(dofn):
+        key = id(dofn)
+        with lock:
+            hit = cache.get(key)
+        if hit is not None and hit[0]() is dofn:
+            states, timers = hit[1]
+            return set(states), set(timers)
+        states, timers = compute(dofn)
+        try:
+            ref = weakref.ref(dofn, lambda _ref, key=key: cache.pop(key, None))
+        except TypeError:  # a DoFn that cannot be weakly referenced: not remembered
+            return states, timers
+        with lock:
+            cache[key] = (ref, (frozenset(states), frozenset(timers)))
+        return set(states), set(timers)
+
+    get_dofn_specs._imgrec_memoized = True
+    get_dofn_specs.__wrapped__ = compute
+    userstate.get_dofn_specs = get_dofn_specs
+
+
+def install() -> None:
+    """Both fixes above: what every imgrec process (launcher and Beam workers) runs with."""
+    share_s3_clients()
+    memoize_dofn_specs()

@@ -145,3 +145,53 @@ def test_storage_turns_s3_client_sharing_on_at_import():
     )
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split() == ["_SharedBoto3", "True"]
+
+
+def test_dofn_specs_are_computed_once_per_dofn_and_stay_correct():
+    import apache_beam as beam
+    from apache_beam.coders import VarIntCoder
+    from apache_beam.transforms import userstate
+
+    beam_compat.install()
+    beam_compat.memoize_dofn_specs()  # idempotent: still one layer over Beam's function
+    assert not hasattr(userstate.get_dofn_specs.__wrapped__, "_imgrec_memoized")
+    spec = userstate.BagStateSpec("seen", VarIntCoder())
+    walks = []
+
+    class Counting(beam.DoFn):
+        def __dir__(self):  # get_dofn_specs walks dir(dofn): count the walks
+            walks.append(1)
+            return super().__dir__()
+
+        def process(self, element, seen=beam.DoFn.StateParam(spec)):  # noqa: B008
+            yield element
+
+    fn, other = Counting(), beam.Map(str).fn
+    states, timers = userstate.get_dofn_specs(fn)
+    assert states == {spec} and timers == set()
+    states.clear()  # callers get their own sets
+    assert userstate.get_dofn_specs(fn) == ({spec}, set())
+    assert userstate.is_stateful_dofn(fn) and not userstate.is_stateful_dofn(other)
+    assert len(walks) == 1
+    assert userstate.get_dofn_specs(Counting()) == ({spec}, set()) and len(walks) == 2
+
+
+def test_stateful_dofns_still_run_with_memoized_specs():
+    """A keyed stateful DoFn (what Beam's specs are for) on the DirectRunner, after install()."""
+    import apache_beam as beam
+    from apache_beam.coders import VarIntCoder
+    from apache_beam.testing.util import assert_that, equal_to
+    from apache_beam.transforms import userstate
+
+    beam_compat.install()
+    seen = userstate.BagStateSpec("seen", VarIntCoder())
+
+    class RunningSum(beam.DoFn):
+        def process(self, kv, state=beam.DoFn.StateParam(seen)):  # noqa: B008 - Beam's idiom
+            state.add(kv[1])
+            yield kv[0], sum(state.read())
+
+    with beam.Pipeline() as p:
+        out = p | beam.Create([("a", 1), ("a", 2), ("b", 5)]) | beam.ParDo(RunningSum())
+        last = out | beam.CombinePerKey(max)
+        assert_that(last, equal_to([("a", 3), ("b", 5)]))

@@ -379,6 +379,7 @@ def _info_without_times(folder: str) -> dict:
 FAST = "nothing changed: the pipeline did not run"
 
 
+@pytest.mark.e2e  # five default-option conversions, each the real command in a fresh process
 def test_a_no_change_rerun_is_made_from_the_previous_version_without_beam(corpus, tmp_path):
     """Default options: the rerun imports neither Beam nor TensorFlow, hard-links every shard,
     carries the TFT export, and writes what a from-scratch conversion writes (the report
