@@ -21,6 +21,7 @@ import pytest
 from pipeline.core import schema
 from pipeline.demo import build_corpus
 from tests.runs import ROOT as ROOT_PATH
+from tests.runs import in_process
 
 ROOT = str(ROOT_PATH)
 DASK = os.path.join(os.path.dirname(sys.executable), "dask")
@@ -89,7 +90,7 @@ class Cluster:
                 p.terminate()
         for p in [*self.workers, self.scheduler]:
             try:
-                p.wait(timeout=20)
+                p.wait(timeout=3)  # throwaway processes: no need to wait on a graceful exit
             except subprocess.TimeoutExpired:
                 p.kill()
                 p.wait()
@@ -155,24 +156,38 @@ def corpus(tmp_path_factory):
     return d
 
 
+def reference(*args: str) -> None:
+    """A DirectRunner reference conversion, in this process (tests/runs.py): it is what the Dask
+    runs are compared with, not what is under test, so it skips a fresh interpreter's start-up."""
+    in_process("convert", *args, "--workers", "1")
+
+
 @pytest.fixture(scope="module")
 def direct(corpus, tmp_path_factory):
     """The DirectRunner reference run, with analysis."""
     out = str(tmp_path_factory.mktemp("direct") / "ds")
-    run("--input", f"{corpus}/*/*.jpg", "--output", out, *COMMON, "--workers", "1")
+    reference("--input", f"{corpus}/*/*.jpg", "--output", out, *COMMON)
     return out
 
 
-def test_dask_output_matches_direct_runner_with_analysis(corpus, direct, tmp_path):
+@pytest.fixture(scope="module")
+def shared_cluster(tmp_path_factory):
+    """One scheduler and two workers for the tests that kill nothing (the kill tests make their
+    own, with their own scheduler settings)."""
+    with cluster(str(tmp_path_factory.mktemp("dask"))) as c:
+        yield c
+
+
+def test_dask_output_matches_direct_runner_with_analysis(corpus, direct, shared_cluster, tmp_path):
     out = str(tmp_path / "ds")
-    with cluster(str(tmp_path)) as c:
-        rc, stdout, err = run(
-            "--input", f"{corpus}/*/*.jpg", "--output", out, *COMMON,
-            "--runner", "apache_beam.runners.dask.dask_runner.DaskRunner",
-            "--dask_client_address", c.address,
-            check=False,
-        )  # fmt: skip
-        assert rc == 0, f"{err}\n{c.logs()}"
+    c = shared_cluster
+    rc, stdout, err = run(
+        "--input", f"{corpus}/*/*.jpg", "--output", out, *COMMON,
+        "--runner", "apache_beam.runners.dask.dask_runner.DaskRunner",
+        "--dask_client_address", c.address,
+        check=False,
+    )  # fmt: skip
+    assert rc == 0, f"{err}\n{c.logs()}"
     assert "imgrec: converted 45 listed files" in stdout
     want, got = digests(direct), digests(out)
     assert sum(1 for f in want if f.endswith(".tfrecord")) >= 4
@@ -183,14 +198,14 @@ def test_dask_output_matches_direct_runner_with_analysis(corpus, direct, tmp_pat
     assert info["num_listed"] == info["num_written"] + info["num_rejected"] + info["num_duplicates"]
 
 
-def test_short_runner_name_without_analysis(corpus, tmp_path):
+def test_short_runner_name_without_analysis(corpus, shared_cluster, tmp_path):
     """`--runner DaskRunner` maps to the same runner; --no_analyze output matches DirectRunner's."""
     args = ("--input", f"{corpus}/*/*.jpg", *COMMON, "--no_analyze")
     ref = str(tmp_path / "ref")
-    run(*args, "--output", ref, "--workers", "1")
+    reference(*args, "--output", ref)
     out = str(tmp_path / "ds")
-    with cluster(str(tmp_path)) as c:
-        run(*args, "--output", out, "--runner", "DaskRunner", "--dask_client_address", c.address)
+    address = shared_cluster.address
+    run(*args, "--output", out, "--runner", "DaskRunner", "--dask_client_address", address)
     assert digests(out) == digests(ref)
     assert not os.path.exists(os.path.join(out, "transform_fn"))
 
