@@ -212,7 +212,8 @@ def test_local_to_gcs_and_back_to_local_keep_placement(gcs, gcs_dataset, corpus,
 
 
 _READ_ALL = """
-import json, sys
+import faulthandler, json, sys
+faulthandler.dump_traceback_later(150, exit=True)  # a hang shows where, before the test's timeout
 from pipeline.reader import make_dataset, steps_per_epoch
 data_dir, counts = sys.argv[1], {}
 for split in ("train", "validation"):
@@ -231,9 +232,13 @@ def test_reader_reads_the_dataset_from_gcs_with_tensorflows_filesystem(
     data_dir = gcs.uri(dest, prefix.rstrip("/"))
     info = json.loads(gcs.get(gcs.uri(dest, prefix + schema.DATASET_INFO)))
     env = dict(os.environ, PYTHONPATH=str(ROOT), TF_CPP_MIN_LOG_LEVEL="2", **tensorflow_gcs_env)
+    # A healthy read takes seconds; once (1 run in 5 under xdist) it hung until the 600 s
+    # timeout. The child dumps its stacks at 150 s; the message names the relay's state.
     proc = subprocess.run([sys.executable, "-c", _READ_ALL, data_dir], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=RUN_TIMEOUT_S)  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-3000:]
+                          capture_output=True, text=True, timeout=200)  # fmt: skip
+    relay = gcs.relay
+    state = f"relay up={relay._listener is not None} accepted={relay.accepted}"  # noqa: SLF001
+    assert proc.returncode == 0, f"{state}\n{proc.stderr[-6000:]}"
     counts = json.loads(proc.stdout.strip().splitlines()[-1])
     assert counts["train"] == info["splits"]["train"]["num_examples"]
     assert counts["validation"] == info["splits"]["validation"]["num_examples"]
