@@ -439,4 +439,3 @@ def test_cli_reports_an_outage_in_one_line(monkeypatch, capsys):
     err = capsys.readouterr().err
     assert err.startswith("imgrec: gs://dead looks down: 16 reads in a row") and "--resume" in err
     assert err.count("\n") == 1
-
