@@ -100,7 +100,11 @@ class _SharedS3Session:
         self._boto3 = boto3_module
 
     def client(self, *args, **kwargs):
-        key = (os.getpid(), args, tuple(sorted(kwargs.items(), key=lambda kv: kv[0])))
+        key = (
+            os.getpid(),
+            args,
+            tuple(sorted(kwargs.items())),
+        )  # names are unique: values never compared
         with self._lock:
             client = self._clients.get(key)
             if client is None:

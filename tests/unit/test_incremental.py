@@ -349,13 +349,16 @@ sys.exit(status)
 """
 
 
+# Default options (analysis and report on) but for a test-sized shard target and bad fraction.
+DEFAULT_EXTRA = ("--target_shard_mb", "0.02", "--max_bad_fraction", "0.5", "--workers", "1")
+
+
 def _cli_default(*args: str) -> subprocess.CompletedProcess:
     """`imgrec convert ARGS` with default options (analysis and report on), one worker,
     reporting which heavy modules the process imported."""
     env = dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="2")
     proc = subprocess.run(
-        [sys.executable, "-c", _PROBE, "convert", *args, "--target_shard_mb", "0.02",
-         "--max_bad_fraction", "0.5", "--workers", "1"],
+        [sys.executable, "-c", _PROBE, "convert", *args, *DEFAULT_EXTRA],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert proc.returncode == 0, f"exit {proc.returncode}\n{proc.stdout}\n{proc.stderr[-3000:]}"
@@ -364,9 +367,7 @@ def _cli_default(*args: str) -> subprocess.CompletedProcess:
 
 def _in_process_default(*args: str) -> subprocess.CompletedProcess:
     """What _cli_default runs, through tests/runs.py in this process."""
-    return in_process(
-        "convert", *args, "--target_shard_mb", "0.02", "--max_bad_fraction", "0.5", "--workers", "1"
-    )
+    return in_process("convert", *args, *DEFAULT_EXTRA)
 
 
 def _masked_report(folder: str) -> str:
