@@ -507,6 +507,49 @@ class GcsServer(_Store):
     def keys(self, bucket: str, prefix: str = "") -> list[str]:
         return sorted(b.name for b in self._client.list_blobs(bucket, prefix=prefix or None))
 
+    def stop_process(self) -> None:
+        """Stop the emulator process, between two of its writes.
+
+        The emulator rewrites one JSON file of all metadata (`DATA/.meta`), not atomically, on
+        every change; killed in the middle of that write it cannot start again. So the relay goes
+        down first (clients see a dead server from this moment), the process is left to finish
+        what it had been asked, and it is stopped once that file has stayed whole and unchanged
+        for a moment: no request can reach it any more, so nothing is half-written.
+        """
+        self.relay.down()
+        meta = self._data_dir() / ".meta"
+        deadline = time.monotonic() + 10.0
+        last, stable_since = None, time.monotonic()
+        while time.monotonic() < deadline:
+            try:
+                seen = meta.read_bytes()
+                json.loads(seen)
+            except (OSError, ValueError):  # absent, or caught in the middle of a write
+                seen = None
+            if seen is None or seen != last:
+                last, stable_since = seen, time.monotonic()
+            elif time.monotonic() - stable_since >= 0.3:
+                break
+            time.sleep(0.05)
+        self.server.stop()
+        if meta.exists():  # (absent until the first bucket is made)
+            try:
+                json.loads(meta.read_bytes())
+            except ValueError as e:
+                raise RuntimeError(f"the emulator left its metadata file {meta} broken: {e}") from e
+
+    def start_process(self) -> None:
+        """Start the emulator process again (its objects are on disk) and let clients in."""
+        self.server.start()
+        self.relay.up()
+
+    def _data_dir(self) -> Path:
+        """Where the emulator keeps objects and `.meta`: `-d DIR`'s STORAGE_DIR subfolder."""
+        from gcp_storage_emulator.storage import STORAGE_DIR
+
+        argv = self.server.argv
+        return Path(argv[argv.index("-d") + 1]) / STORAGE_DIR
+
 
 class S3Server(_Store):
     """moto's S3 server; Beam reaches it through `beam_args` (the relay)."""
@@ -790,9 +833,9 @@ def gcs(cloud_env, tmp_path_factory) -> Iterator[GcsServer]:
 def own_gcs(cloud_env, tmp_path_factory) -> Iterator[GcsServer]:
     """A GCS emulator of this test's own, for a test that stops and restarts the process.
 
-    The emulator rewrites one JSON file of every object's metadata, not atomically, on each
-    write: stopped in the middle of one, it cannot start again. A small private state keeps
-    that window short, and no other test loses the session's emulator to it.
+    Stop it with `stop_process()`, not `server.stop()`: the emulator rewrites one JSON file of
+    every object's metadata, not atomically, on each write, and stopped in the middle of one it
+    cannot start again. A private emulator also means no other test loses the session's one.
     """
     with _gcs_server(tmp_path_factory.mktemp("own_gcs")) as server:
         yield server
