@@ -59,6 +59,7 @@ __all__ = [
     "beam_filesystems",
     "GoogleApisFront",
     "tensorflow_gcs_env",
+    "googleapis_front",
 ]
 
 HOST = "127.0.0.1"
@@ -671,13 +672,20 @@ class GoogleApisFront:
         self.port = free_port()
         self.tunnels: list[str] = []  # "host:port" of every CONNECT, in order
         self._listener = socket.create_server((HOST, self.port))
+        self._closed = False
+        self.errors: list[str] = []  # what ended tunnels early, for a failing test's message
         threading.Thread(target=self._accept_loop, daemon=True).start()
 
     @property
     def url(self) -> str:
         return f"http://{HOST}:{self.port}"
 
+    def state(self) -> str:
+        """One line for a failing test's message."""
+        return f"front tunnels={len(self.tunnels)} errors={self.errors[-5:]}"
+
     def close(self) -> None:
+        self._closed = True
         with contextlib.suppress(OSError):
             self._listener.shutdown(socket.SHUT_RDWR)
         self._listener.close()
@@ -686,8 +694,15 @@ class GoogleApisFront:
         while True:
             try:
                 client, _ = self._listener.accept()
-            except OSError:
-                return
+            except OSError as e:
+                if self._closed:
+                    return
+                # A client that reset before it was accepted (ECONNABORTED), or a full fd table:
+                # keep serving (as Relay does). Returning left the port listening with nobody
+                # accepting: TensorFlow's requests then hung until the test's timeout.
+                self.errors.append(f"accept: {e!r}")
+                time.sleep(0.01)
+                continue
             threading.Thread(target=self._tunnel, args=(client,), daemon=True).start()
 
     @staticmethod
@@ -704,6 +719,7 @@ class GoogleApisFront:
         import ssl
 
         client.settimeout(30)
+        tls = None
         try:
             head = self._read_head(client.makefile("rb"))
             if head is None:
@@ -733,12 +749,16 @@ class GoogleApisFront:
                 tls.sendall(answer)
                 if not answer.startswith(b"HTTP/1.1") or b"connection: close" in answer.lower():
                     break  # an HTTP/1.0 answer ends the connection for the client too
-            tls.close()
-        except (OSError, ssl.SSLError, ValueError):
-            pass  # the client gave up or the emulator is down: the client sees a dead link
+        except (OSError, ssl.SSLError, ValueError) as e:
+            # The client gave up or the emulator is down: the client sees a dead link.
+            self.errors.append(f"tunnel: {e!r}")
         finally:
-            with contextlib.suppress(OSError):
-                client.close()
+            # Once wrapped, the TLS socket owns the connection (`client` is detached): close
+            # that one, or the client waits on an open link that never answers.
+            for sock in (tls, client):
+                if sock is not None:
+                    with contextlib.suppress(OSError):
+                        sock.close()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -863,21 +883,34 @@ def s3(cloud_env, tmp_path_factory) -> Iterator[S3Server]:
 
 
 @pytest.fixture(scope="session")
-def tensorflow_gcs_env(gcs, tmp_path_factory) -> Iterator[dict[str, str]]:
-    """Environment variables that let TensorFlow's GCS filesystem (tf.io.gfile, tf.data) read
-    and write gs:// on the emulator; pass them to a subprocess."""
+def googleapis_front(gcs, tmp_path_factory) -> Iterator[GoogleApisFront]:
+    """The HTTPS proxy that answers for *.googleapis.com with the session's GCS emulator."""
     front = GoogleApisFront(gcs.relay.port, tmp_path_factory.mktemp("googleapis_front"))
     try:
-        yield {
-            "HTTPS_PROXY": front.url,
-            "https_proxy": front.url,
-            "CURL_CA_BUNDLE": str(front.ca),
-            "GOOGLE_AUTH_TOKEN_FOR_TESTING": "imgrec-test-token",
-            "NO_PROXY": "",
-            "no_proxy": "",
-        }
+        yield front
     finally:
         front.close()
+
+
+@pytest.fixture(scope="session")
+def tensorflow_gcs_env(googleapis_front) -> dict[str, str]:
+    """Environment variables that let TensorFlow's GCS filesystem (tf.io.gfile, tf.data) read
+    and write gs:// on the emulator; pass them to a subprocess.
+
+    A request that gets no byte for 15 s is aborted and retried by TensorFlow (its default
+    waits 60 s per attempt): a lost link costs seconds, not the test's whole time limit.
+    """
+    front = googleapis_front
+    return {
+        "HTTPS_PROXY": front.url,
+        "https_proxy": front.url,
+        "CURL_CA_BUNDLE": str(front.ca),
+        "GOOGLE_AUTH_TOKEN_FOR_TESTING": "imgrec-test-token",
+        "NO_PROXY": "",
+        "no_proxy": "",
+        "GCS_REQUEST_CONNECTION_TIMEOUT_SECS": "10",
+        "GCS_REQUEST_IDLE_TIMEOUT_SECS": "15",
+    }
 
 
 @pytest.fixture

@@ -225,19 +225,22 @@ print(json.dumps(counts))
 
 
 def test_reader_reads_the_dataset_from_gcs_with_tensorflows_filesystem(
-    gcs, gcs_dataset, tensorflow_gcs_env
+    gcs, gcs_dataset, tensorflow_gcs_env, googleapis_front
 ):
     """pipeline/reader.py on gs:// goes through TensorFlow's GCS filesystem (not Beam)."""
     dest, prefix = gcs_dataset
     data_dir = gcs.uri(dest, prefix.rstrip("/"))
     info = json.loads(gcs.get(gcs.uri(dest, prefix + schema.DATASET_INFO)))
     env = dict(os.environ, PYTHONPATH=str(ROOT), TF_CPP_MIN_LOG_LEVEL="2", **tensorflow_gcs_env)
-    # A healthy read takes seconds; once (1 run in 5 under xdist) it hung until the 600 s
-    # timeout. The child dumps its stacks at 150 s; the message names the relay's state.
+    # A healthy read takes seconds. It used to hang (1 run in 5 under xdist): TensorFlow's first
+    # request stuck before any byte, as when the proxy stops accepting (its accept loop returned
+    # on an accept() error; it now keeps serving, as Relay does). Should it recur, the child
+    # dumps its stacks at 150 s and the message gives the relay's and the proxy's state.
     proc = subprocess.run([sys.executable, "-c", _READ_ALL, data_dir], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=200)  # fmt: skip
     relay = gcs.relay
-    state = f"relay up={relay._listener is not None} accepted={relay.accepted}"  # noqa: SLF001
+    state = f"relay up={relay._listener is not None} accepted={relay.accepted}; "  # noqa: SLF001
+    state += googleapis_front.state()
     assert proc.returncode == 0, f"{state}\n{proc.stderr[-6000:]}"
     counts = json.loads(proc.stdout.strip().splitlines()[-1])
     assert counts["train"] == info["splits"]["train"]["num_examples"]
