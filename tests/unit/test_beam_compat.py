@@ -195,3 +195,43 @@ def test_stateful_dofns_still_run_with_memoized_specs():
         out = p | beam.Create([("a", 1), ("a", 2), ("b", 5)]) | beam.ParDo(RunningSum())
         last = out | beam.CombinePerKey(max)
         assert_that(last, equal_to([("a", 3), ("b", 5)]))
+
+
+def test_option_views_are_built_once_and_share_the_values():
+    from apache_beam.options.pipeline_options import (
+        DebugOptions,
+        PipelineOptions,
+        StandardOptions,
+        TypeOptions,
+    )
+
+    beam_compat.install()
+    beam_compat.memoize_option_views()  # idempotent: still one layer over Beam's method
+    assert not hasattr(PipelineOptions.view_as.__wrapped__, "_imgrec_memoized")
+    built = []
+    real_init = StandardOptions.__init__
+
+    def counting_init(self, *args, **kwargs):
+        built.append(1)
+        real_init(self, *args, **kwargs)
+
+    StandardOptions.__init__ = counting_init
+    try:
+        options = PipelineOptions(["--runner", "DirectRunner", "--experiments", "a"])
+        first = options.view_as(StandardOptions)
+        assert options.view_as(StandardOptions) is first and len(built) == 1
+        assert first.runner == "DirectRunner"
+        first.streaming = True  # set through one view: seen by the object and later views
+        assert options.view_as(StandardOptions).streaming is True
+        assert options.get_all_options()["streaming"] is True
+        options.view_as(DebugOptions).add_experiment("b")
+        assert options.view_as(DebugOptions).experiments == ["a", "b"]
+        assert options.view_as(TypeOptions).pipeline_type_check is True
+        # Another options object gets its own views, parsed from its own flags.
+        other = PipelineOptions(["--runner", "FnApiRunner"])
+        assert other.view_as(StandardOptions).runner == "FnApiRunner"
+        assert other.view_as(StandardOptions).streaming is False and len(built) == 2
+        # A view of a view (Beam's runners do this) shares the first object's values.
+        assert first.view_as(DebugOptions).experiments == ["a", "b"]
+    finally:
+        StandardOptions.__init__ = real_init
