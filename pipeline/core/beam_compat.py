@@ -32,6 +32,7 @@ __all__ = [
     "dofn_output_handler",
     "install",
     "memoize_dofn_specs",
+    "memoize_function_arguments",
     "memoize_option_views",
     "pop_dask_bag_kwargs",
     "read_record",
@@ -242,8 +243,62 @@ def memoize_option_views() -> None:
     PipelineOptions.view_as = view_as
 
 
+def memoize_function_arguments() -> None:
+    """Compute `apache_beam.transforms.core.get_function_args_defaults(f)` once per function.
+
+    Beam asks for the argument names and defaults of every DoFn method (an `inspect.signature`
+    each) whenever it makes a DoFn's signature, state specs or runner, and the DirectRunner
+    unpickles fresh DoFn objects for every bundle: ~15,000 calls for a default conversion. The
+    answer depends only on the function: its code, defaults, and what it wraps. So it is kept
+    per plain function, or per function under a bound method (the bound object does not change
+    the answer: Beam drops the first parameter either way), and used while the function still
+    has the same code and defaults. Other callables (partials, builtins, callable objects) are
+    computed every time. Callers get fresh lists, as from Beam. Idempotent.
+    """
+    import inspect
+
+    from apache_beam.transforms import core
+
+    if getattr(core.get_function_args_defaults, "_imgrec_memoized", False):
+        return
+    compute = core.get_function_args_defaults
+    cache: dict[tuple[int, bool], tuple] = {}
+    lock = threading.Lock()
+
+    def get_function_args_defaults(f):
+        bound = inspect.ismethod(f)
+        func = f.__func__ if bound else f
+        if not inspect.isfunction(func):
+            return compute(f)
+        key = (id(func), bound)
+        with lock:
+            hit = cache.get(key)
+        if (
+            hit is not None
+            and hit[0]() is func
+            and hit[1] is func.__code__
+            and hit[2] is func.__defaults__
+            and hit[3] is func.__kwdefaults__
+        ):
+            return list(hit[4]), list(hit[5])
+        args, defaults = compute(f)
+        try:
+            ref = weakref.ref(func, lambda _ref, key=key: cache.pop(key, None))
+        except TypeError:  # pragma: no cover - Python functions are weakly referenceable
+            return args, defaults
+        entry = (ref, func.__code__, func.__defaults__, func.__kwdefaults__, args, defaults)
+        with lock:
+            cache[key] = entry
+        return list(args), list(defaults)
+
+    get_function_args_defaults._imgrec_memoized = True
+    get_function_args_defaults.__wrapped__ = compute
+    core.get_function_args_defaults = get_function_args_defaults
+
+
 def install() -> None:
-    """The three fixes above: what every imgrec process (launcher and Beam workers) runs with."""
+    """The fixes above: what every imgrec process (launcher and Beam workers) runs with."""
     share_s3_clients()
     memoize_dofn_specs()
     memoize_option_views()
+    memoize_function_arguments()

@@ -235,3 +235,58 @@ def test_option_views_are_built_once_and_share_the_values():
         assert first.view_as(DebugOptions).experiments == ["a", "b"]
     finally:
         StandardOptions.__init__ = real_init
+
+
+def test_function_arguments_are_inspected_once_per_function_and_stay_correct():
+    import inspect
+
+    from apache_beam.transforms import core
+
+    beam_compat.install()
+    beam_compat.memoize_function_arguments()  # idempotent: still one layer over Beam's function
+    assert not hasattr(core.get_function_args_defaults.__wrapped__, "_imgrec_memoized")
+    seen = []
+    real_signature = inspect.signature
+
+    def counting_signature(f, *args, **kwargs):
+        seen.append(f)
+        return real_signature(f, *args, **kwargs)
+
+    class Fn:
+        def process(self, element, side=3):
+            return element
+
+    def plain(a, b=1, *rest, c=2):
+        return a
+
+    inspect.signature = counting_signature
+    try:
+        one, two = Fn(), Fn()
+        assert core.get_function_args_defaults(one.process) == (["element", "side"], [3])
+        args, defaults = core.get_function_args_defaults(two.process)  # another instance
+        assert (args, defaults) == (["element", "side"], [3]) and len(seen) == 1
+        args.append("x")  # callers get their own lists
+        assert core.get_function_args_defaults(one.process) == (["element", "side"], [3])
+        # The unbound function keeps its self parameter, bound or not is its own entry.
+        assert core.get_function_args_defaults(Fn.process) == (["self", "element", "side"], [3])
+        assert core.get_function_args_defaults(plain) == (["a", "b"], [1]) and len(seen) == 3
+        plain.__defaults__ = (5,)  # changed defaults are seen
+        assert core.get_function_args_defaults(plain) == (["a", "b"], [5]) and len(seen) == 4
+        # Other callables are inspected every time, as by Beam.
+        assert core.get_function_args_defaults(str.strip)[0] == ["self", "chars"]
+        n = len(seen)
+        core.get_function_args_defaults(str.strip)
+        assert len(seen) == n + 1
+        # What Beam makes of a DoFn with it: the DoFn signature of a ParDo's process.
+        import apache_beam as beam
+        from apache_beam.runners.common import DoFnSignature
+
+        class Keep(beam.DoFn):
+            def process(self, element, timestamp=beam.DoFn.TimestampParam):  # noqa: B008
+                yield element
+
+        method = DoFnSignature(Keep()).process_method
+        assert method.args == ["element", "timestamp"]
+        assert method.defaults == [beam.DoFn.TimestampParam]
+    finally:
+        inspect.signature = real_signature
