@@ -23,7 +23,7 @@ import pytest
 
 from pipeline.core import schema
 from pipeline.demo import build_corpus
-from tests.runs import ROOT
+from tests.runs import ROOT, in_process
 
 # Small images and a tiny shard target: several shards per split from a 2-core-friendly corpus.
 CONVERT_ARGS = [
@@ -123,10 +123,14 @@ def corpus(tmp_path_factory) -> tuple[Path, dict, int]:
 
 @pytest.fixture(scope="module")
 def reference(corpus, tmp_path_factory) -> dict[str, tuple[str, str, int]]:
-    """Placement of every image by a local -> local conversion."""
+    """Placement of every image by a local -> local conversion (in this process: it is what the
+    bucket runs are compared with, not what is under test)."""
     src, _, listed = corpus
     out = tmp_path_factory.mktemp("reference") / "ds"
-    _ok(run_cli("--input", f"{src}/*/*.jpg", "--output", str(out)))
+    in_process(
+        "convert", "--input", f"{src}/*/*.jpg", "--output", str(out), *CONVERT_ARGS,
+        "--workers", "1",
+    )  # fmt: skip
     placement = check_dataset(*_local_reader(out), input_root=f"{src}/", expected_listed=listed)
     # Placement comparisons mean something only with several shards per split, each used: with
     # one shard per split, a shard chosen by the wrong hash would place every image the same.

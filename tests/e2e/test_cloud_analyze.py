@@ -31,7 +31,7 @@ from tests.e2e.test_cloud import (
     check_dataset,
     upload,
 )
-from tests.runs import ROOT
+from tests.runs import ROOT, in_process
 
 # test_cloud_e2e's corpus options without --no_analyze: analysis runs as it does by default.
 ANALYZE_ARGS = [
@@ -62,10 +62,14 @@ def corpus(tmp_path_factory) -> tuple[Path, int]:
 
 @pytest.fixture(scope="module")
 def local_reference(corpus, tmp_path_factory) -> tuple[Path, dict, dict]:
-    """A local -> local conversion with analysis: (output dir, dataset_info, placement)."""
+    """A local -> local conversion with analysis: (output dir, dataset_info, placement). In this
+    process: it is what the bucket runs are compared with, not what is under test."""
     src, listed = corpus
     out = tmp_path_factory.mktemp("reference") / "ds"
-    _ok(run_cli("--input", f"{src}/*/*.jpg", "--output", str(out)))
+    in_process(
+        "convert", "--input", f"{src}/*/*.jpg", "--output", str(out), *ANALYZE_ARGS,
+        "--workers", "1",
+    )  # fmt: skip
     placement = check_dataset(*_local_reader(out), input_root=f"{src}/", expected_listed=listed)
     info = json.loads((out / schema.DATASET_INFO).read_text())
     return out, info, placement

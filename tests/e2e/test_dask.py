@@ -32,6 +32,9 @@ COMMON += ("--splits", "train=0.7,validation=0.3")
 # embed TensorFlow's per-process function counters (`__inference_..._1955`): they differ between
 # two DirectRunner processes too, so they are compared by their variables and assets instead.
 _PER_PROCESS = ("saved_model.pb", "fingerprint.pb")
+# Dask's own allowed-failures (how often a task whose worker died is rerun), what the shared
+# cluster's scheduler starts with and gets back after each kill test.
+DASK_ALLOWED_FAILURES = 3
 # report.html shows when and by which runner the dataset was converted (its provenance).
 _NOT_COMPARED = _PER_PROCESS + ("report.html",)
 
@@ -49,18 +52,14 @@ def _free_port() -> int:
 class Cluster:
     """A dask scheduler and worker processes on loopback, stopped on exit."""
 
-    def __init__(self, tmp: str, allowed_failures: int | None = None):
+    def __init__(self, tmp: str):
         self.tmp = tmp
         self.port = _free_port()
         self.address = f"tcp://127.0.0.1:{self.port}"
         self.workers: list[subprocess.Popen] = []
-        env = {}
-        if allowed_failures is not None:
-            env["DASK_DISTRIBUTED__SCHEDULER__ALLOWED_FAILURES"] = str(allowed_failures)
         self.scheduler = self._spawn(
             "scheduler",
             [DASK, "scheduler", "--host", "127.0.0.1", "--port", str(self.port), "--no-dashboard"],
-            env,
         )
 
     def _spawn(self, name: str, cmd: list[str], env: dict | None = None) -> subprocess.Popen:
@@ -84,6 +83,21 @@ class Cluster:
         with Client(self.address, timeout=60) as c:
             c.wait_for_workers(n, timeout=120)
 
+    def alive(self) -> list[subprocess.Popen]:
+        return [w for w in self.workers if w.poll() is None]
+
+    def set_allowed_failures(self, n: int) -> int:
+        """Set how often the scheduler reruns a task whose worker died (Dask's allowed-failures,
+        read at each death); returns the old value."""
+        from distributed import Client
+
+        def swap(dask_scheduler, n=n):
+            old, dask_scheduler.allowed_failures = dask_scheduler.allowed_failures, n
+            return old
+
+        with Client(self.address, timeout=60) as c:
+            return c.run_on_scheduler(swap)
+
     def close(self) -> None:
         for p in [*self.workers, self.scheduler]:
             if p.poll() is None:
@@ -103,8 +117,8 @@ class Cluster:
 
 
 @contextlib.contextmanager
-def cluster(tmp: str, workers: int = 2, allowed_failures: int | None = None):
-    c = Cluster(tmp, allowed_failures)
+def cluster(tmp: str, workers: int = 2):
+    c = Cluster(tmp)
     try:
         for _ in range(workers):
             c.add_worker()
@@ -172,8 +186,8 @@ def direct(corpus, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def shared_cluster(tmp_path_factory):
-    """One scheduler and two workers for the tests that kill nothing (the kill tests make their
-    own, with their own scheduler settings)."""
+    """One scheduler and two workers for every test here (each worker process imports
+    TensorFlow, Beam and TFT: seconds of CPU). A test that kills a worker starts a new one."""
     with cluster(str(tmp_path_factory.mktemp("dask"))) as c:
         yield c
 
@@ -244,37 +258,56 @@ def _kill_a_worker_once_busy(c: Cluster, job: subprocess.Popen) -> bool:
     return False
 
 
+@pytest.fixture
+def two_workers(shared_cluster):
+    """The shared cluster with two live workers (a kill test before may have left one); the
+    scheduler's allowed-failures is put back after the test."""
+    c = shared_cluster
+    while len(c.alive()) < 2:
+        c.add_worker()
+    c.wait_for_workers(2)
+    old = c.set_allowed_failures(DASK_ALLOWED_FAILURES)
+    try:
+        yield c
+    finally:
+        c.set_allowed_failures(old)
+
+
 @pytest.mark.parametrize("allowed_failures", [0, None], ids=["fails", "reschedules"])
-def test_killed_worker_then_resume_is_byte_identical(corpus, direct, tmp_path, allowed_failures):
-    """allowed-failures 0: the job fails with one line, then --resume finishes it; the default
-    (3 retries): Dask reruns the lost tasks on the other worker and the job completes."""
+def test_killed_worker_then_resume_is_byte_identical(
+    corpus, direct, two_workers, tmp_path, allowed_failures
+):
+    """allowed-failures 0: the job fails with one line, then --resume finishes it; Dask's
+    default (3 reruns): Dask reruns the lost tasks on the other worker and the job completes."""
     out = str(tmp_path / "ds")
     args = ("--input", f"{corpus}/*/*.jpg", "--output", out, *COMMON)
-    with cluster(str(tmp_path), allowed_failures=allowed_failures) as c:
-        dask_args = ("--runner", "DaskRunner", "--dask_client_address", c.address)
-        job = convert(*args, *dask_args)
-        killed = _kill_a_worker_once_busy(c, job)
-        stdout, err = job.communicate(timeout=900)
-        assert killed, f"no DoFn task seen running\n{stdout}\n{err}"
-        if allowed_failures == 0:
-            assert job.returncode == 1, f"{stdout}\n{err}\n{c.logs()}"
-            # Progress lines come and go with the load (one per poll interval); the error is one.
-            lines = [
-                ln
-                for ln in err.splitlines()
-                if ln.startswith("imgrec:") and not ln.startswith("imgrec: progress:")
-            ]
-            assert len(lines) == 1 and "Dask workers died" in lines[0], err
-            assert "--resume" in lines[0]
-            assert not os.path.exists(os.path.join(out, schema.DATASET_INFO))
-            # Whatever sits under a final shard name is a whole shard.
-            want = digests(direct)
-            for rel, sha in digests(out).items():
-                if rel.endswith(".tfrecord"):
-                    assert want[rel] == sha, rel
-            c.add_worker()
-            c.wait_for_workers(1)
-            run(*args, *dask_args, "--resume")
-        else:
-            assert job.returncode == 0, f"{stdout}\n{err}\n{c.logs()}"
+    c = two_workers
+    if allowed_failures is not None:
+        c.set_allowed_failures(allowed_failures)
+    dask_args = ("--runner", "DaskRunner", "--dask_client_address", c.address)
+    job = convert(*args, *dask_args)
+    killed = _kill_a_worker_once_busy(c, job)
+    stdout, err = job.communicate(timeout=900)
+    assert killed, f"no DoFn task seen running\n{stdout}\n{err}"
+    if allowed_failures == 0:
+        assert job.returncode == 1, f"{stdout}\n{err}\n{c.logs()}"
+        # Progress lines come and go with the load (one per poll interval); the error is one.
+        lines = [
+            ln
+            for ln in err.splitlines()
+            if ln.startswith("imgrec:") and not ln.startswith("imgrec: progress:")
+        ]
+        assert len(lines) == 1 and "Dask workers died" in lines[0], err
+        assert "--resume" in lines[0]
+        assert not os.path.exists(os.path.join(out, schema.DATASET_INFO))
+        # Whatever sits under a final shard name is a whole shard.
+        want = digests(direct)
+        for rel, sha in digests(out).items():
+            if rel.endswith(".tfrecord"):
+                assert want[rel] == sha, rel
+        c.add_worker()
+        c.wait_for_workers(2)
+        run(*args, *dask_args, "--resume")
+    else:
+        assert job.returncode == 0, f"{stdout}\n{err}\n{c.logs()}"
     assert digests(out) == digests(direct)
