@@ -1,0 +1,89 @@
+"""The default command on a local corpus, whole process, wall clock: with Beam's own per-call
+overheads against imgrec's memoized ones (pipeline/core/beam_compat, on by default).
+
+    PYTHONPATH=. .venv/bin/python bench/beam_overheads.py --num_images 300 --repeats 5
+
+Each run is `python -m pipeline convert --input DIR/*/*.jpg --output OUT` with default options
+(analysis and report on; a corpus this size runs in the launcher's process). The "Beam's own"
+runs first turn off what beam_compat adds over Beam's per-call work: DoFn state specs, option
+views and function signatures recomputed on every call (`memoize_dofn_specs`,
+`memoize_option_views`, `memoize_function_arguments` made no-ops). The runs alternate, so the
+machine's load falls on both alike; medians are printed, then the ratio.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)
+
+_RUN = """
+import sys
+if sys.argv.pop(1) == "off":
+    import pipeline.core.beam_compat as compat
+    for name in ("memoize_dofn_specs", "memoize_option_views", "memoize_function_arguments"):
+        setattr(compat, name, lambda: None)
+from pipeline.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def _run(mode: str, corpus: str, out: str, env: dict) -> tuple[float, float]:
+    """(wall s, CPU s of the child) of one conversion."""
+    shutil.rmtree(out, ignore_errors=True)
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
+    proc = subprocess.run(
+        [sys.executable, "-c", _RUN, mode, "convert", "--input", f"{corpus}/*/*.jpg",
+         "--output", out, "--max_bad_fraction", "0.2"],
+        cwd=REPO, env=env, capture_output=True, text=True,
+    )  # fmt: skip
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if proc.returncode != 0:
+        raise SystemExit(f"{mode}: exit {proc.returncode}\n{proc.stderr[-2000:]}")
+    cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+    return wall, cpu
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--num_images", type=int, default=300)
+    parser.add_argument("--repeats", type=int, default=5)
+    args = parser.parse_args()
+
+    from pipeline.demo import build_corpus
+
+    env = dict(os.environ, PYTHONPATH=REPO, TF_CPP_MIN_LOG_LEVEL="2")
+    with tempfile.TemporaryDirectory(prefix="imgrec-bench-") as tmp:
+        corpus = os.path.join(tmp, "corpus")
+        summary = build_corpus(corpus, num_images=args.num_images, seed=7, long_side=(200, 400))
+        listed = summary["images"] + len(summary["broken"]) + 2  # + png-as-jpg + duplicate
+        times: dict[str, list[tuple[float, float]]] = {"off": [], "on": []}
+        _run("on", corpus, os.path.join(tmp, "warm"), env)  # page cache, matplotlib's font cache
+        for i in range(args.repeats):
+            for mode in ("off", "on"):
+                times[mode].append(_run(mode, corpus, os.path.join(tmp, f"out-{mode}"), env))
+                wall, cpu = times[mode][-1]
+                print(f"  run {i + 1} {mode:>3}: {wall:6.2f} s wall {cpu:6.2f} s CPU", flush=True)
+    wall = {m: statistics.median(w for w, _ in t) for m, t in times.items()}
+    cpu = {m: statistics.median(c for _, c in t) for m, t in times.items()}
+    print(
+        f"default command, {listed} files, median of {args.repeats}, whole process: "
+        f"Beam's own overheads {wall['off']:.2f} s wall ({cpu['off']:.2f} s CPU), "
+        f"memoized {wall['on']:.2f} s wall ({cpu['on']:.2f} s CPU), "
+        f"{wall['off'] / wall['on']:.2f}x wall, {cpu['off'] / cpu['on']:.2f}x CPU"
+    )
+
+
+if __name__ == "__main__":
+    main()
