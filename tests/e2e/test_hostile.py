@@ -11,7 +11,7 @@ import pytest
 from pipeline.core import schema
 from tests.hostile import make_hostile_corpus
 from tests.runs import cli as run_cli
-from tests.runs import read_records
+from tests.runs import in_process, read_records
 
 
 @pytest.fixture(scope="module")
@@ -84,5 +84,5 @@ def test_every_hostile_file_is_accounted_for_as_expected(hostile):
 
 def test_verify_passes_on_the_hostile_result(hostile):
     _, _, out, _ = hostile
-    proc = run_cli("verify", out)
+    proc = in_process("verify", out)  # (the command line's verify: tests/e2e/test_cli.py)
     assert "OK" in proc.stdout
