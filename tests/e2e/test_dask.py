@@ -11,7 +11,6 @@ import hashlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -22,6 +21,7 @@ from pipeline.core import schema
 from pipeline.demo import build_corpus
 from tests.runs import ROOT as ROOT_PATH
 from tests.runs import in_process
+from tests.servers import free_port
 
 ROOT = str(ROOT_PATH)
 DASK = os.path.join(os.path.dirname(sys.executable), "dask")
@@ -43,18 +43,12 @@ def _env(**extra) -> dict:
     return dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="2", **extra)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class Cluster:
     """A dask scheduler and worker processes on loopback, stopped on exit."""
 
     def __init__(self, tmp: str):
         self.tmp = tmp
-        self.port = _free_port()
+        self.port = free_port()
         self.address = f"tcp://127.0.0.1:{self.port}"
         self.workers: list[subprocess.Popen] = []
         self.scheduler = self._spawn(
