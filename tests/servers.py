@@ -511,11 +511,12 @@ class GcsServer(_Store):
     def stop_process(self) -> None:
         """Stop the emulator process, between two of its writes.
 
-        The emulator rewrites one JSON file of all metadata (`DATA/.meta`), not atomically, on
-        every change; killed in the middle of that write it cannot start again. So the relay goes
-        down first (clients see a dead server from this moment), the process is left to finish
-        what it had been asked, and it is stopped once that file has stayed whole and unchanged
-        for a moment: no request can reach it any more, so nothing is half-written.
+        The emulator rewrites one JSON file of all metadata (`DATA/.cloudstorage/.meta`), not
+        atomically, on every change; killed in the middle of that write it cannot start again.
+        So the relay goes down first (clients see a dead server from this moment), the process
+        is left to finish what it had been asked, and it is stopped once that file has stayed
+        whole and unchanged for a moment: no request can reach it any more, so nothing is
+        half-written.
         """
         self.relay.down()
         meta = self._data_dir() / ".meta"
