@@ -10,9 +10,10 @@ S3 filesystem builds a new boto3 session and client for every operation (~100 ms
 more than moving a small image), so `share_s3_clients` makes it reuse one per configuration; and
 Beam recomputes a DoFn's state and timer specs (a signature inspection of each of its ~30
 methods) about seven times per DoFn while it builds, translates and runs a pipeline, so
-`memoize_dofn_specs` remembers them per DoFn object; and `PipelineOptions.view_as` parses every
-flag again on each of its ~1,500 calls per conversion, so `memoize_option_views` keeps each view.
-`install()` applies all three.
+`memoize_dofn_specs` remembers them per DoFn object; `PipelineOptions.view_as` parses every
+flag again on each of its ~1,500 calls per conversion, so `memoize_option_views` keeps each view;
+and Beam inspects the signature of a DoFn's methods ~15,000 times per conversion, so
+`memoize_function_arguments` keeps the answer per function. `install()` applies all four.
 tests/unit/test_beam_compat.py pins what imgrec relies on, so a Beam upgrade that changes one fails
 there, by name, rather than as a corrupt shard, a confusing option error or a broken Dask run.
 """
@@ -155,6 +156,48 @@ def share_s3_clients() -> bool:
     return True
 
 
+class _PerObject:
+    """Values kept per live object, by identity, dropped when the object is collected: what the
+    three memoizers below remember (DoFns and options objects may be unhashable or compare equal
+    when they are not the same). Thread-safe."""
+
+    def __init__(self):
+        self._items: dict[int, tuple[weakref.ref, object]] = {}
+        self._lock = threading.Lock()
+
+    def get(self, obj):
+        """The value kept for `obj`, or None."""
+        with self._lock:
+            hit = self._items.get(id(obj))
+        return hit[1] if hit is not None and hit[0]() is obj else None
+
+    def put(self, obj, value) -> bool:
+        """Keep `value` for `obj`; False (nothing kept) if `obj` cannot be weakly referenced."""
+        key = id(obj)
+        try:
+            # The callback runs as `obj` is freed, before its id can be reused. It takes no
+            # lock: a collection can run it inside this object's own locked section.
+            ref = weakref.ref(obj, lambda _dead, key=key: self._items.pop(key, None))
+        except TypeError:
+            return False
+        with self._lock:
+            self._items[key] = (ref, value)
+        return True
+
+
+def _wrap(owner, name: str, wrapper) -> None:
+    """Put `wrapper` in place of `owner.name` (marked, with the original as `__wrapped__`)."""
+    original = getattr(owner, name)
+    wrapper._imgrec_memoized = True
+    wrapper.__wrapped__ = original
+    wrapper.__doc__ = original.__doc__
+    setattr(owner, name, wrapper)
+
+
+def _wrapped(owner, name: str) -> bool:
+    return getattr(getattr(owner, name), "_imgrec_memoized", False)
+
+
 def memoize_dofn_specs() -> None:
     """Compute `apache_beam.transforms.userstate.get_dofn_specs(dofn)` once per DoFn object.
 
@@ -168,31 +211,21 @@ def memoize_dofn_specs() -> None:
     """
     from apache_beam.transforms import userstate
 
-    if getattr(userstate.get_dofn_specs, "_imgrec_memoized", False):
+    if _wrapped(userstate, "get_dofn_specs"):
         return
     compute = userstate.get_dofn_specs
-    cache: dict[int, tuple[weakref.ref, tuple[frozenset, frozenset]]] = {}
-    lock = threading.Lock()
+    specs = _PerObject()
 
     def get_dofn_specs(dofn):
-        key = id(dofn)
-        with lock:
-            hit = cache.get(key)
-        if hit is not None and hit[0]() is dofn:
-            states, timers = hit[1]
-            return set(states), set(timers)
-        states, timers = compute(dofn)
-        try:
-            ref = weakref.ref(dofn, lambda _ref, key=key: cache.pop(key, None))
-        except TypeError:  # a DoFn that cannot be weakly referenced: not remembered
-            return states, timers
-        with lock:
-            cache[key] = (ref, (frozenset(states), frozenset(timers)))
-        return set(states), set(timers)
+        hit = specs.get(dofn)
+        if hit is None:
+            states, timers = compute(dofn)
+            hit = (frozenset(states), frozenset(timers))
+            if not specs.put(dofn, hit):  # a DoFn that cannot be weakly referenced
+                return states, timers
+        return set(hit[0]), set(hit[1])
 
-    get_dofn_specs._imgrec_memoized = True
-    get_dofn_specs.__wrapped__ = compute
-    userstate.get_dofn_specs = get_dofn_specs
+    _wrap(userstate, "get_dofn_specs", get_dofn_specs)
 
 
 def memoize_option_views() -> None:
@@ -208,17 +241,16 @@ def memoize_option_views() -> None:
     """
     from apache_beam.options.pipeline_options import PipelineOptions
 
-    if getattr(PipelineOptions.view_as, "_imgrec_memoized", False):
+    if _wrapped(PipelineOptions, "view_as"):
         return
     make_view = PipelineOptions.view_as
-    cache: dict[int, tuple[weakref.ref, dict[type, PipelineOptions]]] = {}
+    views_of = _PerObject()  # options object -> {class: view}
     lock = threading.Lock()
 
     def view_as(self, cls):
-        key = id(self)
         with lock:
-            hit = cache.get(key)
-            view = hit[1].get(cls) if hit is not None and hit[0]() is self else None
+            views = views_of.get(self)
+            view = views.get(cls) if views is not None else None
         if (
             view is not None
             and view._all_options is self._all_options
@@ -227,20 +259,15 @@ def memoize_option_views() -> None:
             return view
         view = make_view(self, cls)
         with lock:
-            hit = cache.get(key)
-            if hit is None or hit[0]() is not self:
-                try:
-                    ref = weakref.ref(self, lambda _ref, key=key: cache.pop(key, None))
-                except TypeError:  # cannot be weakly referenced: not remembered
+            views = views_of.get(self)
+            if views is None:
+                views = {}
+                if not views_of.put(self, views):  # cannot be weakly referenced: not kept
                     return view
-                hit = cache[key] = (ref, {})
-            hit[1][cls] = view
+            views[cls] = view
         return view
 
-    view_as._imgrec_memoized = True
-    view_as.__wrapped__ = make_view
-    view_as.__doc__ = make_view.__doc__
-    PipelineOptions.view_as = view_as
+    _wrap(PipelineOptions, "view_as", view_as)
 
 
 def memoize_function_arguments() -> None:
@@ -259,41 +286,25 @@ def memoize_function_arguments() -> None:
 
     from apache_beam.transforms import core
 
-    if getattr(core.get_function_args_defaults, "_imgrec_memoized", False):
+    if _wrapped(core, "get_function_args_defaults"):
         return
     compute = core.get_function_args_defaults
-    cache: dict[tuple[int, bool], tuple] = {}
-    lock = threading.Lock()
+    answers = {True: _PerObject(), False: _PerObject()}  # bound method or not -> per function
 
     def get_function_args_defaults(f):
         bound = inspect.ismethod(f)
         func = f.__func__ if bound else f
         if not inspect.isfunction(func):
             return compute(f)
-        key = (id(func), bound)
-        with lock:
-            hit = cache.get(key)
-        if (
-            hit is not None
-            and hit[0]() is func
-            and hit[1] is func.__code__
-            and hit[2] is func.__defaults__
-            and hit[3] is func.__kwdefaults__
-        ):
-            return list(hit[4]), list(hit[5])
-        args, defaults = compute(f)
-        try:
-            ref = weakref.ref(func, lambda _ref, key=key: cache.pop(key, None))
-        except TypeError:  # pragma: no cover - Python functions are weakly referenceable
-            return args, defaults
-        entry = (ref, func.__code__, func.__defaults__, func.__kwdefaults__, args, defaults)
-        with lock:
-            cache[key] = entry
-        return list(args), list(defaults)
+        stamp = (func.__code__, func.__defaults__, func.__kwdefaults__)
+        hit = answers[bound].get(func)
+        if hit is None or any(a is not b for a, b in zip(hit[0], stamp, strict=True)):
+            args, defaults = compute(f)
+            hit = (stamp, args, defaults)
+            answers[bound].put(func, hit)
+        return list(hit[1]), list(hit[2])
 
-    get_function_args_defaults._imgrec_memoized = True
-    get_function_args_defaults.__wrapped__ = compute
-    core.get_function_args_defaults = get_function_args_defaults
+    _wrap(core, "get_function_args_defaults", get_function_args_defaults)
 
 
 def install() -> None:

@@ -52,8 +52,9 @@ __all__ = [
 T = TypeVar("T")
 
 # Every process that touches storage (the launcher, each Beam worker that unpickles a DoFn from
-# transforms/) runs with beam_compat's two fixes: Beam's S3 filesystem reuses its boto3 clients
-# (one per operation cost ~100 ms) and a DoFn's state specs are computed once, not ~7 times.
+# transforms/) runs with beam_compat's fixes: Beam's S3 filesystem reuses its boto3 clients
+# (one per operation cost ~100 ms), and DoFn state specs, option views and function signatures
+# are computed once instead of on every call.
 beam_compat.install()
 
 # Three retries with exponential backoff span ~7 s: enough to ride out a 429/503 burst or a
