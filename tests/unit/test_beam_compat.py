@@ -197,7 +197,20 @@ def test_stateful_dofns_still_run_with_memoized_specs():
         assert_that(last, equal_to([("a", 3), ("b", 5)]))
 
 
-def test_option_views_are_built_once_and_share_the_values():
+def _count_calls(monkeypatch, owner, name: str) -> list:
+    """Replace `owner.name` (for this test) by a wrapper that records each call's first argument
+    and then calls the original; returns the record."""
+    calls, original = [], getattr(owner, name)
+
+    def counting(first, *args, **kwargs):
+        calls.append(first)
+        return original(first, *args, **kwargs)
+
+    monkeypatch.setattr(owner, name, counting)
+    return calls
+
+
+def test_option_views_are_built_once_and_share_the_values(monkeypatch):
     from apache_beam.options.pipeline_options import (
         DebugOptions,
         PipelineOptions,
@@ -208,36 +221,26 @@ def test_option_views_are_built_once_and_share_the_values():
     beam_compat.install()
     beam_compat.memoize_option_views()  # idempotent: still one layer over Beam's method
     assert not hasattr(PipelineOptions.view_as.__wrapped__, "_imgrec_memoized")
-    built = []
-    real_init = StandardOptions.__init__
-
-    def counting_init(self, *args, **kwargs):
-        built.append(1)
-        real_init(self, *args, **kwargs)
-
-    StandardOptions.__init__ = counting_init
-    try:
-        options = PipelineOptions(["--runner", "DirectRunner", "--experiments", "a"])
-        first = options.view_as(StandardOptions)
-        assert options.view_as(StandardOptions) is first and len(built) == 1
-        assert first.runner == "DirectRunner"
-        first.streaming = True  # set through one view: seen by the object and later views
-        assert options.view_as(StandardOptions).streaming is True
-        assert options.get_all_options()["streaming"] is True
-        options.view_as(DebugOptions).add_experiment("b")
-        assert options.view_as(DebugOptions).experiments == ["a", "b"]
-        assert options.view_as(TypeOptions).pipeline_type_check is True
-        # Another options object gets its own views, parsed from its own flags.
-        other = PipelineOptions(["--runner", "FnApiRunner"])
-        assert other.view_as(StandardOptions).runner == "FnApiRunner"
-        assert other.view_as(StandardOptions).streaming is False and len(built) == 2
-        # A view of a view (Beam's runners do this) shares the first object's values.
-        assert first.view_as(DebugOptions).experiments == ["a", "b"]
-    finally:
-        StandardOptions.__init__ = real_init
+    built = _count_calls(monkeypatch, StandardOptions, "__init__")
+    options = PipelineOptions(["--runner", "DirectRunner", "--experiments", "a"])
+    first = options.view_as(StandardOptions)
+    assert options.view_as(StandardOptions) is first and len(built) == 1
+    assert first.runner == "DirectRunner"
+    first.streaming = True  # set through one view: seen by the object and later views
+    assert options.view_as(StandardOptions).streaming is True
+    assert options.get_all_options()["streaming"] is True
+    options.view_as(DebugOptions).add_experiment("b")
+    assert options.view_as(DebugOptions).experiments == ["a", "b"]
+    assert options.view_as(TypeOptions).pipeline_type_check is True
+    # Another options object gets its own views, parsed from its own flags.
+    other = PipelineOptions(["--runner", "FnApiRunner"])
+    assert other.view_as(StandardOptions).runner == "FnApiRunner"
+    assert other.view_as(StandardOptions).streaming is False and len(built) == 2
+    # A view of a view (Beam's runners do this) shares the first object's values.
+    assert first.view_as(DebugOptions).experiments == ["a", "b"]
 
 
-def test_function_arguments_are_inspected_once_per_function_and_stay_correct():
+def test_function_arguments_are_inspected_once_per_function_and_stay_correct(monkeypatch):
     import inspect
 
     from apache_beam.transforms import core
@@ -245,12 +248,6 @@ def test_function_arguments_are_inspected_once_per_function_and_stay_correct():
     beam_compat.install()
     beam_compat.memoize_function_arguments()  # idempotent: still one layer over Beam's function
     assert not hasattr(core.get_function_args_defaults.__wrapped__, "_imgrec_memoized")
-    seen = []
-    real_signature = inspect.signature
-
-    def counting_signature(f, *args, **kwargs):
-        seen.append(f)
-        return real_signature(f, *args, **kwargs)
 
     class Fn:
         def process(self, element, side=3):
@@ -259,34 +256,31 @@ def test_function_arguments_are_inspected_once_per_function_and_stay_correct():
     def plain(a, b=1, *rest, c=2):
         return a
 
-    inspect.signature = counting_signature
-    try:
-        one, two = Fn(), Fn()
-        assert core.get_function_args_defaults(one.process) == (["element", "side"], [3])
-        args, defaults = core.get_function_args_defaults(two.process)  # another instance
-        assert (args, defaults) == (["element", "side"], [3]) and len(seen) == 1
-        args.append("x")  # callers get their own lists
-        assert core.get_function_args_defaults(one.process) == (["element", "side"], [3])
-        # The unbound function keeps its self parameter, bound or not is its own entry.
-        assert core.get_function_args_defaults(Fn.process) == (["self", "element", "side"], [3])
-        assert core.get_function_args_defaults(plain) == (["a", "b"], [1]) and len(seen) == 3
-        plain.__defaults__ = (5,)  # changed defaults are seen
-        assert core.get_function_args_defaults(plain) == (["a", "b"], [5]) and len(seen) == 4
-        # Other callables are inspected every time, as by Beam.
-        assert core.get_function_args_defaults(str.strip)[0] == ["self", "chars"]
-        n = len(seen)
-        core.get_function_args_defaults(str.strip)
-        assert len(seen) == n + 1
-        # What Beam makes of a DoFn with it: the DoFn signature of a ParDo's process.
-        import apache_beam as beam
-        from apache_beam.runners.common import DoFnSignature
+    seen = _count_calls(monkeypatch, inspect, "signature")
+    one, two = Fn(), Fn()
+    assert core.get_function_args_defaults(one.process) == (["element", "side"], [3])
+    args, defaults = core.get_function_args_defaults(two.process)  # another instance
+    assert (args, defaults) == (["element", "side"], [3]) and len(seen) == 1
+    args.append("x")  # callers get their own lists
+    assert core.get_function_args_defaults(one.process) == (["element", "side"], [3])
+    # The unbound function keeps its self parameter, bound or not is its own entry.
+    assert core.get_function_args_defaults(Fn.process) == (["self", "element", "side"], [3])
+    assert core.get_function_args_defaults(plain) == (["a", "b"], [1]) and len(seen) == 3
+    plain.__defaults__ = (5,)  # changed defaults are seen
+    assert core.get_function_args_defaults(plain) == (["a", "b"], [5]) and len(seen) == 4
+    # Other callables are inspected every time, as by Beam.
+    assert core.get_function_args_defaults(str.strip)[0] == ["self", "chars"]
+    n = len(seen)
+    core.get_function_args_defaults(str.strip)
+    assert len(seen) == n + 1
+    # What Beam makes of a DoFn with it: the DoFn signature of a ParDo's process.
+    import apache_beam as beam
+    from apache_beam.runners.common import DoFnSignature
 
-        class Keep(beam.DoFn):
-            def process(self, element, timestamp=beam.DoFn.TimestampParam):  # noqa: B008
-                yield element
+    class Keep(beam.DoFn):
+        def process(self, element, timestamp=beam.DoFn.TimestampParam):  # noqa: B008
+            yield element
 
-        method = DoFnSignature(Keep()).process_method
-        assert method.args == ["element", "timestamp"]
-        assert method.defaults == [beam.DoFn.TimestampParam]
-    finally:
-        inspect.signature = real_signature
+    method = DoFnSignature(Keep()).process_method
+    assert method.args == ["element", "timestamp"]
+    assert method.defaults == [beam.DoFn.TimestampParam]
