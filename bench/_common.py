@@ -20,10 +20,26 @@ __all__ = [
     "median",
     "print_table",
     "load_average",
+    "cli_with_compat_off",
 ]
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WORK = os.path.join(REPO, "bench", "_work")  # git-ignored cache of corpora and outputs
+
+
+def cli_with_compat_off(*names: str) -> str:
+    """`python -c` source running `imgrec ARGS` (its argv: MODE ARGS...). With MODE "off", the
+    named `pipeline.core.beam_compat` fixes are no-ops first, which is Beam's own behaviour;
+    with "on", imgrec runs as it ships. For A/B runs of one fix in one bench."""
+    return f"""
+import sys
+if sys.argv.pop(1) == "off":
+    import pipeline.core.beam_compat as compat
+    for name in {names!r}:
+        setattr(compat, name, lambda: None)
+from pipeline.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
 
 
 def load_average() -> str:

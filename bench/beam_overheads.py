@@ -26,15 +26,11 @@ import time
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
-_RUN = """
-import sys
-if sys.argv.pop(1) == "off":
-    import pipeline.core.beam_compat as compat
-    for name in ("memoize_dofn_specs", "memoize_option_views", "memoize_function_arguments"):
-        setattr(compat, name, lambda: None)
-from pipeline.cli import main
-sys.exit(main(sys.argv[1:]))
-"""
+from bench._common import cli_with_compat_off  # noqa: E402
+
+_RUN = cli_with_compat_off(
+    "memoize_dofn_specs", "memoize_option_views", "memoize_function_arguments"
+)
 
 
 def _run(mode: str, corpus: str, out: str, env: dict) -> tuple[float, float]:

@@ -22,16 +22,10 @@ import time
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
+from bench._common import cli_with_compat_off  # noqa: E402
 from tests.servers import FAKE_AWS_KEY, S3_REGION, free_port  # noqa: E402
 
-_RUN = """
-import sys
-if sys.argv.pop(1) == "off":
-    import pipeline.core.beam_compat as compat
-    compat.share_s3_clients = lambda: False
-from pipeline.cli import main
-sys.exit(main(sys.argv[1:]))
-"""
+_RUN = cli_with_compat_off("share_s3_clients")
 
 
 def main() -> None:
