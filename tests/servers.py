@@ -101,6 +101,27 @@ def _reset(sock: socket.socket) -> None:
         sock.close()
 
 
+def _accept(
+    listener: socket.socket, closed: Callable[[], bool], errors: list[str] | None = None
+) -> socket.socket | None:
+    """The next client of `listener`, or None once `closed()` says it was closed on purpose.
+
+    Any other accept() error (a client that reset before it was accepted, ECONNABORTED, or a
+    full fd table) is noted in `errors` and waited out: giving up there left the port listening
+    with nobody accepting, and the next client (a conversion, TensorFlow's GCS requests) hung
+    until its timeout.
+    """
+    while True:
+        try:
+            return listener.accept()[0]
+        except OSError as e:
+            if closed():
+                return None
+            if errors is not None:
+                errors.append(f"accept: {e!r}")
+            time.sleep(0.01)
+
+
 class Relay:
     """A TCP relay in front of a server, with switches that make the server look faulty.
 
@@ -206,19 +227,11 @@ class Relay:
             return self._fail_left
 
     def _accept_loop(self, listener: socket.socket) -> None:
-        while True:
-            try:
-                client, _ = listener.accept()
-            except OSError:
-                with self._lock:
-                    closed = self._listener is not listener
-                if closed:
-                    return  # listener closed by down()
-                # A client that reset before it was accepted (ECONNABORTED), or a full fd
-                # table: keep serving. Returning here left the port listening with nobody
-                # accepting, and the next conversion hung until its timeout.
-                time.sleep(0.01)
-                continue
+        def closed() -> bool:  # by down()
+            with self._lock:
+                return self._listener is not listener
+
+        while (client := _accept(listener, closed)) is not None:
             with self._lock:
                 if self._listener is not listener:
                     _reset(client)
@@ -692,18 +705,7 @@ class GoogleApisFront:
         self._listener.close()
 
     def _accept_loop(self) -> None:
-        while True:
-            try:
-                client, _ = self._listener.accept()
-            except OSError as e:
-                if self._closed:
-                    return
-                # A client that reset before it was accepted (ECONNABORTED), or a full fd table:
-                # keep serving (as Relay does). Returning left the port listening with nobody
-                # accepting: TensorFlow's requests then hung until the test's timeout.
-                self.errors.append(f"accept: {e!r}")
-                time.sleep(0.01)
-                continue
+        while (client := _accept(self._listener, lambda: self._closed, self.errors)) is not None:
             threading.Thread(target=self._tunnel, args=(client,), daemon=True).start()
 
     @staticmethod
