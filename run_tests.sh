@@ -2,7 +2,8 @@
 # Set up (as run_local.sh does) and run the whole test suite on pytest-xdist workers, one per
 # core plus one (the e2e tests spend seconds waiting on servers, clusters and child processes:
 # whole suite on 2 cores 423 s with 2 workers, 364 s with 3, 394 s with 4), each test file on
-# one worker (its module fixtures, corpora and servers, are built once).
+# one worker (its module fixtures, corpora and servers, are built once), the slowest files first
+# (tests/conftest.py, _SLOWEST_FIRST; --no-loadscope-reorder keeps that order).
 # Extra arguments go to pytest: test paths (default: pytest.ini's testpaths, tests/), options (a
 # later -n wins: `-n 0` runs in this process, for pdb).
 #   ./run_tests.sh                 everything (what CI runs)
@@ -11,4 +12,4 @@ set -euo pipefail
 cd "$(dirname "$0")"
 source scripts/bootstrap.sh
 workers="${IMGREC_TEST_WORKERS:-$(($(python -c 'import os; print(os.cpu_count() or 1)') + 1))}"
-exec python -m pytest -n "$workers" --dist "${IMGREC_TEST_DIST:-loadfile}" "$@"
+exec python -m pytest -n "$workers" --dist "${IMGREC_TEST_DIST:-loadfile}" --no-loadscope-reorder "$@"

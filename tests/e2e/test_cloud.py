@@ -1,4 +1,5 @@
-"""Conversions from and to buckets (GCS emulator, moto S3) through the CLI, as a user runs them.
+"""Conversions from and to buckets (GCS emulator, moto S3), most through the CLI as a user runs
+them (`run_cli`); those whose subject is only the storage run in this process (`convert_here`).
 
 Each conversion must keep the local invariants (accounting, every record decodes, shard sizes
 and hashes as described) and put every image in the same split, shard and position as a local
@@ -45,6 +46,12 @@ def run_cli(*args: str, workers: int = 1) -> subprocess.CompletedProcess:
         [sys.executable, *command, *args, *CONVERT_ARGS, "--workers", str(workers)],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=RUN_TIMEOUT_S,
     )  # fmt: skip
+
+
+def convert_here(*args: str) -> subprocess.CompletedProcess:
+    """The same conversion in this process (tests.runs.in_process: one in-memory worker), for
+    runs whose subject is the storage, not the command line: a fresh process costs ~5 s of CPU."""
+    return in_process("convert", *args, *CONVERT_ARGS, "--workers", "1")
 
 
 def _ok(proc: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
@@ -194,7 +201,7 @@ def gcs_dataset(gcs, corpus) -> tuple[str, str]:
     """A local corpus converted into a bucket: (bucket, prefix of the dataset)."""
     src, _, _ = corpus
     dest = gcs.new_bucket("dst")
-    _ok(run_cli("--input", f"{src}/**", "--output", gcs.uri(dest, "from-local")))
+    convert_here("--input", f"{src}/**", "--output", gcs.uri(dest, "from-local"))
     return dest, "from-local/"
 
 
@@ -210,7 +217,7 @@ def test_local_to_gcs_and_back_to_local_keep_placement(gcs, gcs_dataset, corpus,
     source = gcs.new_bucket("src")
     upload(gcs, src, source, "deep/copy/")
     out = tmp_path / "ds"
-    _ok(run_cli("--input", gcs.uri(source, "deep/copy/**"), "--output", str(out)))
+    convert_here("--input", gcs.uri(source, "deep/copy/**"), "--output", str(out))
     placement = check_dataset(
         *_local_reader(out), input_root=gcs.uri(source, "deep/copy/"), expected_listed=listed
     )
@@ -268,15 +275,8 @@ def test_s3_to_local_with_manifest_in_the_bucket(s3, corpus, reference, tmp_path
         s3.uri(source, "set/manifest.jsonl"), "".join(json.dumps(r) + "\n" for r in rows).encode()
     )
     out = tmp_path / "ds"
-    _ok(
-        run_cli(
-            "--manifest",
-            s3.uri(source, "set/manifest.jsonl"),
-            "--output",
-            str(out),
-            *s3.beam_args,
-        )
-    )
+    convert_here("--manifest", s3.uri(source, "set/manifest.jsonl"), "--output", str(out),
+                 *s3.beam_args)  # fmt: skip
     placement = check_dataset(
         *_local_reader(out), input_root=s3.uri(source, "set/"), expected_listed=listed
     )
@@ -290,11 +290,7 @@ def test_clean_corpus_on_s3_writes_empty_reports(s3, tmp_path):
     summary = build_corpus(str(src), num_images=5, seed=4, long_side=(40, 60), broken=False)
     source, dest = s3.new_bucket("src"), s3.new_bucket("dst")
     upload(s3, src, source, "p/")
-    _ok(
-        run_cli(
-            "--input", s3.uri(source, "p/**"), "--output", s3.uri(dest, "ds"), *s3.beam_args,
-        )
-    )  # fmt: skip
+    convert_here("--input", s3.uri(source, "p/**"), "--output", s3.uri(dest, "ds"), *s3.beam_args)
     assert s3.get(s3.uri(dest, "ds/" + schema.REJECTED)) == b""
     assert s3.get(s3.uri(dest, "ds/" + schema.DUPLICATES)) == b""
     check_dataset(

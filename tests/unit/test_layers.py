@@ -12,12 +12,15 @@ Every import counts, also those inside functions (a deferred import is still a d
 from __future__ import annotations
 
 import ast
+import json
 import os
 import subprocess
 import sys
 import textwrap
 
 import pytest
+
+from pipeline import cli
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PACKAGES = ("pipeline", "transforms")
@@ -185,6 +188,45 @@ def test_training_side_and_per_file_modules_import_without_beam():
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.strip().splitlines()[-1] == "NO-BEAM"
+
+
+_KERAS_PROBE = textwrap.dedent(
+    """
+    import atexit, json, os, sys
+    report = sys.argv.pop(1)
+    def dump():
+        loaded = {m: m in sys.modules for m in ("tensorflow", "keras", "tf_keras")}
+        loaded["env"] = os.environ.get("TF_USE_LEGACY_KERAS")
+        with open(report, "w") as f:
+            json.dump(loaded, f)
+    atexit.register(dump)  # cli.run() runs exit handlers before os._exit
+    sys.argv[0] = "imgrec"
+    from pipeline.cli import run
+    run()
+    """
+)
+
+
+def test_the_command_loads_tensorflow_with_keras_2_only(tmp_path):
+    """`imgrec` asks TensorFlow for Keras 2 (TFT's) before TensorFlow is imported, so that
+    `import tensorflow` does not load Keras 3 as well (pipeline/cli.py, use_keras_2)."""
+    env = {k: v for k, v in os.environ.items() if k != cli.KERAS_ENV}
+    env.update(PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="2", IMGREC_LOG_DIR=str(tmp_path / "logs"))
+    report = tmp_path / "modules.json"
+    # verify imports TensorFlow first, then finds no dataset: exit 1.
+    args = [str(report), "verify", str(tmp_path / "no-dataset")]
+    proc = subprocess.run([sys.executable, "-c", _KERAS_PROBE, *args], capture_output=True,
+                          text=True, env=env, cwd=ROOT, timeout=300)  # fmt: skip
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    loaded = json.loads(report.read_text())
+    assert loaded == {"tensorflow": True, "keras": False, "tf_keras": True, "env": "1"}
+
+
+@pytest.mark.parametrize("user_value", ["0", "1", "true"])
+def test_a_keras_choice_the_user_made_is_kept(monkeypatch, user_value):
+    monkeypatch.setenv(cli.KERAS_ENV, user_value)
+    cli.use_keras_2()
+    assert os.environ[cli.KERAS_ENV] == user_value
 
 
 def test_option_parsing_imports_no_decoder():
