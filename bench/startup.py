@@ -1,16 +1,17 @@
-"""The default command, whole process, wall clock: TensorFlow loading Keras 3 and Keras 2 (its
-own default once TFT is imported) against Keras 2 only (`pipeline.cli.use_keras_2`, imgrec's
-default).
+"""Whole process, wall clock: TensorFlow loading Keras 3 and Keras 2 against Keras 2 only
+(`pipeline.cli.use_keras_2`, imgrec's default), for the default command and the cases it changes.
 
     PYTHONPATH=. .venv/bin/python bench/startup.py --num_images 300 --repeats 5
 
-Each run is `python -m pipeline convert --input DIR/*/*.jpg --output OUT` with default options
-(analysis and report on), once as it ships and once with `use_keras_2` made a no-op, so that
-`import tensorflow` loads Keras 3 (and matplotlib.pyplot through it) before TFT switches it to
-Keras 2. The same pair runs with `--workers 2` (DirectRunner worker processes, which inherit the
-environment and import TensorFlow too). The runs alternate, so the machine's load falls on both
-alike; medians of wall clock and of CPU (the child and its workers) are printed, then ratios.
-Output bytes are compared: the shards must be identical either way.
+Each case runs once as imgrec ships and once with `use_keras_2` made a no-op, so that `import
+tensorflow` loads Keras 3 (and matplotlib.pyplot through it) unless TFT's import has set
+TF_USE_LEGACY_KERAS first:
+  - `convert` with default options (analysis and report on): the headline;
+  - `convert --no_analyze --workers 2`: no TFT import in the launcher, so the two DirectRunner
+    worker processes import TensorFlow without the variable unless imgrec sets it;
+  - `verify` of the result: TensorFlow without TFT or the report.
+The runs alternate, so the machine's load falls on both alike; medians of wall clock and of CPU
+(the child and its workers) are printed, then ratios. The conversions' shards are compared.
 """
 
 from __future__ import annotations
@@ -42,19 +43,18 @@ run()
 _MODES = ("keras3", "imgrec")
 
 
-def _run(mode: str, args: list[str], out: str, env: dict) -> tuple[float, float]:
-    """(wall s, CPU s of the child and its workers) of one conversion."""
-    shutil.rmtree(out, ignore_errors=True)
+def _run(mode: str, args: list[str], env: dict) -> tuple[float, float]:
+    """(wall s, CPU s of the child and its workers) of one `imgrec ARGS`."""
+    if args[0] == "convert":
+        shutil.rmtree(args[args.index("--output") + 1], ignore_errors=True)
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
-    proc = subprocess.run(
-        [sys.executable, "-c", _RUN, mode, "convert", *args, "--output", out],
-        cwd=REPO, env=env, capture_output=True, text=True,
-    )  # fmt: skip
+    proc = subprocess.run([sys.executable, "-c", _RUN, mode, *args], cwd=REPO, env=env,
+                          capture_output=True, text=True)  # fmt: skip
     wall = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if proc.returncode != 0:
-        raise SystemExit(f"{mode}: exit {proc.returncode}\n{proc.stderr[-2000:]}")
+        raise SystemExit(f"{mode} {args[0]}: exit {proc.returncode}\n{proc.stderr[-2000:]}")
     cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
     return wall, cpu
 
@@ -82,18 +82,34 @@ def main() -> None:
         summary = build_corpus(corpus, num_images=args.num_images, seed=7, long_side=(200, 400))
         listed = summary["images"] + len(summary["broken"]) + 2  # + png-as-jpg + duplicate
         base = ["--input", f"{corpus}/*/*.jpg", "--max_bad_fraction", "0.2"]
-        cases = {"default options": base, "--workers 2": [*base, "--workers", "2"]}
-        _run("imgrec", base, os.path.join(tmp, "warm"), env)  # page cache, matplotlib's fonts
+        verified = os.path.join(tmp, "verified")
+        _run("imgrec", ["convert", *base, "--output", verified], env)  # also warms the caches
+        cases = {
+            "convert, default options": ["convert", *base],
+            "convert --no_analyze --workers 2": [
+                "convert",
+                *base,
+                "--no_analyze",
+                "--workers",
+                "2",
+            ],
+            "verify": ["verify", verified],
+        }
         for case, case_args in cases.items():
             times: dict[str, list[tuple[float, float]]] = {m: [] for m in _MODES}
             for i in range(args.repeats):
                 for mode in _MODES:
-                    out = os.path.join(tmp, f"out-{mode}")
-                    times[mode].append(_run(mode, case_args, out, env))
+                    run_args = [*case_args]
+                    if case_args[0] == "convert":
+                        run_args += ["--output", os.path.join(tmp, f"out-{mode}")]
+                    times[mode].append(_run(mode, run_args, env))
                     wall, cpu = times[mode][-1]
                     print(f"  {case}, run {i + 1}, {mode:>6}: {wall:6.2f} s wall {cpu:6.2f} s CPU",
                           flush=True)  # fmt: skip
-            same = _same_shards(os.path.join(tmp, "out-keras3"), os.path.join(tmp, "out-imgrec"))
+            same = ""
+            if case_args[0] == "convert":
+                ok = _same_shards(os.path.join(tmp, "out-keras3"), os.path.join(tmp, "out-imgrec"))
+                same = f"; shards identical: {ok}"
             wall = {m: statistics.median(w for w, _ in t) for m, t in times.items()}
             cpu = {m: statistics.median(c for _, c in t) for m, t in times.items()}
             print(
@@ -101,7 +117,7 @@ def main() -> None:
                 f"Keras 3 + 2 {wall['keras3']:.2f} s wall ({cpu['keras3']:.2f} s CPU), "
                 f"Keras 2 only {wall['imgrec']:.2f} s wall ({cpu['imgrec']:.2f} s CPU), "
                 f"{wall['keras3'] / wall['imgrec']:.2f}x wall, "
-                f"{cpu['keras3'] / cpu['imgrec']:.2f}x CPU; shards identical: {same}",
+                f"{cpu['keras3'] / cpu['imgrec']:.2f}x CPU{same}",
                 flush=True,
             )
 

@@ -101,8 +101,11 @@ def _print_version(data_dir: str) -> None:
 # tensorflow_transform` sets this variable itself, but only after TensorFlow's own import has
 # eagerly loaded Keras 3 as well (TensorFlow's __init__ loads `keras.src.optimizers` for the
 # SavedModel registry, and with it all of Keras 3 and matplotlib.pyplot). Set before that import,
-# TensorFlow loads Keras 2 only: ~0.45 s less CPU in the command and in each DirectRunner worker
-# process, which inherit the environment (bench/startup.py). imgrec itself never uses Keras.
+# TensorFlow loads Keras 2 only: `import tensorflow` takes ~0.45 s less CPU (4.13 -> 3.66 s). The
+# DirectRunner worker processes inherit it, also in runs where the launcher never imports TFT
+# (--no_analyze). bench/startup.py, whole process, medians of 7: default convert 1.06x, convert
+# --no_analyze --workers 2 1.09x, verify 1.07x (noisy: 1.00x-1.15x over four runs of the
+# default). imgrec itself never uses Keras; a value the user set is kept.
 KERAS_ENV = "TF_USE_LEGACY_KERAS"
 
 
