@@ -171,9 +171,9 @@ def upload(store, corpus_dir: Path, bucket: str, prefix: str) -> None:
 
 
 def test_bucket_to_bucket_matches_local_placement(store, corpus, reference):
-    """On S3 with two DirectRunner worker processes: they must learn the S3 endpoint from the
-    options. (GCS workers learn the emulator from the environment, which they inherit; GCS
-    with worker processes is test_cloud_analyze's bucket -> bucket run.)"""
+    """One in-memory worker: worker processes, which must learn the S3 endpoint from the options
+    (and the GCS emulator from the environment they inherit), are test_cloud_analyze's bucket ->
+    bucket runs (two workers, default options, the same placement check)."""
     src, _, listed = corpus
     source, dest = store.new_bucket("src"), store.new_bucket("dst")
     upload(store, src, source, "photos/")
@@ -184,7 +184,6 @@ def test_bucket_to_bucket_matches_local_placement(store, corpus, reference):
             "--output",
             store.uri(dest, "ds"),
             *store.beam_args,
-            workers=2 if store.scheme == "s3" else 1,
         )
     )
     assert store.uri(dest, "ds") in proc.stdout
