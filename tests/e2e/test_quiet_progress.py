@@ -48,7 +48,9 @@ def corpus(tmp_path_factory):
     return d
 
 
-def _convert_args(src: str, out: str, *extra: str) -> list[str]:
+def _convert_args(src: str, out: str, *extra: str, workers: int = 2) -> list[str]:
+    """Two workers by default: a multi-process DirectRunner, whose worker processes' own output
+    must stay off the terminal too."""
     return [
         sys.executable,
         "-m",
@@ -59,7 +61,7 @@ def _convert_args(src: str, out: str, *extra: str) -> list[str]:
         "--output",
         out,
         "--workers",
-        "2",  # multi-process DirectRunner: the workers' own output must stay off the terminal
+        str(workers),
         *extra,
     ]
 
@@ -138,10 +140,12 @@ def test_verbose_shows_other_libraries(piped, tmp_path):
 
 
 def test_progress_redraws_one_line_on_a_terminal(corpus, tmp_path):
+    """One in-process worker: worker processes get the log file's descriptors whether the
+    terminal is a pipe or a pty (pipeline/quiet.py), and the piped run above has them."""
     out = str(tmp_path / "ds")
     main, child = pty.openpty()
     proc = subprocess.Popen(
-        _convert_args(corpus, out, "--no_report", "--max_bad_fraction", "0.2"),
+        _convert_args(corpus, out, "--no_report", "--max_bad_fraction", "0.2", workers=1),
         cwd=ROOT,
         env=_env(log_dir=str(tmp_path / "logs"), TERM="xterm-256color", COLUMNS="160"),
         stdin=child,
