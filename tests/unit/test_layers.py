@@ -171,12 +171,13 @@ def test_no_module_is_over_the_line_limit(path):
 
 
 def test_training_side_and_per_file_modules_import_without_beam():
-    """In a fresh interpreter: the reader (training jobs have no Beam) and the per-file image
-    modules (cheap to import where Beam pickles DoFns) load without importing apache_beam."""
+    """In a fresh interpreter: the reader (training jobs have no Beam) with the versioned-root
+    resolution it uses, and the per-file image modules (cheap to import where Beam pickles
+    DoFns) load without importing apache_beam."""
     code = textwrap.dedent(
         """
         import sys
-        import pipeline.reader
+        import pipeline.reader, pipeline.core.versions
         import transforms.images.check, transforms.images.store_modes
         import transforms.images.decode_worker
         print("BEAM" if "apache_beam" in sys.modules else "NO-BEAM")

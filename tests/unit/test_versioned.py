@@ -205,14 +205,6 @@ def test_changes_name_every_category_and_count_deltas():
     assert same["headline"] == "no change"
 
 
-def test_reader_import_stays_beam_free():
-    code = (
-        "import sys; import pipeline.reader, pipeline.core.versions; "
-        "assert 'apache_beam' not in sys.modules, 'reader imported Beam'"
-    )
-    subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=_env(), check=True, timeout=300)
-
-
 # ---------------------------------------------------------------------------------------------
 # The command line, local disk
 # ---------------------------------------------------------------------------------------------
