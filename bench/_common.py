@@ -21,6 +21,7 @@ __all__ = [
     "print_table",
     "load_average",
     "cli_with_compat_off",
+    "timed_run",
 ]
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -40,6 +41,21 @@ if sys.argv.pop(1) == "off":
 from pipeline.cli import main
 sys.exit(main(sys.argv[1:]))
 """
+
+
+def timed_run(argv: list[str], env: dict, what: str) -> tuple[float, float]:
+    """Run `argv` from the repo root: (wall s, CPU s of the child and the children it waited
+    for, e.g. DirectRunner workers). Exits naming `what` and the stderr tail if it fails."""
+    import resource
+
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
+    proc = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True)
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if proc.returncode != 0:
+        raise SystemExit(f"{what}: exit {proc.returncode}\n{proc.stderr[-2000:]}")
+    return wall, (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
 
 
 def load_average() -> str:

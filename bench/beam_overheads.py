@@ -15,18 +15,15 @@ from __future__ import annotations
 
 import argparse
 import os
-import resource
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
-from bench._common import cli_with_compat_off  # noqa: E402
+from bench._common import cli_with_compat_off, timed_run  # noqa: E402
 
 _RUN = cli_with_compat_off(
     "memoize_dofn_specs", "memoize_option_views", "memoize_function_arguments"
@@ -36,19 +33,11 @@ _RUN = cli_with_compat_off(
 def _run(mode: str, corpus: str, out: str, env: dict) -> tuple[float, float]:
     """(wall s, CPU s of the child) of one conversion."""
     shutil.rmtree(out, ignore_errors=True)
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    start = time.perf_counter()
-    proc = subprocess.run(
+    return timed_run(
         [sys.executable, "-c", _RUN, mode, "convert", "--input", f"{corpus}/*/*.jpg",
          "--output", out, "--max_bad_fraction", "0.2"],
-        cwd=REPO, env=env, capture_output=True, text=True,
+        env, mode,
     )  # fmt: skip
-    wall = time.perf_counter() - start
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    if proc.returncode != 0:
-        raise SystemExit(f"{mode}: exit {proc.returncode}\n{proc.stderr[-2000:]}")
-    cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
-    return wall, cpu
 
 
 def main() -> None:

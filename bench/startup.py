@@ -20,15 +20,15 @@ import argparse
 import filecmp
 import glob
 import os
-import resource
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)
+
+from bench._common import timed_run  # noqa: E402
 
 # argv: MODE ARGS...; MODE "keras3" keeps TensorFlow's own Keras choice, "imgrec" is as shipped.
 _RUN = """
@@ -47,16 +47,7 @@ def _run(mode: str, args: list[str], env: dict) -> tuple[float, float]:
     """(wall s, CPU s of the child and its workers) of one `imgrec ARGS`."""
     if args[0] == "convert":
         shutil.rmtree(args[args.index("--output") + 1], ignore_errors=True)
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    start = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-c", _RUN, mode, *args], cwd=REPO, env=env,
-                          capture_output=True, text=True)  # fmt: skip
-    wall = time.perf_counter() - start
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    if proc.returncode != 0:
-        raise SystemExit(f"{mode} {args[0]}: exit {proc.returncode}\n{proc.stderr[-2000:]}")
-    cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
-    return wall, cpu
+    return timed_run([sys.executable, "-c", _RUN, mode, *args], env, f"{mode} {args[0]}")
 
 
 def _same_shards(a: str, b: str) -> bool:
@@ -72,7 +63,6 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args()
 
-    sys.path.insert(0, REPO)
     from pipeline.demo import build_corpus
 
     env = {k: v for k, v in os.environ.items() if k != "TF_USE_LEGACY_KERAS"}
