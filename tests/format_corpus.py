@@ -176,15 +176,15 @@ while todo:
             for path in todo:
                 with open(path, "rb") as f:
                     ok = tf_decodes_somehow(f.read())
-                out.write(path + "\\n" if ok else "-\\n")
+                out.write("1\\n" if ok else "0\\n")
                 out.flush()
         os._exit(0)
     os.close(write_end)
     with os.fdopen(read_end) as results:
         lines = results.read().splitlines()
     _, status = os.waitpid(pid, 0)
-    for line, path in zip(lines, todo):
-        print(("1 " if line != "-" else "0 ") + path, flush=True)
+    for flag, path in zip(lines, todo):
+        print(flag + " " + path, flush=True)
     if status != 0:  # it died on the next file
         print("0 " + todo[len(lines)], flush=True)
     todo = todo[len(lines) + (status != 0):]
