@@ -22,6 +22,7 @@ __all__ = [
     "load_average",
     "cli_with_compat_off",
     "timed_run",
+    "alternate",
 ]
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -56,6 +57,23 @@ def timed_run(argv: list[str], env: dict, what: str) -> tuple[float, float]:
     if proc.returncode != 0:
         raise SystemExit(f"{what}: exit {proc.returncode}\n{proc.stderr[-2000:]}")
     return wall, (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+
+
+def alternate(modes, repeats: int, run_one, label: str = "") -> dict[str, tuple[float, float]]:
+    """`run_one(mode) -> (wall s, CPU s)` for each of `modes` in turn, `repeats` rounds, so the
+    machine's load falls on every mode alike; prints each run, returns {mode: (median wall,
+    median CPU)}."""
+    times: dict[str, list[tuple[float, float]]] = {m: [] for m in modes}
+    for i in range(repeats):
+        for mode in modes:
+            wall, cpu = run_one(mode)
+            times[mode].append((wall, cpu))
+            print(f"  {label}run {i + 1}, {mode:>6}: {wall:6.2f} s wall {cpu:6.2f} s CPU",
+                  flush=True)  # fmt: skip
+    return {
+        m: (statistics.median(w for w, _ in t), statistics.median(c for _, c in t))
+        for m, t in times.items()
+    }
 
 
 def load_average() -> str:

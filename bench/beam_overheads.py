@@ -16,14 +16,13 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import statistics
 import sys
 import tempfile
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
-from bench._common import cli_with_compat_off, timed_run  # noqa: E402
+from bench._common import alternate, cli_with_compat_off, timed_run  # noqa: E402
 
 _RUN = cli_with_compat_off(
     "memoize_dofn_specs", "memoize_option_views", "memoize_function_arguments"
@@ -53,15 +52,14 @@ def main() -> None:
         corpus = os.path.join(tmp, "corpus")
         summary = build_corpus(corpus, num_images=args.num_images, seed=7, long_side=(200, 400))
         listed = summary["images"] + len(summary["broken"]) + 2  # + png-as-jpg + duplicate
-        times: dict[str, list[tuple[float, float]]] = {"off": [], "on": []}
         _run("on", corpus, os.path.join(tmp, "warm"), env)  # page cache, matplotlib's font cache
-        for i in range(args.repeats):
-            for mode in ("off", "on"):
-                times[mode].append(_run(mode, corpus, os.path.join(tmp, f"out-{mode}"), env))
-                wall, cpu = times[mode][-1]
-                print(f"  run {i + 1} {mode:>3}: {wall:6.2f} s wall {cpu:6.2f} s CPU", flush=True)
-    wall = {m: statistics.median(w for w, _ in t) for m, t in times.items()}
-    cpu = {m: statistics.median(c for _, c in t) for m, t in times.items()}
+        medians = alternate(
+            ("off", "on"),
+            args.repeats,
+            lambda mode: _run(mode, corpus, os.path.join(tmp, f"out-{mode}"), env),
+        )
+    wall = {m: w for m, (w, _) in medians.items()}
+    cpu = {m: c for m, (_, c) in medians.items()}
     print(
         f"default command, {listed} files, median of {args.repeats}, whole process: "
         f"Beam's own overheads {wall['off']:.2f} s wall ({cpu['off']:.2f} s CPU), "

@@ -21,14 +21,13 @@ import filecmp
 import glob
 import os
 import shutil
-import statistics
 import sys
 import tempfile
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
-from bench._common import timed_run  # noqa: E402
+from bench._common import alternate, timed_run  # noqa: E402
 
 # argv: MODE ARGS...; MODE "keras3" keeps TensorFlow's own Keras choice, "imgrec" is as shipped.
 _RUN = """
@@ -86,22 +85,20 @@ def main() -> None:
             "verify": ["verify", verified],
         }
         for case, case_args in cases.items():
-            times: dict[str, list[tuple[float, float]]] = {m: [] for m in _MODES}
-            for i in range(args.repeats):
-                for mode in _MODES:
-                    run_args = [*case_args]
-                    if case_args[0] == "convert":
-                        run_args += ["--output", os.path.join(tmp, f"out-{mode}")]
-                    times[mode].append(_run(mode, run_args, env))
-                    wall, cpu = times[mode][-1]
-                    print(f"  {case}, run {i + 1}, {mode:>6}: {wall:6.2f} s wall {cpu:6.2f} s CPU",
-                          flush=True)  # fmt: skip
+
+            def run_one(mode: str, case_args=case_args) -> tuple[float, float]:
+                run_args = [*case_args]
+                if case_args[0] == "convert":
+                    run_args += ["--output", os.path.join(tmp, f"out-{mode}")]
+                return _run(mode, run_args, env)
+
+            medians = alternate(_MODES, args.repeats, run_one, label=f"{case}, ")
             same = ""
             if case_args[0] == "convert":
                 ok = _same_shards(os.path.join(tmp, "out-keras3"), os.path.join(tmp, "out-imgrec"))
                 same = f"; shards identical: {ok}"
-            wall = {m: statistics.median(w for w, _ in t) for m, t in times.items()}
-            cpu = {m: statistics.median(c for _, c in t) for m, t in times.items()}
+            wall = {m: w for m, (w, _) in medians.items()}
+            cpu = {m: c for m, (_, c) in medians.items()}
             print(
                 f"{case}, {listed} files, median of {args.repeats}, whole process: "
                 f"Keras 3 + 2 {wall['keras3']:.2f} s wall ({cpu['keras3']:.2f} s CPU), "
