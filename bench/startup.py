@@ -1,14 +1,19 @@
-"""Whole process, wall clock: TensorFlow loading Keras 3 and Keras 2 against Keras 2 only
-(`pipeline.cli.use_keras_2`, imgrec's default), for the default command and the cases it changes.
+"""Whole process, wall clock: imgrec's two start-up choices, each against the same run without it,
+for the default command and the cases it changes.
 
-    PYTHONPATH=. .venv/bin/python bench/startup.py --num_images 300 --repeats 5
+    PYTHONPATH=. .venv/bin/python bench/startup.py --fix gc --num_images 300 --repeats 7
+    PYTHONPATH=. .venv/bin/python bench/startup.py --fix keras --num_images 300 --repeats 7
 
-Each case runs once as imgrec ships and once with `use_keras_2` made a no-op, so that `import
-tensorflow` loads Keras 3 (and matplotlib.pyplot through it) unless TFT's import has set
-TF_USE_LEGACY_KERAS first:
+`--fix` picks what the "off" runs leave out; the "imgrec" runs are as imgrec ships:
+  - `keras`: `pipeline.cli.use_keras_2` made a no-op, so that `import tensorflow` loads Keras 3
+    (and matplotlib.pyplot through it) unless TFT's import has set TF_USE_LEGACY_KERAS first;
+  - `gc`: the imports with the garbage collector on (pipeline/core/startup.py): `startup.begin`
+    a no-op in the program, and the workers' start-up plugin (pipeline/worker_start.py) replaced
+    by a module that imports nothing, so the first bundle imports the stages as before.
+The cases:
   - `convert` with default options (analysis and report on): the headline;
-  - `convert --no_analyze --workers 2`: no TFT import in the launcher, so the two DirectRunner
-    worker processes import TensorFlow without the variable unless imgrec sets it;
+  - `convert --no_analyze --workers 2`: two DirectRunner worker processes (which import
+    TensorFlow without TF_USE_LEGACY_KERAS unless imgrec sets it);
   - `verify` of the result: TensorFlow without TFT or the report.
 The runs alternate, so the machine's load falls on both alike; medians of wall clock and of CPU
 (the child and its workers) are printed, then ratios. The conversions' shards are compared.
@@ -29,17 +34,27 @@ sys.path.insert(0, REPO)
 
 from bench._common import alternate, timed_run  # noqa: E402
 
-# argv: MODE ARGS...; MODE "keras3" keeps TensorFlow's own Keras choice, "imgrec" is as shipped.
+# argv: MODE ARGS...; MODE "keras3" / "gc_on" leaves that choice out, "imgrec" is as shipped.
 _RUN = """
 import sys
-if sys.argv.pop(1) == "keras3":
+mode = sys.argv.pop(1)
+if mode == "keras3":
     import pipeline.cli
     pipeline.cli.use_keras_2 = lambda: None
+elif mode == "gc_on":
+    import pipeline.core.startup
+    import pipeline.launcher
+    pipeline.core.startup.begin = lambda: None
+    pipeline.launcher.WORKER_START_PLUGIN = "pipeline.core"  # a package that imports nothing
 sys.argv[0] = "imgrec"
 from pipeline.cli import run
 run()
 """
-_MODES = ("keras3", "imgrec")
+# --fix: (the "off" mode, its label, the shipped mode's label)
+_FIXES = {
+    "keras": ("keras3", "Keras 3 + 2", "Keras 2 only"),
+    "gc": ("gc_on", "imports with GC", "imports without GC"),
+}
 
 
 def _run(mode: str, args: list[str], env: dict) -> tuple[float, float]:
@@ -60,7 +75,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--num_images", type=int, default=300)
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--fix", choices=sorted(_FIXES), default="gc")
     args = parser.parse_args()
+    off, off_label, on_label = _FIXES[args.fix]
+    modes = (off, "imgrec")
 
     from pipeline.demo import build_corpus
 
@@ -92,19 +110,19 @@ def main() -> None:
                     run_args += ["--output", os.path.join(tmp, f"out-{mode}")]
                 return _run(mode, run_args, env)
 
-            medians = alternate(_MODES, args.repeats, run_one, label=f"{case}, ")
+            medians = alternate(modes, args.repeats, run_one, label=f"{case}, ")
             same = ""
             if case_args[0] == "convert":
-                ok = _same_shards(os.path.join(tmp, "out-keras3"), os.path.join(tmp, "out-imgrec"))
+                ok = _same_shards(os.path.join(tmp, f"out-{off}"), os.path.join(tmp, "out-imgrec"))
                 same = f"; shards identical: {ok}"
             wall = {m: w for m, (w, _) in medians.items()}
             cpu = {m: c for m, (_, c) in medians.items()}
             print(
                 f"{case}, {listed} files, median of {args.repeats}, whole process: "
-                f"Keras 3 + 2 {wall['keras3']:.2f} s wall ({cpu['keras3']:.2f} s CPU), "
-                f"Keras 2 only {wall['imgrec']:.2f} s wall ({cpu['imgrec']:.2f} s CPU), "
-                f"{wall['keras3'] / wall['imgrec']:.2f}x wall, "
-                f"{cpu['keras3'] / cpu['imgrec']:.2f}x CPU{same}",
+                f"{off_label} {wall[off]:.2f} s wall ({cpu[off]:.2f} s CPU), "
+                f"{on_label} {wall['imgrec']:.2f} s wall ({cpu['imgrec']:.2f} s CPU), "
+                f"{wall[off] / wall['imgrec']:.2f}x wall, "
+                f"{cpu[off] / cpu['imgrec']:.2f}x CPU{same}",
                 flush=True,
             )
 

@@ -128,7 +128,10 @@ def run() -> None:
     import logging
     import os
 
+    from pipeline.core import startup
+
     use_keras_2()
+    startup.begin()  # until the command's work starts (pipeline/core/startup.py)
     status = main()
     atexit._run_exitfuncs()
     logging.shutdown()
@@ -192,7 +195,7 @@ def _dispatch(argv: list[str]) -> int:
 
         return run_convert(rest)
     if command in ("verify", "inspect", "preview"):
-        from pipeline.core import storage
+        from pipeline.core import startup, storage
         from pipeline.core.errors import ERROR_PREFIX
 
         try:
@@ -201,7 +204,9 @@ def _dispatch(argv: list[str]) -> int:
 
                 return verify_main(rest)
             if command == "preview":
+                startup.finish()
                 return _preview(rest)
+            startup.finish()
             return _inspect(rest)
         except storage.StoreOutageError as e:  # one line, like convert's
             print(f"imgrec: {str(e).removeprefix(ERROR_PREFIX)}", file=sys.stderr)

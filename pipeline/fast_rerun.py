@@ -41,7 +41,7 @@ import re
 import sys
 import time
 
-from pipeline.core import changes, schema, versions
+from pipeline.core import changes, schema, startup, versions
 from pipeline.core.rerun_record import (
     RECORD_FORMAT,
     RERUN_RECORD,
@@ -304,6 +304,7 @@ def try_fast_rerun(argv: list[str]) -> int | None:
     started = time.time()
     try:
         root, patterns, keep = _eligible(argv)
+        startup.finish()  # it reads the inputs' listing now (pipeline/core/startup.py)
         remote = "://" in root or any("://" in p for p in patterns)
         if remote:
             from apache_beam.io.filesystems import FileSystems

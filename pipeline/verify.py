@@ -97,9 +97,10 @@ def verify_dataset(data_dir: str, decode: bool = True) -> VerifyReport:
     """
     import tensorflow as tf
 
-    from pipeline.core import schema, storage
+    from pipeline.core import schema, startup, storage
     from pipeline.core.versions import VersionError, resolve_dataset_dir
 
+    startup.finish()  # the `imgrec` program's start-up imports are done (pipeline/core/startup.py)
     report = VerifyReport()
     try:
         data_dir = resolve_dataset_dir(data_dir, fs="beam")  # a versioned root: LATEST's version

@@ -196,8 +196,19 @@ _KERAS_PROBE = textwrap.dedent(
     import atexit, json, os, sys
     report = sys.argv.pop(1)
     def dump():
+        import gc
         loaded = {m: m in sys.modules for m in ("tensorflow", "keras", "tf_keras")}
         loaded["env"] = os.environ.get("TF_USE_LEGACY_KERAS")
+        # pipeline/core/startup.py: the collector is back on, the start-up imports frozen.
+        loaded["gc"] = {"enabled": gc.isenabled(), "frozen": gc.get_freeze_count()}
+        # The DirectRunner workers' start-up plugin, imported as a worker would (GC back on).
+        frozen = gc.get_freeze_count()
+        import pipeline.worker_start
+        loaded["worker_start"] = {
+            "enabled": gc.isenabled(),
+            "frozen_more": gc.get_freeze_count() > frozen,
+            "stages": "pipeline.builder" in sys.modules,
+        }
         with open(report, "w") as f:
             json.dump(loaded, f)
     atexit.register(dump)  # cli.run() runs exit handlers before os._exit
@@ -208,9 +219,12 @@ _KERAS_PROBE = textwrap.dedent(
 )
 
 
-def test_the_command_loads_tensorflow_with_keras_2_only(tmp_path):
+def test_the_command_loads_tensorflow_with_keras_2_only_and_without_gc(tmp_path):
     """`imgrec` asks TensorFlow for Keras 2 (TFT's) before TensorFlow is imported, so that
-    `import tensorflow` does not load Keras 3 as well (pipeline/cli.py, use_keras_2)."""
+    `import tensorflow` does not load Keras 3 as well (pipeline/cli.py, use_keras_2); its
+    start-up imports run without the garbage collector, which is back on, with those imports
+    frozen, once the command's work starts (pipeline/core/startup.py). The workers' start-up
+    plugin does the same."""
     env = {k: v for k, v in os.environ.items() if k != cli.KERAS_ENV}
     env.update(PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="2", IMGREC_LOG_DIR=str(tmp_path / "logs"))
     report = tmp_path / "modules.json"
@@ -220,7 +234,11 @@ def test_the_command_loads_tensorflow_with_keras_2_only(tmp_path):
                           text=True, env=env, cwd=ROOT, timeout=300)  # fmt: skip
     assert proc.returncode == 1, proc.stderr[-3000:]
     loaded = json.loads(report.read_text())
+    gc_state = loaded.pop("gc")
+    assert loaded.pop("worker_start") == {"enabled": True, "frozen_more": True, "stages": True}
     assert loaded == {"tensorflow": True, "keras": False, "tf_keras": True, "env": "1"}
+    # TensorFlow alone makes ~10^6 objects; a freeze before it was imported would hold few.
+    assert gc_state["enabled"] and gc_state["frozen"] > 200_000, gc_state
 
 
 @pytest.mark.parametrize("user_value", ["0", "1", "true"])

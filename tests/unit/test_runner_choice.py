@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from apache_beam.options.pipeline_options import DirectOptions
+from apache_beam.options.pipeline_options import DirectOptions, SetupOptions
 
 from pipeline import launcher
 
@@ -34,6 +34,20 @@ def test_default_workers_follow_the_input_size(tmp_path, monkeypatch, num_files,
 def test_explicit_workers_win_over_the_input_size(tmp_path, monkeypatch):
     assert _configure(tmp_path, ["--workers", "2"], 5, monkeypatch) == (2, "multi_processing", 1)
     assert _configure(tmp_path, ["--workers", "1"], 10**6, monkeypatch) == (1, "in_memory", 2)
+
+
+def test_worker_processes_import_the_stages_at_start_up(tmp_path, monkeypatch):
+    """Worker processes get the start-up plugin (pipeline/worker_start.py), after any the user
+    gave; an in-process run has no worker process to give it to."""
+    argv = ["--input", str(tmp_path / "*.jpg"), "--output", str(tmp_path / "out")]
+    for extra, plugins in [
+        (["--workers", "2"], [launcher.WORKER_START_PLUGIN]),
+        (["--workers", "2", "--beam_plugins", "my.plugin"], ["my.plugin", "pipeline.worker_start"]),
+        (["--workers", "1"], None),
+    ]:
+        options, config, args = launcher.parse_convert_args(argv + extra)
+        launcher._configure_runner(options, args, config, 5)
+        assert options.view_as(SetupOptions).beam_plugins == plugins, extra
 
 
 def test_preflight_counts_inputs_up_to_the_cap(tmp_path):
