@@ -23,6 +23,19 @@ from pathlib import Path
 
 import pytest
 
+from pipeline.core import startup
+
+# Collection imports TensorFlow, Beam and TFT in every xdist worker: without the garbage collector
+# until it is done, then those objects frozen, as the `imgrec` program does at its start-up
+# (pipeline/core/startup.py), so the in-process tests' full collections do not walk them again.
+startup.begin()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtestloop(session):
+    startup.finish()  # collected (each xdist worker), or the controller's loop starts
+
+
 # The storage-server fixtures (`gcs`, `s3`, `store`, `beam_filesystems`, ...) for every test
 # without an import: one server of each kind for the whole session.
 pytest_plugins = ["tests.servers"]
