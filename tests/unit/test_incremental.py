@@ -339,13 +339,17 @@ def test_bucket_root_copies_shards_server_side(store, tmp_path):
 
 # -- The no-change rerun (pipeline/fast_rerun.py) ------------------------------------------------
 
+# The `imgrec` program (cli.run, as `python -m pipeline` runs it), then which heavy modules it
+# imported: run() calls the exit handlers before it leaves the interpreter.
 _PROBE = """
-import sys
-from pipeline import cli
-status = cli.main(sys.argv[1:])
-heavy = sorted(m for m in ("apache_beam", "tensorflow", "tensorflow_transform") if m in sys.modules)
-print("heavy modules:", ",".join(heavy) or "none")
-sys.exit(status)
+import atexit, sys
+def heavy():
+    loaded = (m for m in ("apache_beam", "tensorflow", "tensorflow_transform") if m in sys.modules)
+    print("heavy modules:", ",".join(sorted(loaded)) or "none")
+atexit.register(heavy)
+sys.argv[0] = "imgrec"
+from pipeline.cli import run
+run()
 """
 
 
