@@ -18,7 +18,10 @@ trap stop EXIT
 dask scheduler --host 127.0.0.1 --port "$PORT" --no-dashboard >"$LOGS/scheduler.log" 2>&1 &
 PIDS+=($!)
 for i in $(seq 1 "$WORKERS"); do
+  # --preload: each worker imports TensorFlow and the stages at start-up, without the garbage
+  # collector (pipeline/worker_start.py; docs/runners.md).
   dask worker "tcp://127.0.0.1:$PORT" --nthreads 1 --no-dashboard --name "w$i" \
+    --preload pipeline.worker_start \
     >"$LOGS/worker-$i.log" 2>&1 &
   PIDS+=($!)
 done

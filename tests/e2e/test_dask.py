@@ -25,6 +25,9 @@ from tests.servers import free_port
 
 ROOT = str(ROOT_PATH)
 DASK = os.path.join(os.path.dirname(sys.executable), "dask")
+# As run_dask.sh starts its workers: one thread each, TensorFlow and the stages imported at
+# start-up (pipeline/worker_start.py).
+WORKER_ARGS = ("--nthreads", "1", "--no-dashboard", "--preload", "pipeline.worker_start")
 # The demo corpus has 3 broken files of 45 (6.7%): above the default 5% limit.
 COMMON = ("--max_bad_fraction", "0.2", "--target_shard_mb", "0.05")
 COMMON += ("--splits", "train=0.7,validation=0.3")
@@ -66,7 +69,7 @@ class Cluster:
         n = len(self.workers)
         w = self._spawn(
             f"worker{n}",
-            [DASK, "worker", self.address, "--nthreads", "1", "--no-dashboard", "--name", f"w{n}"],
+            [DASK, "worker", self.address, *WORKER_ARGS, "--name", f"w{n}"],
         )
         self.workers.append(w)
         return w
@@ -204,6 +207,10 @@ def test_dask_output_matches_direct_runner_with_analysis(corpus, direct, shared_
     info = json.load(open(os.path.join(out, schema.DATASET_INFO)))
     assert info["provenance"]["runner"] == "pipeline.dask_runner.DaskRunner"
     assert info["num_listed"] == info["num_written"] + info["num_rejected"] + info["num_duplicates"]
+    # Each worker imported the start-up module (Dask names every preload it imports).
+    for n in (0, 1):
+        log = open(os.path.join(c.tmp, f"worker{n}.log"), errors="replace").read()
+        assert "Import preload module: pipeline.worker_start" in log, log[-3000:]
 
 
 def test_short_runner_name_without_analysis(corpus, shared_cluster, tmp_path):
