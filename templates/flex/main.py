@@ -49,4 +49,11 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    # A program, as `imgrec` is (pipeline/cli.py, run): Keras 2 only, and the start-up imports
+    # without the garbage collector until the job is built (pipeline/core/startup.py).
+    from pipeline.cli import use_keras_2
+    from pipeline.core import startup
+
+    use_keras_2()
+    startup.begin()
     sys.exit(main())
