@@ -10,20 +10,19 @@ import tensorflow as tf
 
 from pipeline.core import schema
 
-__all__ = ["RAW_CHANNELS", "STORE_MODES", "decode_raw_image", "is_raw", "store_mode"]
+__all__ = ["RAW_CHANNELS", "decode_raw_image", "is_raw", "store_mode"]
 
 # The writer stores RGB (gray replicated, alpha dropped), like decode_image(channels=3) yields.
 RAW_CHANNELS = 3
-# dataset_info.json["store"]; datasets written before --store existed hold encoded images only.
-STORE_MODES = ("encoded", "pixels", "smart")
 
 
 def store_mode(info: dict) -> str:
     """How the dataset stores images, from dataset_info.json ("encoded" when it does not say)."""
+    # Datasets written before --store existed hold encoded images only.
     mode = info.get("store") or "encoded"
-    if mode not in STORE_MODES:
+    if mode not in schema.STORE_MODES:
         raise ValueError(
-            f"dataset_info.json says store={mode!r}; this imgrec reads {', '.join(STORE_MODES)}: "
+            f"dataset_info.json says store={mode!r}; this imgrec reads {', '.join(schema.STORE_MODES)}: "
             "upgrade imgrec"
         )
     return mode
