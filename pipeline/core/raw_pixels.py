@@ -22,8 +22,8 @@ def store_mode(info: dict) -> str:
     mode = info.get("store") or "encoded"
     if mode not in schema.STORE_MODES:
         raise ValueError(
-            f"dataset_info.json says store={mode!r}; this imgrec reads {', '.join(schema.STORE_MODES)}: "
-            "upgrade imgrec"
+            f"dataset_info.json says store={mode!r}; this imgrec reads "
+            f"{', '.join(schema.STORE_MODES)}: upgrade imgrec"
         )
     return mode
 

@@ -2,9 +2,10 @@
 
 Importing TensorFlow, Beam and TFT creates ~700,000 long-lived objects the collector tracks
 (modules, functions, protos; `gc.get_freeze_count()` after `imgrec verify`'s imports), and
-CPython's collector walks all of them again at every full collection it triggers along the way. With it off until the imports are done, then `gc.freeze()` (the start-up objects
-move to a generation no collection walks again) and back on, a process imports the same modules
-for ~1 s less CPU (one process each, alternating: 4.1-4.9 s -> 3.0-3.4 s of CPU for `import
+CPython's collector walks all of them again at every full collection it triggers along the way.
+With it off until the imports are done, then `gc.freeze()` (the start-up objects move to a
+generation no collection walks again) and back on, a process imports the same modules for ~1 s
+less CPU (one process each, alternating: 4.1-4.9 s -> 3.0-3.4 s of CPU for `import
 tensorflow_transform, apache_beam`; 2.2-2.7 s -> 1.4-1.8 s for a DirectRunner worker's TensorFlow
 and stage modules), and every later full collection skips the frozen objects. Whole commands,
 `bench/startup.py --fix gc` (docs/benchmarks.md): the default convert 1.23x, `--no_analyze
@@ -14,8 +15,8 @@ any image (only the options, a manifest and the preflight's listing come before)
 Only processes imgrec owns do this: the `imgrec` program (`pipeline.cli.run`, until the command's
 work starts), the DirectRunner worker processes it starts (`pipeline.worker_start`, a Beam
 plugin), Dask workers started with `--preload pipeline.worker_start` (run_dask.sh) and the Flex
-Template's launcher (templates/flex/main.py). A library caller (`pipeline.cli.main`, the reader in a training job) keeps its own
-collector settings.
+Template's launcher (templates/flex/main.py). A library caller (`pipeline.cli.main`, the reader
+in a training job) keeps its own collector settings.
 """
 
 from __future__ import annotations
