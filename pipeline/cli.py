@@ -116,6 +116,16 @@ def use_keras_2() -> None:
     os.environ.setdefault(KERAS_ENV, "1")
 
 
+def start_program() -> None:
+    """How a program of imgrec's starts, before anything imports TensorFlow: Keras 2 only (above),
+    and the start-up imports without the garbage collector until the command's work starts
+    (pipeline/core/startup.py). `run()` and the Flex Template's launcher call it."""
+    from pipeline.core import startup
+
+    use_keras_2()
+    startup.begin()
+
+
 def run() -> None:
     """The `imgrec` program: `main()`, then exit without the interpreter's slow teardown.
 
@@ -128,10 +138,7 @@ def run() -> None:
     import logging
     import os
 
-    from pipeline.core import startup
-
-    use_keras_2()
-    startup.begin()  # until the command's work starts (pipeline/core/startup.py)
+    start_program()
     status = main()
     atexit._run_exitfuncs()
     logging.shutdown()
@@ -203,10 +210,9 @@ def _dispatch(argv: list[str]) -> int:
                 from pipeline.verify import main as verify_main
 
                 return verify_main(rest)
+            startup.finish()  # inspect and preview import nothing heavy first
             if command == "preview":
-                startup.finish()
                 return _preview(rest)
-            startup.finish()
             return _inspect(rest)
         except storage.StoreOutageError as e:  # one line, like convert's
             print(f"imgrec: {str(e).removeprefix(ERROR_PREFIX)}", file=sys.stderr)

@@ -49,11 +49,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    # A program, as `imgrec` is (pipeline/cli.py, run): Keras 2 only, and the start-up imports
-    # without the garbage collector until the job is built (pipeline/core/startup.py).
-    from pipeline.cli import use_keras_2
-    from pipeline.core import startup
+    from pipeline.cli import start_program
 
-    use_keras_2()
-    startup.begin()
+    start_program()  # as `imgrec` starts (Keras 2 only; imports without the garbage collector)
     sys.exit(main())
