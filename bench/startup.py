@@ -3,18 +3,22 @@ for the default command and the cases it changes.
 
     PYTHONPATH=. .venv/bin/python bench/startup.py --fix gc --num_images 300 --repeats 7
     PYTHONPATH=. .venv/bin/python bench/startup.py --fix keras --num_images 300 --repeats 7
+    PYTHONPATH=. .venv/bin/python bench/startup.py --fix report --num_images 300 --repeats 7
 
 `--fix` picks what the "off" runs leave out; the "imgrec" runs are as imgrec ships:
   - `keras`: `pipeline.cli.use_keras_2` made a no-op, so that `import tensorflow` loads Keras 3
     (and matplotlib.pyplot through it) unless TFT's import has set TF_USE_LEGACY_KERAS first;
   - `gc`: the imports with the garbage collector on (pipeline/core/startup.py): `startup.begin`
     a no-op in the program, and the workers' start-up plugin (pipeline/worker_start.py) replaced
-    by a module that imports nothing, so the first bundle imports the stages as before.
+    by a module that imports nothing, so the first bundle imports the stages as before;
+  - `report`: the report's four plots drawn with matplotlib as before pipeline/report_charts.py
+    (bench/_matplotlib_report.py; needs `pip install matplotlib`, no longer a dependency).
 The cases:
   - `convert` with default options (analysis and report on): the headline;
   - `convert --no_analyze --workers 2`: two DirectRunner worker processes (which import
     TensorFlow without TF_USE_LEGACY_KERAS unless imgrec sets it);
-  - `verify` of the result: TensorFlow without TFT or the report.
+  - `verify` of the result: TensorFlow without TFT or the report (not with `--fix report`);
+  - `preview` of the result (only with `--fix report`): the report alone.
 The runs alternate, so the machine's load falls on both alike; medians of wall clock and of CPU
 (the child and its workers) are printed, then ratios. The conversions' shards are compared.
 """
@@ -46,6 +50,9 @@ elif mode == "gc_on":
     import pipeline.launcher
     pipeline.core.startup.begin = lambda: None
     pipeline.launcher.WORKER_START_PLUGIN = "pipeline.core"  # a package that imports nothing
+elif mode == "mpl_report":
+    import bench._matplotlib_report
+    bench._matplotlib_report.install()
 sys.argv[0] = "imgrec"
 from pipeline.cli import run
 run()
@@ -54,6 +61,7 @@ run()
 _FIXES = {
     "keras": ("keras3", "Keras 3 + 2", "Keras 2 only"),
     "gc": ("gc_on", "imports with GC", "imports without GC"),
+    "report": ("mpl_report", "matplotlib plots", "SVG plots"),
 }
 
 
@@ -100,8 +108,11 @@ def main() -> None:
                 "--workers",
                 "2",
             ],
-            "verify": ["verify", verified],
         }
+        if args.fix == "report":
+            cases["preview"] = ["preview", verified, "--out", os.path.join(tmp, "r.html")]
+        else:
+            cases["verify"] = ["verify", verified]
         for case, case_args in cases.items():
 
             def run_one(mode: str, case_args=case_args) -> tuple[float, float]:

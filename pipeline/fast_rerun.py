@@ -54,7 +54,7 @@ __all__ = ["redact_argv", "run_key", "try_fast_rerun"]
 
 # Libraries whose versions can change an output byte: Beam (listing, stamps), TensorFlow
 # (decoders, Example protos), TFT and tfx-bsl (the export), Pillow, simplejpeg (checks,
-# transcodes), protobuf (Example bytes), numpy and pyarrow (statistics), matplotlib (report).
+# transcodes), protobuf (Example bytes), numpy and pyarrow (statistics).
 _KEY_DISTS = (
     "apache-beam",
     "tensorflow",
@@ -65,7 +65,6 @@ _KEY_DISTS = (
     "protobuf",
     "numpy",
     "pyarrow",
-    "matplotlib",
 )
 # Reject reasons a rerun could judge differently on unchanged bytes (a read that failed, a file
 # that changed while it was written, a decoder process that died): a previous version holding

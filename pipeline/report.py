@@ -4,8 +4,8 @@ What it shows, read from the output directory alone (local or bucket, through Be
 a contact sheet per class decoded from the TFRecords (each original beside the reader's
 evaluation crop), class histograms per split, rejects by reason with example paths and
 thumbnails where the file still opens, transcodes by reason, duplicates, image size and aspect
-distributions, shard sizes and the pixel statistics. Plots are matplotlib PNGs and thumbnails
-JPEGs, embedded as data URIs.
+distributions, shard sizes and the pixel statistics. Plots are inline SVG (pipeline/report_charts.py)
+and thumbnails JPEGs embedded as data URIs.
 
 The records are read with a small TF-free TFRecord/Example parser; reading stops after a bounded
 number of bytes, so a report takes seconds whatever the dataset's size (counts then say they
@@ -26,6 +26,7 @@ import sys
 
 from apache_beam.io.filesystems import FileSystems
 
+from pipeline import report_charts as charts
 from pipeline.core import schema, storage
 from pipeline.report_scan import (
     SCAN_KEYS,
@@ -188,54 +189,19 @@ def _contact_sheet(data_dir: str, info: dict, split: str) -> dict[str, list[dict
 # --- Plots ------------------------------------------------------------------------------------
 
 
-def _figure(width: float = 6.4, height: float = 3.2):
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(width, height), dpi=100)
-    return plt, fig, ax
-
-
-def _png(plt, fig) -> str:
-    buf = io.BytesIO()
-    fig.tight_layout()
-    fig.savefig(buf, format="png")
-    plt.close(fig)
-    return _data_uri(buf.getvalue(), "image/png")
-
-
 def _plot_classes(counts: dict[str, collections.Counter], names: list[str]) -> str:
-    import numpy as np
-
-    plt, fig, ax = _figure(height=max(2.4, 0.35 * len(names) + 1))
-    y = np.arange(len(names))
-    height = 0.8 / max(1, len(counts))
-    for i, (split, c) in enumerate(counts.items()):
-        ax.barh(y + i * height, [c[n] for n in names], height, label=split)
-    ax.set_yticks(y + height * (len(counts) - 1) / 2, names)
-    ax.invert_yaxis()
-    ax.set_xlabel("examples")
-    ax.legend(loc="lower right", fontsize=8)
-    return _png(plt, fig)
+    series = {split: [c[n] for n in names] for split, c in counts.items()}
+    return charts.grouped_bars(names, series, "examples")
 
 
 def _plot_sizes(rows: list[dict]) -> tuple[str, str]:
     widths = [r.get(schema.WIDTH) or 0 for r in rows]
     heights = [r.get(schema.HEIGHT) or 0 for r in rows]
-    plt, fig, ax = _figure(4.6, 3.4)
-    ax.scatter(widths, heights, s=6, alpha=0.5)
-    ax.set_xlabel("width (px)")
-    ax.set_ylabel("height (px)")
-    ax.set_title("image sizes")
-    sizes = _png(plt, fig)
-    plt, fig, ax = _figure(4.6, 3.4)
-    ax.hist([w / h for w, h in zip(widths, heights, strict=True) if h], bins=30)
-    ax.set_xlabel("aspect ratio (width / height)")
-    ax.set_ylabel("images")
-    ax.set_title("aspect ratios")
-    return sizes, _png(plt, fig)
+    sizes = charts.scatter(widths, heights, "width (px)", "height (px)", "image sizes")
+    aspects = [w / h for w, h in zip(widths, heights, strict=True) if h]
+    return sizes, charts.histogram(
+        aspects, 30, "aspect ratio (width / height)", "images", "aspect ratios"
+    )
 
 
 def _plot_shards(info: dict) -> str:
@@ -244,13 +210,7 @@ def _plot_shards(info: dict) -> str:
         for i, sh in enumerate(s.get("shards", [])):
             labels.append(f"{split} {i}")
             sizes.append(sh.get("num_bytes", 0) / 1e6)
-    plt, fig, ax = _figure(6.4, 2.8)
-    ax.bar(range(len(sizes)), sizes)
-    if len(labels) <= 24:
-        ax.set_xticks(range(len(labels)), labels, rotation=45, ha="right", fontsize=8)
-    ax.set_ylabel("MB")
-    ax.set_title("shard sizes")
-    return _png(plt, fig)
+    return charts.vertical_bars(labels, sizes, "MB", "shard sizes", show_labels=len(labels) <= 24)
 
 
 # --- HTML -------------------------------------------------------------------------------------
@@ -267,7 +227,7 @@ vertical-align:top}td.n{text-align:right;font-variant-numeric:tabular-nums}
 figure{margin:0;background:#fff;border:1px solid #ddd;padding:4px;width:280px;box-sizing:border-box}
 figure .pair{display:flex;gap:4px;align-items:flex-start}
 figure .pair img{width:132px;height:auto}figcaption{font-size:11px;color:#555;overflow-wrap:anywhere}
-.plots{display:flex;flex-wrap:wrap;gap:12px}.plots img{max-width:100%;height:auto}
+.plots{display:flex;flex-wrap:wrap;gap:12px}.plots svg{max-width:100%;height:auto}
 .thumb{width:96px;height:auto}.muted{color:#777}.none{display:inline-block;width:160px;
 height:120px;background:#eee;color:#888;text-align:center;line-height:120px;font-size:12px}
 """
@@ -342,9 +302,7 @@ def build_report(data_dir: str) -> str:
     ]
     out.append("</tr></table>")
     if names and counts:
-        out.append(
-            f"<div class=plots>{_img(_plot_classes(counts, names), 'classes per split')}</div>"
-        )
+        out.append(f"<div class=plots>{_plot_classes(counts, names)}</div>")
 
     # Contact sheet.
     split = (info.get("statistics") or {}).get("train_split") or "train"
@@ -418,8 +376,8 @@ def build_report(data_dir: str) -> str:
     out.append("<h2>Image sizes</h2>")
     if all_rows:
         sizes, aspects = _plot_sizes(all_rows)
-        out.append(f"<div class=plots>{_img(sizes, 'image sizes')}{_img(aspects, 'aspects')}</div>")
-    out.append(f"<h2>Shards</h2><div class=plots>{_img(_plot_shards(info), 'shard sizes')}</div>")
+        out.append(f"<div class=plots>{sizes}{aspects}</div>")
+    out.append(f"<h2>Shards</h2><div class=plots>{_plot_shards(info)}</div>")
     out.append("<table><tr><th>split</th><th>shards</th><th>examples</th><th>MB</th></tr>")
     for s, v in info["splits"].items():
         out.append(
