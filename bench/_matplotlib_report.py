@@ -64,11 +64,7 @@ def _plot_sizes(rows: list[dict]) -> tuple[str, str]:
 
 
 def _plot_shards(info: dict) -> str:
-    labels, sizes = [], []
-    for split, s in info["splits"].items():
-        for i, sh in enumerate(s.get("shards", [])):
-            labels.append(f"{split} {i}")
-            sizes.append(sh.get("num_bytes", 0) / 1e6)
+    labels, sizes = report._shard_sizes(info)
     plt, fig, ax = _figure(6.4, 2.8)
     ax.bar(range(len(sizes)), sizes)
     if len(labels) <= 24:

@@ -204,12 +204,18 @@ def _plot_sizes(rows: list[dict]) -> tuple[str, str]:
     )
 
 
-def _plot_shards(info: dict) -> str:
+def _shard_sizes(info: dict) -> tuple[list[str], list[float]]:
+    """("SPLIT I" per shard, its MB), in dataset_info.json's order."""
     labels, sizes = [], []
     for split, s in info["splits"].items():
         for i, sh in enumerate(s.get("shards", [])):
             labels.append(f"{split} {i}")
             sizes.append(sh.get("num_bytes", 0) / 1e6)
+    return labels, sizes
+
+
+def _plot_shards(info: dict) -> str:
+    labels, sizes = _shard_sizes(info)
     return charts.vertical_bars(labels, sizes, "MB", "shard sizes", show_labels=len(labels) <= 24)
 
 
