@@ -191,7 +191,7 @@ def _contact_sheet(data_dir: str, info: dict, split: str) -> dict[str, list[dict
 
 def _plot_classes(counts: dict[str, collections.Counter], names: list[str]) -> str:
     series = {split: [c[n] for n in names] for split, c in counts.items()}
-    return charts.grouped_bars(names, series, "examples")
+    return charts.grouped_bars(names, series, "examples", "classes per split")
 
 
 def _plot_sizes(rows: list[dict]) -> tuple[str, str]:

@@ -162,13 +162,15 @@ def _legend(svg: _Svg, names: Sequence[str], x: float, y: float) -> None:
         x += 14 + _text_px(name) + 16
 
 
-def grouped_bars(categories: Sequence[str], series: dict[str, Sequence[int]], xlabel: str) -> str:
+def grouped_bars(categories: Sequence[str], series: dict[str, Sequence[int]], xlabel: str,
+                 title: str) -> str:  # fmt: skip
     """Horizontal bars, one group per category and one colour per series (e.g. class x split).
 
     Args:
         categories: the group labels, drawn top to bottom.
         series: name -> one value per category, in the categories' order.
         xlabel: what the values count.
+        title: the chart's accessible name (the page's heading says it already).
 
     Returns:
         An `<svg>` element.
@@ -178,7 +180,7 @@ def grouped_bars(categories: Sequence[str], series: dict[str, Sequence[int]], xl
     longest = max((_text_px(c) for c in categories), default=0)
     left = min(220.0, longest + 16)
     top = 30  # the legend's row
-    svg = _Svg(640, int(top + row * len(categories) + 42), f"{xlabel} per {', '.join(names)}")
+    svg = _Svg(640, int(top + row * len(categories) + 42), title)
     frame = _Frame(svg, left, top, 16, 42)
     high = max((v for vals in series.values() for v in vals), default=0)
     ticks = nice_ticks(high, integer=True)

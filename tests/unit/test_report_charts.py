@@ -42,7 +42,7 @@ def test_nice_ticks_of_no_data_is_a_unit_axis():
 
 def test_grouped_bars_are_proportional_and_labelled():
     series = {"train": [44, 47, 0], "validation": [9, 4, 10]}
-    svg = charts.grouped_bars(["astronaut", "cat", "rocket"], series, "examples")
+    svg = charts.grouped_bars(["astronaut", "cat", "rocket"], series, "examples", "t")
     marks = _marks(svg)
     assert len(marks) == 6
     got = {(m.get("data-category"), m.get("data-series")): m for m in marks}
@@ -63,8 +63,9 @@ def test_grouped_bars_are_proportional_and_labelled():
 
 def test_text_is_escaped_and_long_names_are_shortened():
     name = '<b>&"x' + "y" * 80
-    svg = charts.grouped_bars([name], {"tr<ain": [3]}, "a & b")
+    svg = charts.grouped_bars([name], {"tr<ain": [3]}, "a & b", "<t>")
     root = ET.fromstring(svg)
+    assert root.get("aria-label") == "<t>" and root.find(f"{_NS}title").text == "<t>"
     texts = [t.text for t in root.iter(f"{_NS}text")]
     assert "tr<ain" in texts and "a & b" in texts
     (label,) = [t for t in texts if t and t.startswith('<b>&"x')]
