@@ -4,8 +4,8 @@ What it shows, read from the output directory alone (local or bucket, through Be
 a contact sheet per class decoded from the TFRecords (each original beside the reader's
 evaluation crop), class histograms per split, rejects by reason with example paths and
 thumbnails where the file still opens, transcodes by reason, duplicates, image size and aspect
-distributions, shard sizes and the pixel statistics. Plots are inline SVG (pipeline/report_charts.py)
-and thumbnails JPEGs embedded as data URIs.
+distributions, shard sizes and the pixel statistics. Plots are inline SVG
+(pipeline/report_charts.py), thumbnails JPEGs embedded as data URIs.
 
 The records are read with a small TF-free TFRecord/Example parser; reading stops after a bounded
 number of bytes, so a report takes seconds whatever the dataset's size (counts then say they

@@ -108,7 +108,8 @@ def test_histogram_counts_every_value_in_its_bin():
     marks = _marks(charts.histogram(values, 6, "aspect", "images", "aspects"))
     counts = [int(m.get("data-value")) for m in marks]
     assert len(counts) == 6 and sum(counts) == len(values)
-    # Bins of 0.25 from 0.5: [0.5,0.75) [0.75,1) [1,1.25) [1.25,1.5) [1.5,1.75) [1.75,2] (max in last).
+    # Bins of 0.25 from 0.5: [0.5,0.75) [0.75,1) [1,1.25) [1.25,1.5) [1.5,1.75) [1.75,2], the
+    # maximum in the last.
     assert counts == [1, 1, 2, 1, 1, 1]
     same = _marks(charts.histogram([1.0, 1.0], 30, "a", "n", "t"))
     assert sum(int(m.get("data-value")) for m in same) == 2
