@@ -2,7 +2,7 @@
 
 Written here instead of with matplotlib because a report draws four small charts and matplotlib
 cost ~0.8 s of every default conversion for them (0.3 s to import, 0.46 s to lay out and render
-four PNGs; `bench/report.py`), while these strings take milliseconds, stay sharp at any zoom and
+four PNGs; `bench/startup.py --fix report`), while these strings take milliseconds, stay sharp at any zoom and
 need no JavaScript. Each mark carries its value (`data-value`, and a `<title>` a browser shows on
 hover), which is also what the tests read back.
 """
@@ -29,8 +29,6 @@ PALETTE = (
     "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf",
 )  # fmt: skip
 FONT_PX = 12
-# An average glyph of the sans-serif UI fonts is ~0.6 em wide: margins are sized from it.
-_CHAR_PX = 0.6 * FONT_PX
 # Ticks an axis aims for; nice_ticks picks a 1-2-2.5-5 step near span / _TICKS.
 _TICKS = 5
 _AXIS = "#444"
@@ -64,8 +62,10 @@ def _fmt(value: float) -> str:
     return f"{value:.3g}"
 
 
-def _text_px(text: str, size: float = FONT_PX) -> float:
-    return len(text) * 0.6 * size
+def _text_px(text: str) -> float:
+    """The width of `text` in pixels, for margins: an average glyph of the sans-serif UI fonts is
+    ~0.6 em wide."""
+    return len(text) * 0.6 * FONT_PX
 
 
 def _attrs(attrs: dict) -> str:
@@ -116,11 +116,14 @@ class _Frame:
         self.x0, self.y0 = left, top
         self.x1, self.y1 = svg.width - right, svg.height - bottom
 
-    def x_axis(self, ticks: Sequence[float], label: str, grid: bool = True) -> None:
-        """Ticks, labels and an optional vertical grid along the bottom, 0 at the left edge."""
-        svg, top = self.svg, ticks[-1] or 1
+    def x_axis(self, ticks: Sequence[float], label: str, low: float = 0.0,
+               high: float | None = None, grid: bool = True) -> None:  # fmt: skip
+        """Ticks, labels and an optional vertical grid along the bottom, which spans `low` (the
+        left edge) to `high` (the right edge, default the last tick)."""
+        svg = self.svg
+        high = (ticks[-1] or 1) if high is None else high
         for t in ticks:
-            x = self.x0 + (self.x1 - self.x0) * t / top
+            x = self.x0 + (self.x1 - self.x0) * (t - low) / (high - low)
             if grid:
                 svg.add(f'<line x1="{x:.1f}" y1="{self.y0}" x2="{x:.1f}" y2="{self.y1}" '
                         f'stroke="{_GRID}"/>')  # fmt: skip
@@ -129,14 +132,13 @@ class _Frame:
             svg.text(x, self.y1 + 4 + FONT_PX, _fmt(t))
         svg.text((self.x0 + self.x1) / 2, svg.height - 6, label)
 
-    def y_axis(self, ticks: Sequence[float], label: str, grid: bool = True) -> None:
-        """Ticks, labels and an optional horizontal grid along the left, 0 at the bottom."""
+    def y_axis(self, ticks: Sequence[float], label: str) -> None:
+        """Ticks, labels and a horizontal grid along the left, 0 at the bottom."""
         svg, top = self.svg, ticks[-1] or 1
         for t in ticks:
             y = self.y1 - (self.y1 - self.y0) * t / top
-            if grid:
-                svg.add(f'<line x1="{self.x0}" y1="{y:.1f}" x2="{self.x1}" y2="{y:.1f}" '
-                        f'stroke="{_GRID}"/>')  # fmt: skip
+            svg.add(f'<line x1="{self.x0}" y1="{y:.1f}" x2="{self.x1}" y2="{y:.1f}" '
+                    f'stroke="{_GRID}"/>')  # fmt: skip
             svg.add(f'<line x1="{self.x0 - 4}" y1="{y:.1f}" x2="{self.x0}" y2="{y:.1f}" '
                     f'stroke="{_AXIS}"/>')  # fmt: skip
             svg.text(self.x0 - 7, y + FONT_PX * 0.35, _fmt(t), anchor="end")
@@ -192,7 +194,7 @@ def grouped_bars(categories: Sequence[str], series: dict[str, Sequence[int]], xl
         label = (
             category
             if _text_px(category) <= left - 12
-            else category[: int((left - 12) / _CHAR_PX) - 1] + "…"
+            else category[: int((left - 12) / _text_px("x")) - 1] + "…"
         )
         svg.text(frame.x0 - 7, y + (row - 8) / 2 + FONT_PX * 0.35, label, anchor="end")
         for si, name in enumerate(names):
@@ -297,13 +299,8 @@ def histogram(values: Sequence[float], bins: int, xlabel: str, ylabel: str, titl
         )  # fmt: skip
     # The x axis shows the data's own range: ticks at nice values inside [low, high].
     step = nice_ticks(high - low)[1]
-    t = math.ceil(low / step - 1e-9) * step
-    while t <= high + 1e-9:
-        x = frame.x0 + (t - low) / (high - low) * (frame.x1 - frame.x0)
-        svg.add(f'<line x1="{x:.1f}" y1="{frame.y1}" x2="{x:.1f}" y2="{frame.y1 + 4}" '
-                f'stroke="{_AXIS}"/>')  # fmt: skip
-        svg.text(x, frame.y1 + 4 + FONT_PX, _fmt(round(t, 10)))
-        t += step
-    svg.text((frame.x0 + frame.x1) / 2, svg.height - 6, xlabel)
+    first = math.ceil(low / step - 1e-9)
+    ticks = [round(i * step, 10) for i in range(first, math.floor(high / step + 1e-9) + 1)]
+    frame.x_axis(ticks, xlabel, low=low, high=high, grid=False)
     frame.box()
     return svg.done()
