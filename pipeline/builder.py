@@ -7,6 +7,7 @@ import tempfile
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions, TestOptions
 
+from pipeline.core import beam_compat
 from pipeline.options import ConvertConfig
 from transforms.count_progress import CountProgress
 from transforms.dedupe import DropDuplicates
@@ -173,7 +174,12 @@ def build_pipeline(
     provenance: dict,
     rerun_key: str | None = None,
 ) -> beam.Pipeline:
-    """A ready-to-run `beam.Pipeline` converting `config`'s input into `config.output`."""
-    p = beam.Pipeline(options=options)
+    """A ready-to-run `beam.Pipeline` converting `config`'s input into `config.output`.
+
+    Beam's DirectRunner (the default) runs as `beam_compat.DirectRunner`: never on a Prism
+    binary downloaded at run time."""
+    runner = options.view_as(StandardOptions).runner
+    direct = beam_compat.DirectRunner() if beam_compat.is_direct_runner(runner) else None
+    p = beam.Pipeline(runner=direct, options=options)
     add_convert(p, config, provenance, rerun_key)
     return p

@@ -29,7 +29,7 @@ from apache_beam.options.pipeline_options import (
 
 from pipeline import dask_runner, fast_rerun
 from pipeline.core import schema, startup, storage, versions
-from pipeline.core.beam_compat import BeamArgumentParser
+from pipeline.core.beam_compat import BeamArgumentParser, is_direct_runner
 from pipeline.core.errors import ERROR_PREFIX
 from pipeline.options import ConvertConfig, ConvertOptions, OptionError
 from pipeline.summary import format_summary
@@ -408,7 +408,7 @@ def _configure_runner(
     decode_threads = 1  # Distributed runners run one SDK process per core already.
     if dask_runner.is_dask(standard.runner):
         standard.runner = dask_runner.IMGREC_DASK_RUNNER  # Beam's, with fixes (docs/runners.md)
-    if standard.runner in ("DirectRunner", "direct", "BundleBasedDirectRunner"):
+    if is_direct_runner(standard.runner) or standard.runner == "BundleBasedDirectRunner":
         direct = options.view_as(DirectOptions)
         cores = os.cpu_count() or 1
         workers = options.view_as(ConvertOptions).workers or (

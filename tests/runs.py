@@ -38,13 +38,13 @@ def ok(proc: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
 
 
 def cli(
-    *args: str, check: bool = True, timeout: float = RUN_TIMEOUT_S
+    *args: str, check: bool = True, timeout: float = RUN_TIMEOUT_S, env: dict | None = None
 ) -> subprocess.CompletedProcess:
-    """`python -m pipeline ARGS` in a fresh process, as a user runs it."""
+    """`python -m pipeline ARGS` in a fresh process, as a user runs it (`env`: more variables)."""
     proc = subprocess.run(
         [sys.executable, "-m", "pipeline", *args],
         cwd=ROOT,
-        env=cli_env(),
+        env=cli_env(**(env or {})),
         capture_output=True,
         text=True,
         timeout=timeout,

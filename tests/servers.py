@@ -60,6 +60,7 @@ __all__ = [
     "GoogleApisFront",
     "tensorflow_gcs_env",
     "googleapis_front",
+    "ProxyTrap",
 ]
 
 HOST = "127.0.0.1"
@@ -82,6 +83,52 @@ def _venv_bin(name: str) -> str:
     """The console script `name` next to the running interpreter (the project's venv)."""
     candidate = Path(sys.executable).parent / name
     return str(candidate) if candidate.exists() else name
+
+
+# ---------------------------------------------------------------------------------------------
+# A proxy that notes who calls out
+# ---------------------------------------------------------------------------------------------
+
+
+class ProxyTrap:
+    """An HTTP(S) proxy on 127.0.0.1 that answers nobody: it notes each request's first line
+    ("CONNECT github.com:443 HTTP/1.0") and closes the connection, so a caller fails at once
+    instead of hanging (a real proxy that never answers would hang it).
+
+    `env` is what points urllib, requests and libcurl at it; `calls` what reached it. A
+    conversion run with `env` must leave `calls` empty: it downloads nothing at run time.
+    """
+
+    def __init__(self):
+        self._listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self._listener.bind((HOST, 0))
+        self._listener.listen(16)
+        self._closed = False
+        self.calls: list[str] = []
+        url = f"http://{HOST}:{self._listener.getsockname()[1]}"
+        self.env = {
+            name: url for name in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy")
+        }
+        self.env.update(NO_PROXY="", no_proxy="")
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while (conn := _accept(self._listener, lambda: self._closed)) is not None:
+            with contextlib.suppress(OSError):
+                conn.settimeout(5)
+                self.calls.append(conn.recv(4096).split(b"\r\n", 1)[0].decode(errors="replace"))
+            _reset(conn)
+
+    def close(self) -> None:
+        self._closed = True
+        with contextlib.suppress(OSError):
+            self._listener.close()
+
+    def __enter__(self) -> ProxyTrap:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
 
 # ---------------------------------------------------------------------------------------------

@@ -14,6 +14,10 @@ methods) about seven times per DoFn while it builds, translates and runs a pipel
 flag again on each of its ~1,500 calls per conversion, so `memoize_option_views` keeps each view;
 and Beam inspects the signature of a DoFn's methods ~15,000 times per conversion, so
 `memoize_function_arguments` keeps the answer per function. `install()` applies all four.
+And Beam 2.77's DirectRunner first tries Prism, a Go runner it downloads from GitHub at run time
+(an offline machine falls back in ~0.1 s; behind a proxy that never answers, the job waits
+forever; online, the job runs on a runner imgrec's options and tests do not address), so
+`DirectRunner` here is its batch path alone: Beam's FnApiRunner, set up as DirectRunner sets it up.
 tests/unit/test_beam_compat.py pins what imgrec relies on, so a Beam upgrade that changes one fails
 there, by name, rather than as a corrupt shard, a confusing option error or a broken Dask run.
 """
@@ -27,11 +31,14 @@ import weakref
 
 from apache_beam.io.tfrecordio import _TFRecordUtil
 from apache_beam.options.pipeline_options import _BeamArgumentParser
+from apache_beam.runners.runner import PipelineRunner
 
 __all__ = [
     "BeamArgumentParser",
+    "DirectRunner",
     "dofn_output_handler",
     "install",
+    "is_direct_runner",
     "memoize_dofn_specs",
     "memoize_function_arguments",
     "memoize_option_views",
@@ -305,6 +312,51 @@ def memoize_function_arguments() -> None:
         return list(hit[1]), list(hit[2])
 
     _wrap(core, "get_function_args_defaults", get_function_args_defaults)
+
+
+# What --runner may say to mean Beam's DirectRunner (Beam matches names case-insensitively, with
+# or without "Runner"; DirectRunner is an alias of SwitchingDirectRunner).
+_DIRECT_RUNNER_NAMES = frozenset(
+    {
+        "direct",
+        "directrunner",
+        "switchingdirectrunner",
+        "apache_beam.runners.direct.directrunner",
+        "apache_beam.runners.direct.direct_runner.directrunner",
+        "apache_beam.runners.direct.direct_runner.switchingdirectrunner",
+    }
+)
+
+
+def is_direct_runner(runner) -> bool:
+    """Whether a --runner value (None: Beam's default) names Beam's DirectRunner."""
+    return runner is None or str(runner).lower() in _DIRECT_RUNNER_NAMES
+
+
+class DirectRunner(PipelineRunner):
+    """Beam's DirectRunner for a batch pipeline, without its attempt to run on Prism first.
+
+    `apache_beam.runners.direct.direct_runner.SwitchingDirectRunner.run_pipeline` (Beam 2.77)
+    first hands any pipeline Prism supports to PrismRunner, which downloads its binary from
+    github.com (`urlopen` without a timeout), and only on an exception falls back to the
+    FnApiRunner. This runs the FnApiRunner directly, made as that fallback makes it: the
+    pipeline's options go to the SDK workers in the provision info (their --beam_plugins,
+    --s3_* options), and direct_num_workers / direct_running_mode choose in-memory or worker
+    processes. imgrec's pipeline is batch and uses none of what the FnApiRunner lacks (streaming
+    reads, TestStream, real-time timers). Passed to `beam.Pipeline(runner=...)`, so the options
+    still say DirectRunner (provenance, `scratch_root`).
+    """
+
+    def run_pipeline(self, pipeline, options):
+        from apache_beam.portability.api import beam_provision_api_pb2
+        from apache_beam.runners.portability.fn_api_runner import fn_runner
+        from apache_beam.runners.portability.portable_runner import JobServiceHandle
+
+        encoded = JobServiceHandle.encode_pipeline_options(options.get_all_options())
+        provision = fn_runner.ExtendedProvisionInfo(
+            beam_provision_api_pb2.ProvisionInfo(pipeline_options=encoded)
+        )
+        return fn_runner.FnApiRunner(provision_info=provision).run_pipeline(pipeline, options)
 
 
 def install() -> None:

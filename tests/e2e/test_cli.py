@@ -16,6 +16,7 @@ import pytest
 
 from pipeline.demo import build_corpus
 from tests.runs import cli
+from tests.servers import ProxyTrap
 
 
 def _imgrec_lines(stderr: str) -> list[str]:
@@ -31,15 +32,18 @@ def corpus(tmp_path_factory) -> tuple[str, dict]:
 
 @pytest.fixture(scope="module")
 def default_run(corpus, tmp_path_factory):
+    """The default conversion, behind a proxy that notes whoever calls out (tests/servers.py)."""
     src, _ = corpus
     out = str(tmp_path_factory.mktemp("cli") / "ds")
-    proc = cli("convert", "--input", f"{src}/*/*.jpg", "--output", out)
-    return out, proc
+    with ProxyTrap() as trap:
+        proc = cli("convert", "--input", f"{src}/*/*.jpg", "--output", out, env=trap.env)
+    return out, proc, trap.calls
 
 
 def test_default_options_convert_with_a_quiet_terminal(default_run, corpus):
-    out, proc = default_run
+    out, proc, network_calls = default_run
     _, summary = corpus
+    assert network_calls == []  # nothing downloaded at run time (no Prism binary from GitHub)
     with open(os.path.join(out, "dataset_info.json")) as f:
         info = json.load(f)
     assert info["num_written"] == summary["images"] + 1
@@ -57,7 +61,7 @@ def test_default_options_convert_with_a_quiet_terminal(default_run, corpus):
 
 
 def test_verify_inspect_and_preview_commands(default_run, tmp_path):
-    out, _ = default_run
+    out, _, _ = default_run
     with open(os.path.join(out, "dataset_info.json")) as f:
         info = json.load(f)
     verified = cli("verify", out)
@@ -96,7 +100,7 @@ def test_bad_option_exits_2_with_one_line_and_writes_nothing(corpus, tmp_path):
 
 
 def test_existing_dataset_exits_2_naming_overwrite(default_run, corpus):
-    out, _ = default_run
+    out, _, _ = default_run
     src, _ = corpus
     proc = cli("convert", "--input", f"{src}/*/*.jpg", "--output", out, check=False)
     assert proc.returncode == 2

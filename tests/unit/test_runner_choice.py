@@ -59,3 +59,51 @@ def test_preflight_counts_inputs_up_to_the_cap(tmp_path):
     assert launcher.preflight(config, count_up_to=100) == 7
     assert launcher.preflight(config, count_up_to=3) == 3
     assert launcher.preflight(config) == 1
+
+
+@pytest.mark.parametrize(
+    "argv_extra, direct",
+    [
+        ([], True),
+        (["--runner", "DirectRunner"], True),
+        (["--runner", "direct"], True),
+        (["--runner", "SwitchingDirectRunner"], True),
+        (["--runner", "apache_beam.runners.direct.direct_runner.DirectRunner"], True),
+        (["--runner", "BundleBasedDirectRunner"], False),
+        (["--runner", "PrismRunner"], False),
+    ],
+)
+def test_beams_direct_runner_runs_without_prism(tmp_path, monkeypatch, argv_extra, direct):
+    """Beam's DirectRunner (the default, or named) is built as imgrec's, which never tries
+    Prism; the options still name DirectRunner. Other runners are Beam's, as named."""
+    from apache_beam.options.pipeline_options import StandardOptions
+
+    from pipeline.builder import build_pipeline
+    from pipeline.core import beam_compat
+
+    (tmp_path / "in").mkdir()
+    argv = ["--input", str(tmp_path / "in" / "*.jpg"), "--output", str(tmp_path / "out")]
+    options, config, args = launcher.parse_convert_args([*argv, *argv_extra])
+    config = launcher._configure_runner(options, args, config, 1)
+    p = build_pipeline(config, options, {"argv": args})
+    assert isinstance(p.runner, beam_compat.DirectRunner) is direct
+    if not argv_extra:
+        assert options.view_as(StandardOptions).runner == "DirectRunner"  # as provenance says
+
+
+def test_a_default_conversion_reaches_for_no_network(tmp_path, monkeypatch):
+    """Beam 2.77's DirectRunner downloads a Prism binary from github.com first: behind a proxy
+    that never answers the job hung at "listed 0", and online it ran on Prism. A default
+    conversion through a proxy that notes every caller: done, and nobody called out."""
+    from pipeline.demo import build_corpus
+    from tests.runs import in_process
+    from tests.servers import ProxyTrap
+
+    src = str(tmp_path / "corpus")
+    build_corpus(src, num_images=6, seed=5, long_side=(32, 48), broken=False)
+    with ProxyTrap() as trap:
+        for name, value in trap.env.items():
+            monkeypatch.setenv(name, value)
+        proc = in_process("convert", "--input", f"{src}/*/*.jpg", "--output", str(tmp_path / "o"))
+    assert "imgrec: converted" in proc.stdout
+    assert trap.calls == []
