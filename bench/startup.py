@@ -4,6 +4,7 @@ for the default command and the cases it changes.
     PYTHONPATH=. .venv/bin/python bench/startup.py --fix gc --num_images 300 --repeats 7
     PYTHONPATH=. .venv/bin/python bench/startup.py --fix keras --num_images 300 --repeats 7
     PYTHONPATH=. .venv/bin/python bench/startup.py --fix report --num_images 300 --repeats 7
+    PYTHONPATH=. .venv/bin/python bench/startup.py --fix prism --num_images 300 --repeats 7
 
 `--fix` picks what the "off" runs leave out; the "imgrec" runs are as imgrec ships:
   - `keras`: `pipeline.cli.use_keras_2` made a no-op, so that `import tensorflow` loads Keras 3
@@ -12,7 +13,10 @@ for the default command and the cases it changes.
     a no-op in the program, and the workers' start-up plugin (pipeline/worker_start.py) replaced
     by a module that imports nothing, so the first bundle imports the stages as before;
   - `report`: the report's four plots drawn with matplotlib as before pipeline/report_charts.py
-    (bench/_matplotlib_report.py; needs `pip install matplotlib`, no longer a dependency).
+    (bench/_matplotlib_report.py; needs `pip install matplotlib`, no longer a dependency);
+  - `prism`: Beam's own DirectRunner (`SwitchingDirectRunner`), which tries to download and run
+    Prism first and falls back to the FnApiRunner when that fails (offline here, so it fails);
+    imgrec runs the FnApiRunner directly (`pipeline.core.beam_compat.DirectRunner`).
 The cases:
   - `convert` with default options (analysis and report on): the headline;
   - `convert --no_analyze --workers 2`: two DirectRunner worker processes (which import
@@ -50,6 +54,9 @@ elif mode == "gc_on":
     import pipeline.launcher
     pipeline.core.startup.begin = lambda: None
     pipeline.launcher.WORKER_START_PLUGIN = "pipeline.core"  # a package that imports nothing
+elif mode == "beam_direct":
+    import pipeline.core.beam_compat
+    pipeline.core.beam_compat.DirectRunner = lambda: None  # beam.Pipeline(runner=None): Beam's
 elif mode == "mpl_report":
     import bench._matplotlib_report
     bench._matplotlib_report.install()
@@ -62,6 +69,7 @@ _FIXES = {
     "keras": ("keras3", "Keras 3 + 2", "Keras 2 only"),
     "gc": ("gc_on", "imports with GC", "imports without GC"),
     "report": ("mpl_report", "matplotlib plots", "SVG plots"),
+    "prism": ("beam_direct", "Beam's DirectRunner", "imgrec's DirectRunner"),
 }
 
 
