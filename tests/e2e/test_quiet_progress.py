@@ -15,6 +15,7 @@ import pytest
 from pipeline.core import schema
 from pipeline.demo import build_corpus
 from tests.runs import ROOT as ROOT_PATH
+from tests.servers import ProxyTrap
 
 ROOT = str(ROOT_PATH)
 # The summary block's lines after its `imgrec: converted ...` head (pipeline/summary.py, format_summary).
@@ -68,22 +69,26 @@ def _convert_args(src: str, out: str, *extra: str, workers: int = 2) -> list[str
 
 @pytest.fixture(scope="module")
 def piped(corpus, tmp_path_factory):
+    """Two workers, behind a proxy that notes whoever calls out (tests/servers.py): the worker
+    processes' gRPC channels to the runner at localhost must not go through it (they hung)."""
     tmp = tmp_path_factory.mktemp("piped")
     out = str(tmp / "ds")
-    proc = subprocess.run(
-        _convert_args(corpus, out, "--max_bad_fraction", "0.2"),
-        cwd=ROOT,
-        env=_env(log_dir=str(tmp / "logs"), IMGREC_PROGRESS_EVERY_S="0.5"),
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    return proc, out, tmp
+    with ProxyTrap() as trap:
+        proc = subprocess.run(
+            _convert_args(corpus, out, "--max_bad_fraction", "0.2"),
+            cwd=ROOT,
+            env=_env(log_dir=str(tmp / "logs"), IMGREC_PROGRESS_EVERY_S="0.5", **trap.env),
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+    return proc, out, tmp, trap.calls
 
 
 def test_demo_prints_only_imgrec_lines_and_progress_when_piped(piped):
-    proc, out, tmp = piped
+    proc, out, tmp, network_calls = piped
     assert proc.returncode == 0, proc.stderr
+    assert network_calls == []
     assert _foreign(proc.stdout) == [] and _foreign(proc.stderr) == [], proc.stderr
     assert proc.stdout.startswith("imgrec: converted 45 listed files")
     assert f"  report      {out}/report.html" in proc.stdout
@@ -105,7 +110,7 @@ def test_demo_prints_only_imgrec_lines_and_progress_when_piped(piped):
 
 
 def test_workers_report_progress_while_the_job_runs(piped):
-    proc, _, _ = piped
+    proc, _, _, _ = piped
     lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("imgrec: progress: ")]
     counts = [dict(re.findall(r"(listed|inspected|written) (\d+)", ln)) for ln in lines]
     # Some poll saw files listed (by a worker process) before all of them were written.
@@ -131,7 +136,7 @@ def test_failing_run_is_one_line_with_the_fix_and_the_log(corpus, tmp_path):
 
 
 def test_verbose_shows_other_libraries(piped, tmp_path):
-    _, out, _ = piped
+    _, out, _, _ = piped
     cmd = [sys.executable, "-m", "pipeline", "preview", out, "--out", str(tmp_path / "r.html")]
     env = _env(log_dir=str(tmp_path / "logs"))
     quiet = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)

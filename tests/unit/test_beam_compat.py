@@ -284,3 +284,23 @@ def test_function_arguments_are_inspected_once_per_function_and_stay_correct(mon
     method = DoFnSignature(Keep()).process_method
     assert method.args == ["element", "timestamp"]
     assert method.defaults == [beam.DoFn.TimestampParam]
+
+
+@pytest.mark.parametrize(
+    "environ, expected",
+    [
+        ({}, None),  # no proxy: nothing to keep off it
+        ({"no_proxy": "corp.example"}, None),
+        ({"https_proxy": "http://proxy:3128"}, "localhost,127.0.0.1"),
+        ({"http_proxy": "http://p:1", "no_proxy": "corp.example"}, "corp.example,localhost,127.0.0.1"),
+        ({"grpc_proxy": "http://p:1", "no_grpc_proxy": "a, b"}, "a,b,localhost,127.0.0.1"),
+        ({"https_proxy": "http://p:1", "no_proxy": "127.0.0.1,localhost"}, "127.0.0.1,localhost"),
+    ],
+)
+def test_loopback_is_kept_off_grpc_proxies(environ, expected):
+    """gRPC reads no_grpc_proxy, else no_proxy: the hosts it already skipped stay skipped,
+    localhost and 127.0.0.1 join them, and no_proxy (other libraries') is left as it was."""
+    env = dict(environ)
+    beam_compat.keep_loopback_off_proxies(env)
+    assert env.get("no_grpc_proxy") == expected
+    assert env.get("no_proxy") == environ.get("no_proxy")
