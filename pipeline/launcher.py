@@ -245,6 +245,7 @@ def preflight(config: ConvertConfig, count_up_to: int = 1) -> int:
                 raise PreflightError(
                     f"--input {pattern}: matched no files; check the path, and quote glob "
                     "patterns (--input 'data/*/*.jpg'); use '**' to match across folders"
+                    f"{_bracket_hint(pattern)}"
                 )
             count += matched
     try:
@@ -332,7 +333,7 @@ def _probe_output(output: str) -> None:
     try:
         with _storage_logs_muted():
             storage.write_bytes_atomic(probe, _PROBE_BYTES, mime_type="text/plain")
-            FileSystems.delete([probe])
+            storage.delete(probe)
     finally:
         if created and os.path.isdir(created):
             shutil.rmtree(created, ignore_errors=True)
@@ -388,6 +389,20 @@ def check_writable(config: ConvertConfig, options: PipelineOptions) -> None:
             f"({_first_line(e)}); point TMPDIR or --temp_location at a writable folder, or "
             "pass --no_analyze"
         ) from e
+
+
+def _bracket_hint(pattern: str) -> str:
+    """A hint for a local pattern whose folder names hold "[" (read as a one-character class),
+    when the folder exists with that name taken literally; else ""."""
+    wild = min((i for i, c in enumerate(pattern) if c in "*?"), default=len(pattern))
+    folder = pattern[:wild].rsplit("/", 1)[0] if "/" in pattern[:wild] else ""
+    if "[" not in folder or not storage.is_local(folder) or not os.path.isdir(folder):
+        return ""
+    return (
+        f"; in a pattern, [...] matches one of the characters inside, so {folder!r} is not "
+        f"read as that folder's name: write [[] for each literal [ "
+        f"(--input '{storage.glob_escape(folder)}{pattern[len(folder) :]}')"
+    )
 
 
 def _configure_runner(

@@ -98,7 +98,7 @@ def _open_any(path: str):
             if not stat.S_ISREG(st.st_mode) or st.st_size > THUMB_MAX_FILE_BYTES:
                 return None
         else:
-            (match,) = FileSystems.match([path], limits=[1])
+            (match,) = FileSystems.match([storage.glob_escape(path)], limits=[1])
             sizes = [m.size_in_bytes for m in match.metadata_list]
             if not sizes or sizes[0] > THUMB_MAX_FILE_BYTES:
                 return None

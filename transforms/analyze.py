@@ -9,7 +9,6 @@ from collections.abc import Sequence
 
 import apache_beam as beam
 import numpy as np
-from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import (
     GoogleCloudOptions,
     PipelineOptions,
@@ -147,12 +146,12 @@ def _files_under(root: str) -> list[str]:
     if storage.is_local(root):
         return [os.path.join(d, f) for d, _, files in os.walk(root) for f in files]
     try:
-        result = FileSystems.match([storage.join(root, "**")])[0]
+        found = storage.match_under(root, "**")
     except (OSError, ValueError) as e:
         if "No files found" in str(e) or "matched no files" in str(e):
             return []
         raise
-    return [m.path for m in result.metadata_list if not m.path.endswith("/")]
+    return [m.path for m in found if not m.path.endswith("/")]
 
 
 def read_statistics(

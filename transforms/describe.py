@@ -10,7 +10,6 @@ import re
 
 import apache_beam as beam
 from apache_beam import pvalue
-from apache_beam.io.filesystems import FileSystems
 
 from pipeline.core import schema, storage
 from pipeline.core.errors import ERROR_PREFIX
@@ -134,7 +133,7 @@ class _DescribeFn(beam.DoFn):
         out = self._config.output
         for split, entry in splits.items():
             keep = {storage.join(out, e["file"]) for e in entry["shards"]}
-            found = FileSystems.match([storage.join(out, split, "*")])[0].metadata_list
+            found = storage.match_under(storage.join(out, split), "*")
             stale = []
             for m in found:
                 name = m.path.rstrip("/").rsplit("/", 1)[-1]

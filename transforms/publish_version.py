@@ -12,7 +12,6 @@ import logging
 
 import apache_beam as beam
 from apache_beam import pvalue
-from apache_beam.io.filesystems import FileSystems
 
 from pipeline.core import changes, rerun_record, schema, storage, versions
 from pipeline.core.errors import ERROR_PREFIX
@@ -162,7 +161,7 @@ def check_version(folder: str, info: dict) -> None:
             f"+ duplicates {info['num_duplicates']}"
         )
     for split, entry in info["splits"].items():
-        found = FileSystems.match([storage.join(folder, split, "*")])[0].metadata_list
+        found = storage.match_under(storage.join(folder, split), "*")
         sizes = {m.path: m.size_in_bytes for m in found}
         for shard in entry["shards"]:
             path = storage.join(folder, shard["file"])

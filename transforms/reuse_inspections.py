@@ -22,7 +22,6 @@ import json
 
 import apache_beam as beam
 from apache_beam import pvalue
-from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 
 from pipeline.core import storage
@@ -123,9 +122,8 @@ def _load_records(_, folders: list[str]) -> dict:
     that cannot be read or parsed is skipped (its files are inspected again)."""
     paths = []
     for folder in folders:
-        pattern = storage.join(folder, "*.jsonl")
         try:
-            found = FileSystems.match([pattern])[0].metadata_list
+            found = storage.match_under(folder, "*.jsonl")
         except (OSError, ValueError):  # Beam raises when the folder does not exist yet.
             continue
         paths += [m.path for m in found if not m.path.rsplit("/", 1)[-1].startswith(".")]

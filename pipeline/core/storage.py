@@ -43,7 +43,10 @@ __all__ = [
     "rename",
     "exists",
     "join",
+    "delete",
     "delete_quietly",
+    "glob_escape",
+    "match_under",
     "with_retries",
     "is_transient",
     "TEMP_PREFIX",
@@ -510,17 +513,60 @@ def join(base: str, *parts: str) -> str:
     return FileSystems.join(base, *parts)
 
 
+def glob_escape(path: str) -> str:
+    """`path` as a FileSystems.match pattern that matches only `path` itself.
+
+    Beam's patterns have no escape character, but a one-character class does it: `*`, `?` and
+    `[` become `[*]`, `[?]`, `[[]` (a folder named "photos [2024]" is otherwise read as
+    "photos " and one character of 2, 0, 4). The scheme ("gs://") has none of them.
+    """
+    return "".join(f"[{c}]" if c in "*?[" else c for c in path)
+
+
+def match_under(folder: str, *pattern: str) -> list:
+    """FileMetadata of what `pattern` (its last parts may hold wildcards) matches in `folder`,
+    whatever characters the folder's own name holds. Raises as FileSystems.match does."""
+    return FileSystems.match([join(glob_escape(folder), *pattern)])[0].metadata_list
+
+
+def delete(path: str) -> None:
+    """Delete the file (or, locally, the folder tree) at `path`, whatever characters it holds.
+
+    Beam's local and GCS deletes read the path as a pattern (a file named "a[1]" is "not
+    found"), S3's takes it literally; local files are removed directly, as Beam does once it
+    matched them.
+
+    Raises:
+        OSError: locally, the file is missing or cannot be removed.
+        BeamIOError: on a bucket, the delete failed.
+    """
+    if "://" not in path:
+        import shutil
+
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path)
+        else:
+            os.remove(path)
+        return
+    FileSystems.delete([glob_escape(path) if path.startswith("gs://") else path])
+
+
 def delete_quietly(paths: list[str]) -> None:
     """Delete `paths`, one at a time, ignoring those already gone (cleanup of our own files).
 
     Raises:
+        OSError: a local delete failed for another reason than the file being absent.
         BeamIOError: a delete failed for another reason than the file being absent.
     """
     for path in paths:
-        if "://" not in path and not os.path.lexists(path):
-            continue  # Beam's local delete raises a bare OSError for a missing file
+        if "://" not in path:
+            try:
+                delete(path)
+            except FileNotFoundError:
+                pass
+            continue
         try:
-            FileSystems.delete([path])
+            delete(path)
         except BeamIOError as e:
             details = [
                 v for v in (e.exception_details or {}).values() if isinstance(v, BaseException)

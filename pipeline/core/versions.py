@@ -193,7 +193,9 @@ def list_versions(root: str) -> list[str]:
     """Names of the versions under `root` (those holding a version.json), oldest first."""
     from apache_beam.io.filesystems import FileSystems
 
-    pattern = _join(_join(root, "v*"), VERSION_MARKER)
+    from pipeline.core import storage
+
+    pattern = _join(_join(storage.glob_escape(root), "v*"), VERSION_MARKER)
     try:
         found = FileSystems.match([pattern])[0].metadata_list
     except (OSError, ValueError) as e:
@@ -344,8 +346,6 @@ def prune(root: str, keep: int, latest: str) -> list[str]:
 def _delete_version(folder: str) -> None:
     """Remove a version folder: dataset_info.json first (it stops counting as complete), its
     version.json last (until then a later prune still finds and finishes the job)."""
-    from apache_beam.io.filesystems import FileSystems
-
     from pipeline.core import schema, storage
 
     if "://" not in folder:
@@ -355,7 +355,7 @@ def _delete_version(folder: str) -> None:
         storage.delete_quietly([info])
         shutil.rmtree(folder, ignore_errors=True)
         return
-    found = FileSystems.match([_join(folder, "**")])[0].metadata_list
+    found = storage.match_under(folder, "**")
     paths = sorted(m.path for m in found)
     first = [p for p in paths if p.endswith("/" + schema.DATASET_INFO)]
     last = [p for p in paths if p.endswith("/" + VERSION_MARKER)]

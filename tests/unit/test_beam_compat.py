@@ -292,7 +292,10 @@ def test_function_arguments_are_inspected_once_per_function_and_stay_correct(mon
         ({}, None),  # no proxy: nothing to keep off it
         ({"no_proxy": "corp.example"}, None),
         ({"https_proxy": "http://proxy:3128"}, "localhost,127.0.0.1"),
-        ({"http_proxy": "http://p:1", "no_proxy": "corp.example"}, "corp.example,localhost,127.0.0.1"),
+        (
+            {"http_proxy": "http://p:1", "no_proxy": "corp.example"},
+            "corp.example,localhost,127.0.0.1",
+        ),
         ({"grpc_proxy": "http://p:1", "no_grpc_proxy": "a, b"}, "a,b,localhost,127.0.0.1"),
         ({"https_proxy": "http://p:1", "no_proxy": "127.0.0.1,localhost"}, "127.0.0.1,localhost"),
     ],

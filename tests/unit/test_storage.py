@@ -189,6 +189,29 @@ def test_delete_quietly_ignores_missing_objects(store, bucket, beam_filesystems,
     assert store.keys(bucket) == [] and not local.exists()
 
 
+def test_names_with_pattern_characters_are_listed_and_deleted_literally(
+    store, bucket, beam_filesystems, tmp_path
+):
+    """`match_under` and `delete` take "runs [1]/a?.txt" as that name, on each store: Beam's
+    local and GCS deletes read a path as a pattern, S3's does not (pipeline/core/storage.py)."""
+    local = tmp_path / "bucket"
+    for base, put in (
+        (store.uri(bucket, ""), store.put),
+        (f"{local}/", lambda p, d: (os.makedirs(os.path.dirname(p), exist_ok=True),
+                                    open(p, "wb").write(d))),
+    ):  # fmt: skip
+        for name in ("runs [1]/a?.txt", "runs [1]/b*.txt", "runs 1/a?.txt", "runs 1/ab.txt"):
+            put(base + name, name.encode())
+        folder = base + "runs [1]"
+        found = sorted(m.path for m in storage.match_under(folder, "*"))
+        assert found == [base + "runs [1]/a?.txt", base + "runs [1]/b*.txt"], found
+        storage.delete(base + "runs [1]/a?.txt")
+        storage.delete_quietly([base + "runs [1]/b*.txt", base + "runs [1]/never"])
+        assert storage.exists(base + "runs 1/a?.txt") and storage.exists(base + "runs 1/ab.txt")
+        assert not storage.exists(base + "runs [1]/a?.txt")
+        assert not storage.exists(base + "runs [1]/b*.txt")
+
+
 def test_write_bytes_atomic_local(tmp_path):
     path = str(tmp_path / "sub" / "x.json")
     os.makedirs(tmp_path / "sub")
