@@ -9,41 +9,21 @@ under such a folder came back empty.
 
 from __future__ import annotations
 
-import glob
-import hashlib
-import json
 import os
 
 from pipeline.core import schema, storage, versions
 from pipeline.demo import build_corpus
 from tests.runs import in_process
-from tests.unit.test_resume import convert
+from tests.unit import test_resume
+from tests.unit.test_resume import convert, interrupt
 
 COMMON = ("--no_analyze", "--target_shard_mb", "0.02", "--workers", "1")
 
 
 def snapshot(out: str) -> dict[str, str]:
-    """What test_resume.snapshot digests, found without a pattern: the shards (at least two),
-    rejects, duplicates, dataset_info.json without provenance."""
-    found = {}
-    for folder, _, names in os.walk(out):
-        for name in names:
-            rel = os.path.relpath(os.path.join(folder, name), out)
-            if name.endswith(".tfrecord") or rel in (schema.REJECTED, schema.DUPLICATES):
-                with open(os.path.join(out, rel), "rb") as f:
-                    found[rel] = hashlib.sha256(f.read()).hexdigest()
+    found = test_resume.snapshot(out)  # which globs the folder escaped
     assert len([n for n in found if n.endswith(".tfrecord")]) >= 2, sorted(found)
-    with open(os.path.join(out, schema.DATASET_INFO)) as f:
-        info = json.load(f)
-    info.pop("provenance")
-    found[schema.DATASET_INFO] = json.dumps(info, sort_keys=True)
     return found
-
-
-def interrupt(out: str) -> None:
-    """test_resume.interrupt: no description, the first shard missing."""
-    os.remove(os.path.join(out, schema.DATASET_INFO))
-    os.remove(sorted(glob.glob(os.path.join(glob.escape(out), "*", "*.tfrecord")))[0])
 
 
 def test_glob_escape_makes_every_pattern_character_literal():

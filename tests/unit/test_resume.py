@@ -45,7 +45,7 @@ def convert(*args: str) -> dict[str, int]:
 def snapshot(out: str) -> dict[str, str]:
     """Digest of every file a user reads (dataset_info.json without provenance)."""
     found = {}
-    names = glob.glob(os.path.join(out, "*", "*.tfrecord")) + [
+    names = glob.glob(os.path.join(glob.escape(out), "*", "*.tfrecord")) + [
         os.path.join(out, schema.REJECTED),
         os.path.join(out, schema.DUPLICATES),
     ]
@@ -62,7 +62,7 @@ def snapshot(out: str) -> dict[str, str]:
 def interrupt(out: str) -> None:
     """What a crash leaves: no description, one shard missing."""
     os.remove(os.path.join(out, schema.DATASET_INFO))
-    os.remove(sorted(glob.glob(os.path.join(out, "*", "*.tfrecord")))[0])
+    os.remove(sorted(glob.glob(os.path.join(glob.escape(out), "*", "*.tfrecord")))[0])
 
 
 @pytest.fixture
