@@ -32,7 +32,7 @@ __all__ = [
     "log_hint",
 ]
 
-# Where logs go (default: <tmp>/imgrec-logs); a run's log is named in its failure line.
+# Where logs go (default: <tmp>/imgrec-logs-<uid>); a run's log is named in its failure line.
 LOG_DIR_ENV = "IMGREC_LOG_DIR"
 # Set while a quiet run logs to a file: failure lines name it (launcher, cli).
 LOG_FILE_ENV = "IMGREC_LOG_FILE"
@@ -57,7 +57,36 @@ def log_hint() -> str:
 
 
 def log_dir() -> str:
-    return os.environ.get(LOG_DIR_ENV) or os.path.join(tempfile.gettempdir(), "imgrec-logs")
+    """$IMGREC_LOG_DIR, else <tmp>/imgrec-logs-<uid>: one folder per user, since on a shared
+    machine the first user's <tmp>/imgrec-logs (mode 755) refused everyone else's log files, and
+    their runs stopped with a PermissionError traceback before doing anything."""
+    if os.environ.get(LOG_DIR_ENV):
+        return os.environ[LOG_DIR_ENV]
+    return os.path.join(tempfile.gettempdir(), f"imgrec-logs-{_user_id()}")
+
+
+def _user_id() -> str:
+    return str(os.getuid()) if hasattr(os, "getuid") else os.environ.get("USERNAME", "user")
+
+
+def _open_log(command: str) -> tuple[int, str]:
+    """(descriptor, path) of a new log file in log_dir(), or, if that folder cannot take one
+    (not writable, not a folder, a read-only disk), in a fresh private temp folder.
+
+    Raises:
+        OSError: not even a temp folder can be made.
+    """
+    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    prefix, suffix = f"imgrec-{command}-{stamp}-", ".log"
+    directory = log_dir()
+    try:
+        os.makedirs(directory, exist_ok=True)
+        _prune(directory)
+        return tempfile.mkstemp(prefix=prefix, suffix=suffix, dir=directory)
+    except OSError:
+        return tempfile.mkstemp(
+            prefix=prefix, suffix=suffix, dir=tempfile.mkdtemp(prefix="imgrec-")
+        )
 
 
 def _prune(directory: str) -> None:
@@ -122,13 +151,12 @@ class Capture:
     def __enter__(self) -> Capture:
         if self.verbose:
             return self
-        directory = log_dir()
-        os.makedirs(directory, exist_ok=True)
-        _prune(directory)
-        stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-        fd, self.log_path = tempfile.mkstemp(
-            prefix=f"imgrec-{self.command}-{stamp}-", suffix=".log", dir=directory
-        )
+        try:
+            fd, self.log_path = _open_log(self.command)
+        except OSError as e:  # no writable temp folder at all: everything stays on the terminal
+            print(f"imgrec: no log file ({e}); other libraries' output is shown", file=sys.stderr)
+            self.verbose = True
+            return self
         # O_APPEND: the worker processes inheriting the descriptor never write over each other.
         fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) | os.O_APPEND)
         log = os.fdopen(fd, "a", buffering=1, encoding="utf-8", errors="replace")
