@@ -6,6 +6,7 @@ import argparse
 import contextlib
 import dataclasses
 import datetime
+import errno
 import itertools
 import json
 import logging
@@ -450,7 +451,13 @@ def _beam_error_line(exc: BaseException) -> str:
         return text[text.index(ERROR_PREFIX) + len(ERROR_PREFIX) :].splitlines()[0]
     last = [ln for ln in text.splitlines() if ln.strip()]
     tail = last[-1] if last else type(exc).__name__
-    return f"conversion failed: {type(exc).__name__}: {tail[:500]}"
+    line = f"conversion failed: {type(exc).__name__}: {tail[:500]}"
+    if "No space left on device" in text or f"[Errno {errno.ENOSPC}]" in text:
+        line += (
+            "; free space on the disk of --output (or of the temp dir), then rerun with "
+            "--resume to keep the finished shards"
+        )
+    return line
 
 
 def print_help() -> None:

@@ -142,6 +142,21 @@ class _HashingWriter:
             self._f.close()
 
 
+def _discard(sink, out: _HashingWriter, tmp: str) -> None:
+    """After a shard write failed (a full disk, a store outage): close what is open and delete
+    the partial temp file, so a full disk keeps no partial shard filling it, without masking the
+    error that got here (closing may fail the same way)."""
+    try:
+        sink.close()
+    except Exception:  # noqa: BLE001 - the write's own error is the one to report
+        pass
+    if out.opened:
+        try:
+            storage.delete_quietly([tmp])
+        except Exception:  # noqa: BLE001 - as above; --resume deletes what is left (describe)
+            _log.warning("imgrec: could not delete the partial shard %s", tmp)
+
+
 class _WriteShardFn(beam.DoFn):
     """((split, index), [entry]) -> ShardInfo; records that fail at write time -> REJECTED.
 
@@ -343,8 +358,10 @@ class _WriteShardFn(beam.DoFn):
                 write_record(sink, example)
                 num_examples += 1
                 labels[record["label"]] += 1
-        finally:
-            sink.close()
+        except BaseException:
+            _discard(sink, out, tmp)
+            raise
+        sink.close()
         if out.opened:
             storage.rename(tmp, final)
         else:  # Every file failed at write time: an empty shard keeps the planned name.

@@ -327,6 +327,35 @@ def test_resume_skips_finished_shards_and_overwrite_replaces(corpus, tmp_path):
     assert shard_digests(out) == first
 
 
+def test_a_full_disk_fails_the_run_and_leaves_no_partial_shard(corpus, tmp_path, monkeypatch):
+    """ENOSPC in the middle of a shard: one `imgrec:` line naming it, exit 1, and the partial
+    temp shard is deleted rather than left filling the disk; --resume then completes."""
+    import errno
+
+    from transforms import write_shards
+
+    src, _ = corpus
+    out = str(tmp_path / "o")
+    args = ("convert", "--input", f"{src}/*/*.jpg", "--output", out, "--no_analyze")
+    real, calls = write_shards.write_record, []
+
+    def full_disk(sink, data):
+        calls.append(1)
+        if len(calls) == 5:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        real(sink, data)
+
+    monkeypatch.setattr(write_shards, "write_record", full_disk)
+    proc = run_cli(*args, check=False)
+    assert proc.returncode == 1 and "No space left on device" in proc.stderr, proc.stderr
+    assert "free space on the disk of --output" in proc.stderr and "--resume" in proc.stderr
+    left = [n for _, _, names in os.walk(out) for n in names if n.startswith(".tmp-")]
+    assert left == [] and not os.path.exists(os.path.join(out, schema.DATASET_INFO))
+    monkeypatch.setattr(write_shards, "write_record", real)
+    run_cli(*args, "--resume")
+    assert shard_digests(out)
+
+
 def test_too_many_rejects_fails_after_writing_report(tmp_path):
     src = tmp_path / "bad" / "x"
     os.makedirs(src)
