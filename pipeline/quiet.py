@@ -62,11 +62,7 @@ def log_dir() -> str:
     their runs stopped with a PermissionError traceback before doing anything."""
     if os.environ.get(LOG_DIR_ENV):
         return os.environ[LOG_DIR_ENV]
-    return os.path.join(tempfile.gettempdir(), f"imgrec-logs-{_user_id()}")
-
-
-def _user_id() -> str:
-    return str(os.getuid()) if hasattr(os, "getuid") else os.environ.get("USERNAME", "user")
+    return os.path.join(tempfile.gettempdir(), f"imgrec-logs-{os.getuid()}")
 
 
 def _open_log(command: str) -> tuple[int, str]:

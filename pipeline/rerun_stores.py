@@ -165,7 +165,7 @@ class BucketStore:
 
     def files(self, folder: str) -> list[str]:
         prefix = folder.rstrip("/") + "/"
-        found = self._fs.match([prefix + "**"])[0].metadata_list
+        found = self._storage.match_under(folder.rstrip("/"), "**")
         rel = [m.path[len(prefix) :] for m in found if not m.path.endswith("/")]
         return sorted(r for r in rel if not posixpath.basename(r).startswith(_TEMP_PREFIX))
 
@@ -189,8 +189,7 @@ class BucketStore:
         return True
 
     def remove_tree(self, folder: str) -> None:
-        prefix = folder.rstrip("/") + "/"
-        found = self._fs.match([prefix + "**"])[0].metadata_list
+        found = self._storage.match_under(folder.rstrip("/"), "**")
         self._storage.delete_quietly(sorted(m.path for m in found))
 
     def publish(self, root: str, name: str) -> tuple[bool, str | None]:

@@ -60,8 +60,7 @@ _log = logging.getLogger(__name__)
 # Default cache location for stores TensorFlow cannot read: the system temp dir (TMPDIR), so it
 # follows what the machine's admin set up for scratch data. Pass cache_dir= for a bigger disk.
 # One per user: another user's cache folder is not writable (and not to be trusted) here.
-_USER = str(os.getuid()) if hasattr(os, "getuid") else os.environ.get("USERNAME", "user")
-DEFAULT_CACHE_DIR = os.path.join(tempfile.gettempdir(), f"imgrec-shard-cache-{_USER}")
+DEFAULT_CACHE_DIR = os.path.join(tempfile.gettempdir(), f"imgrec-shard-cache-{os.getuid()}")
 
 # Shards whose download is started ahead of the one being read: the pool's width twice over, so
 # a finished download is always followed by a queued one.

@@ -559,14 +559,10 @@ def delete_quietly(paths: list[str]) -> None:
         BeamIOError: a delete failed for another reason than the file being absent.
     """
     for path in paths:
-        if "://" not in path:
-            try:
-                delete(path)
-            except FileNotFoundError:
-                pass
-            continue
         try:
             delete(path)
+        except FileNotFoundError:  # local: already gone
+            continue
         except BeamIOError as e:
             details = [
                 v for v in (e.exception_details or {}).values() if isinstance(v, BaseException)

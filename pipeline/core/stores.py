@@ -189,21 +189,25 @@ class _BeamStore(Store):
                 raise FileNotFoundError(f"{uri} not found") from e
             raise
 
-    def _match(self, pattern: str) -> list[str]:
+    def _match(self, folder: str, wildcard: str) -> list[str]:
+        """Paths `wildcard` matches below `folder`, whatever characters the folder's name holds."""
         from apache_beam.io.filesystem import BeamIOError
 
+        from pipeline.core.storage import glob_escape
+
         try:
+            pattern = glob_escape(folder.rstrip("/")) + "/" + wildcard
             return [m.path for m in self._fs.match([pattern])[0].metadata_list]
         except BeamIOError:
             return []
 
     def listdir(self, folder: str) -> list[str]:
         base = folder.rstrip("/") + "/"
-        return sorted({p[len(base) :].split("/", 1)[0] for p in self._match(base + "*")})
+        return sorted({p[len(base) :].split("/", 1)[0] for p in self._match(folder, "*")})
 
     def walk(self, folder: str) -> list[str]:
         base = folder.rstrip("/") + "/"
-        return [p[len(base) :] for p in self._match(base + "**")]
+        return [p[len(base) :] for p in self._match(folder, "**")]
 
     def exists(self, uri: str) -> bool:
         return self._fs.exists(uri)

@@ -191,13 +191,10 @@ def read_latest(root: str) -> str | None:
 
 def list_versions(root: str) -> list[str]:
     """Names of the versions under `root` (those holding a version.json), oldest first."""
-    from apache_beam.io.filesystems import FileSystems
-
     from pipeline.core import storage
 
-    pattern = _join(_join(storage.glob_escape(root), "v*"), VERSION_MARKER)
     try:
-        found = FileSystems.match([pattern])[0].metadata_list
+        found = storage.match_under(root, "v*", VERSION_MARKER)
     except (OSError, ValueError) as e:
         # Some filesystems raise for an empty match; anything else (an outage) must surface:
         # an empty answer would make a prune keep everything and a resume start afresh.

@@ -212,6 +212,24 @@ def test_names_with_pattern_characters_are_listed_and_deleted_literally(
         assert not storage.exists(base + "runs [1]/b*.txt")
 
 
+def test_bucket_stores_list_folders_named_with_pattern_characters(store, bucket, beam_filesystems):
+    """The fast rerun's bucket store and the reader's Beam store list "runs [1]" as that folder,
+    not as "runs 1" (their listings build patterns from a folder's name too)."""
+    from pipeline.core import stores
+    from pipeline.rerun_stores import BucketStore
+
+    for name in ("runs [1]/a.txt", "runs [1]/sub/b.txt", "runs 1/decoy.txt"):
+        store.put(store.uri(bucket, name), b"x")
+    folder = store.uri(bucket, "runs [1]")
+    rerun = BucketStore()
+    assert rerun.files(folder) == ["a.txt", "sub/b.txt"]
+    reader = stores._BeamStore()  # FileSystems already reach the server (beam_filesystems)
+    assert reader.listdir(folder) == ["a.txt"]  # objects directly in it
+    assert sorted(reader.walk(folder)) == ["a.txt", "sub/b.txt"]
+    rerun.remove_tree(folder)
+    assert store.keys(bucket) == ["runs 1/decoy.txt"]
+
+
 def test_write_bytes_atomic_local(tmp_path):
     path = str(tmp_path / "sub" / "x.json")
     os.makedirs(tmp_path / "sub")
