@@ -3,12 +3,16 @@ for the default command and the cases it changes.
 
     PYTHONPATH=. .venv/bin/python bench/startup.py --fix gc --num_images 300 --repeats 7
     PYTHONPATH=. .venv/bin/python bench/startup.py --fix keras --num_images 300 --repeats 7
+    PYTHONPATH=. .venv/bin/python bench/startup.py --fix keras3 --num_images 300 --repeats 7
     PYTHONPATH=. .venv/bin/python bench/startup.py --fix report --num_images 300 --repeats 7
     PYTHONPATH=. .venv/bin/python bench/startup.py --fix prism --num_images 300 --repeats 7
 
 `--fix` picks what the "off" runs leave out; the "imgrec" runs are as imgrec ships:
-  - `keras`: `pipeline.cli.use_keras_2` made a no-op, so that `import tensorflow` loads Keras 3
-    (and matplotlib.pyplot through it) unless TFT's import has set TF_USE_LEGACY_KERAS first;
+  - `keras3`: `pipeline.cli.use_keras_2` and `startup.defer_keras` made no-ops (in the workers
+    too), so that `import tensorflow` loads Keras 3 (and matplotlib.pyplot through it, where it is
+    installed) unless TFT's import has set TF_USE_LEGACY_KERAS first;
+  - `keras`: `startup.defer_keras` made a no-op (in the workers too), so that `import tensorflow`
+    loads Keras 2 (TF_USE_LEGACY_KERAS=1), as imgrec did before it deferred Keras;
   - `gc`: the imports with the garbage collector on (pipeline/core/startup.py): `startup.begin`
     a no-op in the program, and the workers' start-up plugin (pipeline/worker_start.py) replaced
     by a module that imports nothing, so the first bundle imports the stages as before;
@@ -21,6 +25,8 @@ The cases:
   - `convert` with default options (analysis and report on): the headline;
   - `convert --no_analyze --workers 2`: two DirectRunner worker processes (which import
     TensorFlow without TF_USE_LEGACY_KERAS unless imgrec sets it);
+  - `convert --workers 2` (only with `--fix keras`): worker processes that analyse, so load
+    Keras 2 with TFT after their start-up;
   - `verify` of the result: TensorFlow without TFT or the report (not with `--fix report`);
   - `preview` of the result (only with `--fix report`): the report alone.
 The runs alternate, so the machine's load falls on both alike; medians of wall clock and of CPU
@@ -46,9 +52,14 @@ from bench._common import alternate, timed_run  # noqa: E402
 _RUN = """
 import sys
 mode = sys.argv.pop(1)
-if mode == "keras3":
+if mode in ("keras3", "keras2"):
     import pipeline.cli
-    pipeline.cli.use_keras_2 = lambda: None
+    import pipeline.core.startup
+    import pipeline.launcher
+    pipeline.core.startup.defer_keras = lambda: None
+    pipeline.launcher.WORKER_START_PLUGIN = "bench._worker_start_keras"
+    if mode == "keras3":
+        pipeline.cli.use_keras_2 = lambda: None
 elif mode == "gc_on":
     import pipeline.core.startup
     import pipeline.launcher
@@ -66,7 +77,8 @@ run()
 """
 # --fix: (the "off" mode, its label, the shipped mode's label)
 _FIXES = {
-    "keras": ("keras3", "Keras 3 + 2", "Keras 2 only"),
+    "keras3": ("keras3", "Keras 3 + 2", "no Keras at start-up"),
+    "keras": ("keras2", "Keras 2 at start-up", "no Keras at start-up"),
     "gc": ("gc_on", "imports with GC", "imports without GC"),
     "report": ("mpl_report", "matplotlib plots", "SVG plots"),
     "prism": ("beam_direct", "Beam's DirectRunner", "imgrec's DirectRunner"),
@@ -92,6 +104,7 @@ def main() -> None:
     parser.add_argument("--num_images", type=int, default=300)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--fix", choices=sorted(_FIXES), default="gc")
+    parser.add_argument("--case", action="append", help="only this case (repeatable)")
     args = parser.parse_args()
     off, off_label, on_label = _FIXES[args.fix]
     modes = (off, "imgrec")
@@ -117,11 +130,15 @@ def main() -> None:
                 "2",
             ],
         }
+        if args.fix == "keras":  # worker processes that load Keras 2 with TFT, after start-up
+            cases["convert --workers 2"] = ["convert", *base, "--workers", "2"]
         if args.fix == "report":
             cases["preview"] = ["preview", verified, "--out", os.path.join(tmp, "r.html")]
         else:
             cases["verify"] = ["verify", verified]
         for case, case_args in cases.items():
+            if args.case and case not in args.case:
+                continue
 
             def run_one(mode: str, case_args=case_args) -> tuple[float, float]:
                 run_args = [*case_args]

@@ -117,12 +117,14 @@ def use_keras_2() -> None:
 
 
 def start_program() -> None:
-    """How a program of imgrec's starts, before anything imports TensorFlow: Keras 2 only (above),
-    and the start-up imports without the garbage collector until the command's work starts
-    (pipeline/core/startup.py). `run()` and the Flex Template's launcher call it."""
+    """How a program of imgrec's starts, before anything imports TensorFlow: Keras 2 only (above)
+    for TFT, TensorFlow's import without Keras, and the start-up imports without the garbage
+    collector until the command's work starts (pipeline/core/startup.py). `run()` and the Flex
+    Template's launcher call it."""
     from pipeline.core import startup
 
     use_keras_2()
+    startup.defer_keras()
     startup.begin()
 
 

@@ -8,10 +8,11 @@ measured in a worker process); the bundles then find them imported. The launcher
 plugin to DirectRunner runs with worker processes (`_configure_runner`).
 """
 
-from pipeline.core.startup import without_gc
+from pipeline.core.startup import defer_keras, without_gc
 
 __all__: list[str] = []
 
+defer_keras()  # TensorFlow's import without Keras, as in the `imgrec` program (startup.py)
 with without_gc():
     import tensorflow  # noqa: F401 - the stages' decoders, writers and TFT analyzers use it
 

@@ -391,17 +391,19 @@ def _info_without_times(folder: str) -> dict:
 FAST = "nothing changed: the pipeline did not run"
 
 
-@pytest.mark.e2e  # five default-option conversions, each the real command in a fresh process
+@pytest.mark.e2e  # five default-option conversions; the fast rerun is the real command
 def test_a_no_change_rerun_is_made_from_the_previous_version_without_beam(corpus, tmp_path):
     """Default options: the rerun imports neither Beam nor TensorFlow, hard-links every shard,
     carries the TFT export, and writes what a from-scratch conversion writes (the report
-    byte for byte but its "Written" time, dataset_info.json but its start and finish times)."""
+    byte for byte but its "Written" time, dataset_info.json but its start and finish times).
+    The no-change rerun runs in a fresh process, where "imports nothing heavy" can be seen; the
+    runs around it are the same entry point in this process (tests/runs.py)."""
     from pipeline.report import build_report
 
     src, summary = corpus
     root = str(tmp_path / "root")
     args = [*_input(src), "--output", root, "--versioned"]
-    first = _cli_default(*args)
+    first = _in_process_default(*args)
     assert FAST not in first.stdout
     v1 = os.path.join(root, versions.read_latest(root))
     assert os.path.exists(os.path.join(v1, rerun_record.RERUN_RECORD))
@@ -445,7 +447,7 @@ def test_a_no_change_rerun_is_made_from_the_previous_version_without_beam(corpus
     st = os.stat(victim)
     _rewrite_same_size(victim)
     os.utime(victim, ns=(st.st_atime_ns, st.st_mtime_ns))
-    third = _cli_default(*args)
+    third = _in_process_default(*args)
     assert FAST not in third.stdout and "1 changed" in third.stdout
     v3 = os.path.join(root, versions.read_latest(root))
     fresh3 = str(tmp_path / "fresh3")

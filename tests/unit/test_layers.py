@@ -199,6 +199,11 @@ _KERAS_PROBE = textwrap.dedent(
         import gc
         loaded = {m: m in sys.modules for m in ("tensorflow", "keras", "tf_keras")}
         loaded["env"] = os.environ.get("TF_USE_LEGACY_KERAS")
+        # Keras was left out of TensorFlow's import only: TFT's import and tf.keras load it.
+        import tensorflow_transform
+        loaded["tft_loads_keras_2"] = "tf_keras" in sys.modules and "keras" not in sys.modules
+        import tensorflow as tf
+        loaded["tf_keras_works"] = tf.keras.layers.Dense(2)(tf.ones([1, 3])).shape == (1, 2)
         # pipeline/core/startup.py: the collector is back on, the start-up imports frozen.
         loaded["gc"] = {"enabled": gc.isenabled(), "frozen": gc.get_freeze_count()}
         # The DirectRunner workers' start-up plugin, imported as a worker would (GC back on).
@@ -219,12 +224,13 @@ _KERAS_PROBE = textwrap.dedent(
 )
 
 
-def test_the_command_loads_tensorflow_with_keras_2_only_and_without_gc(tmp_path):
-    """`imgrec` asks TensorFlow for Keras 2 (TFT's) before TensorFlow is imported, so that
-    `import tensorflow` does not load Keras 3 as well (pipeline/cli.py, use_keras_2); its
-    start-up imports run without the garbage collector, which is back on, with those imports
-    frozen, once the command's work starts (pipeline/core/startup.py). The workers' start-up
-    plugin does the same."""
+def test_the_command_loads_tensorflow_without_keras_and_without_gc(tmp_path):
+    """`imgrec` asks TensorFlow for Keras 2 (TFT's) before TensorFlow is imported, so that no
+    later import loads Keras 3 as well (pipeline/cli.py, use_keras_2), and TensorFlow's own
+    import loads neither (startup.defer_keras), while TFT's import and `tf.keras` still load
+    Keras 2 afterwards; its start-up imports run without the garbage collector, which is back
+    on, with those imports frozen, once the command's work starts (pipeline/core/startup.py).
+    The workers' start-up plugin does the same."""
     env = {k: v for k, v in os.environ.items() if k != cli.KERAS_ENV}
     env.update(PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="2", IMGREC_LOG_DIR=str(tmp_path / "logs"))
     report = tmp_path / "modules.json"
@@ -236,7 +242,8 @@ def test_the_command_loads_tensorflow_with_keras_2_only_and_without_gc(tmp_path)
     loaded = json.loads(report.read_text())
     gc_state = loaded.pop("gc")
     assert loaded.pop("worker_start") == {"enabled": True, "frozen_more": True, "stages": True}
-    assert loaded == {"tensorflow": True, "keras": False, "tf_keras": True, "env": "1"}
+    assert loaded == {"tensorflow": True, "keras": False, "tf_keras": False, "env": "1",
+                      "tft_loads_keras_2": True, "tf_keras_works": True}  # fmt: skip
     # TensorFlow alone makes ~10^6 objects; a freeze before it was imported would hold few.
     assert gc_state["enabled"] and gc_state["frozen"] > 200_000, gc_state
 

@@ -54,3 +54,63 @@ def test_without_gc_is_begin_then_finish(collector):
     with startup.without_gc():
         assert not gc.isenabled()
     assert gc.isenabled()
+
+
+_DEFERRED = """
+import json, os, sys
+from pipeline.core import startup
+startup.defer_keras()
+startup.defer_keras()  # a second call installs nothing more
+finders = sum(isinstance(f, startup._DeferKeras) for f in sys.meta_path)
+{start}
+import tensorflow as tf
+out = {{"finders": finders, "with_tensorflow": sorted(
+    m for m in sys.modules if m.split(".")[0] in ("keras", "tf_keras"))}}
+# TensorFlow still put Keras 2's API folder on its path, and Keras loads when asked for.
+out["tf_path_has_keras"] = any("tf_keras" in str(p) for p in tf.__path__)
+import tf_keras
+out["tf_keras"] = tf_keras.layers.Dense(2)(tf.ones([1, 3])).shape == (1, 2)
+out["tf.keras"] = tf.keras.layers.Dense is tf_keras.layers.Dense
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.parametrize("start", ["", "import pipeline.worker_start"], ids=["program", "worker"])
+def test_tensorflow_loads_without_keras_and_keras_loads_later(start):
+    """startup.defer_keras: a fresh process's `import tensorflow` (the program's, or the worker
+    start-up plugin's) loads no Keras module; `import tf_keras` and `tf.keras` work afterwards.
+    Fails loudly if TensorFlow ever needs Keras at import (the import would raise)."""
+    import json
+    import subprocess
+    import sys
+
+    from tests.runs import ROOT, cli_env
+
+    proc = subprocess.run(
+        [sys.executable, "-c", _DEFERRED.format(start=start)],
+        capture_output=True, text=True, cwd=ROOT, timeout=300,
+        env=cli_env(TF_USE_LEGACY_KERAS="1"),
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    got = json.loads(proc.stdout.splitlines()[-1])
+    assert got == {"finders": 1, "with_tensorflow": [], "tf_path_has_keras": True,
+                   "tf_keras": True, "tf.keras": True}  # fmt: skip
+
+
+def test_the_finder_refuses_keras_only_while_tensorflow_initialises(monkeypatch):
+    """Outside TensorFlow's import (always so in this test process) it lets every name through;
+    inside it, only Keras's submodules are refused, never the packages TensorFlow looks up."""
+    import sys
+    import types
+
+    finder = startup._DeferKeras()
+    assert finder.find_spec("tf_keras.src.optimizers") is None  # TensorFlow is imported already
+    spec = types.SimpleNamespace(_initializing=True)
+    monkeypatch.setitem(sys.modules, "tensorflow", types.SimpleNamespace(__spec__=spec))
+    for name in ("tf_keras.src.optimizers", "keras.src.optimizers", "keras._tf_keras"):
+        with pytest.raises(ModuleNotFoundError, match="not loaded while TensorFlow starts"):
+            finder.find_spec(name)
+    for name in ("tf_keras", "keras", "tensorflow.python.keras", "kerasx.y"):
+        assert finder.find_spec(name) is None, name
+    spec._initializing = False
+    assert finder.find_spec("tf_keras.src.optimizers") is None
