@@ -6,6 +6,7 @@ for the default command and the cases it changes.
     PYTHONPATH=. .venv/bin/python bench/startup.py --fix keras3 --num_images 300 --repeats 7
     PYTHONPATH=. .venv/bin/python bench/startup.py --fix report --num_images 300 --repeats 7
     PYTHONPATH=. .venv/bin/python bench/startup.py --fix prism --num_images 300 --repeats 7
+    PYTHONPATH=. .venv/bin/python bench/startup.py --fix crops --num_images 300 --repeats 5
 
 `--fix` picks what the "off" runs leave out; the "imgrec" runs are as imgrec ships:
   - `keras3`: `pipeline.cli.use_keras_2` and `startup.defer_keras` made no-ops (in the workers
@@ -18,6 +19,8 @@ for the default command and the cases it changes.
     by a module that imports nothing, so the first bundle imports the stages as before;
   - `report`: the report's four plots drawn with matplotlib as before pipeline/report_charts.py
     (bench/_matplotlib_report.py; needs `pip install matplotlib`, no longer a dependency);
+  - `crops`: the report's eval crops decoded by `tf.map_fn` run eagerly, as before
+    `reader_decode.decode_batch_eagerly` (AutoGraph converts and runs each image's decode);
   - `prism`: Beam's own DirectRunner (`SwitchingDirectRunner`), which tries to download and run
     Prism first and falls back to the FnApiRunner when that fails (offline here, so it fails);
     imgrec runs the FnApiRunner directly (`pipeline.core.beam_compat.DirectRunner`).
@@ -28,7 +31,7 @@ The cases:
   - `convert --workers 2` (only with `--fix keras`): worker processes that analyse, so load
     Keras 2 with TFT after their start-up;
   - `verify` of the result: TensorFlow without TFT or the report (not with `--fix report`);
-  - `preview` of the result (only with `--fix report`): the report alone.
+  - `preview` of the result (only with `--fix report` or `--fix crops`): the report alone.
 The runs alternate, so the machine's load falls on both alike; medians of wall clock and of CPU
 (the child and its workers) are printed, then ratios. The conversions' shards are compared.
 """
@@ -68,6 +71,9 @@ elif mode == "gc_on":
 elif mode == "beam_direct":
     import pipeline.core.beam_compat
     pipeline.core.beam_compat.DirectRunner = lambda: None  # beam.Pipeline(runner=None): Beam's
+elif mode == "map_fn_crops":
+    import pipeline.reader
+    pipeline.reader._decode_batch_eagerly = pipeline.reader._decode_batch
 elif mode == "mpl_report":
     import bench._matplotlib_report
     bench._matplotlib_report.install()
@@ -82,6 +88,7 @@ _FIXES = {
     "gc": ("gc_on", "imports with GC", "imports without GC"),
     "report": ("mpl_report", "matplotlib plots", "SVG plots"),
     "prism": ("beam_direct", "Beam's DirectRunner", "imgrec's DirectRunner"),
+    "crops": ("map_fn_crops", "eager tf.map_fn crops", "one-by-one crops"),
 }
 
 
@@ -132,7 +139,7 @@ def main() -> None:
         }
         if args.fix == "keras":  # worker processes that load Keras 2 with TFT, after start-up
             cases["convert --workers 2"] = ["convert", *base, "--workers", "2"]
-        if args.fix == "report":
+        if args.fix in ("report", "crops"):
             cases["preview"] = ["preview", verified, "--out", os.path.join(tmp, "r.html")]
         else:
             cases["verify"] = ["verify", verified]

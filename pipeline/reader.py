@@ -18,10 +18,12 @@ import tensorflow as tf
 from pipeline.core import raw_pixels, schema, shard_cache
 from pipeline.reader_crops import DEFAULT_CROP_FRACTION as _DEFAULT_CROP_FRACTION
 from pipeline.reader_decode import decode_batch as _decode_batch
+from pipeline.reader_decode import decode_batch_eagerly as _decode_batch_eagerly
 from pipeline.reader_decode import decode_example as _decode_example
 from pipeline.reader_decode import postprocess_fn as _postprocess_fn
 from pipeline.reader_files import ShardFile, split_files, steps_per_epoch
 from pipeline.reader_files import load_split as _load_split
+from pipeline.reader_files import median_jpeg_min_side as _median_jpeg_min_side
 from pipeline.reader_files import resolve_version as _resolve_version
 from pipeline.reader_files import typical_min_side as _typical_min_side
 
@@ -306,11 +308,14 @@ def evaluation_images(
     records: Sequence[bytes], info: dict, image_size: tuple[int, int] = (224, 224)
 ) -> tf.Tensor:
     """What `make_dataset(..., training=False)` yields for these serialized Examples, decoded
-    eagerly in one batch without a tf.data pipeline (the report shows a few dozen: building and
-    tracing a pipeline for them measured ~2 s, the decode itself ~0.1 s).
+    eagerly one by one without a tf.data pipeline (the report shows a few dozen: building and
+    tracing a pipeline for them measured ~2 s; `reader_decode.decode_batch_eagerly`).
 
     JPEG DCT scaling follows the dataset's statistics as in `make_dataset`; without statistics
-    (--no_analyze), the median shorter side of these records decides.
+    (--no_analyze), the median shorter side of the JPEGs among these records decides, as the
+    JPEGs among a shard's first records do for `make_dataset` (raw-pixel records of --store
+    smart do not count: they counted here before, and the report's crops of the large JPEGs
+    of a smart dataset were then decoded at full scale where the reader scales them).
 
     Args:
         records: serialized tf.train.Examples of one dataset.
@@ -327,10 +332,8 @@ def evaluation_images(
     batch = tf.constant(list(records), tf.string)
     if height and width:
         min_side = int(min(height, width))
-    else:
-        sides = tf.io.parse_example(batch, schema.feature_spec(keys=(schema.HEIGHT, schema.WIDTH)))
-        shorter = tf.minimum(sides[schema.HEIGHT], sides[schema.WIDTH]).numpy()
-        min_side = int(sorted(shorter)[len(shorter) // 2]) if len(shorter) else 0
+    else:  # the reader's rule for a dataset without statistics, on these records
+        min_side = _median_jpeg_min_side(records)
     config = _Config(
         shards=(),
         num_examples=len(records),
@@ -349,7 +352,7 @@ def evaluation_images(
         postprocess=None,
         store=store_mode,
     )
-    images, _ = _decode_batch(config, batch)
+    images, _ = _decode_batch_eagerly(config, batch)
     return images
 
 

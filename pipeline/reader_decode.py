@@ -14,6 +14,7 @@ from pipeline.reader_crops import crop_window, decode_and_crop_scaled
 __all__ = [
     "DecodeSettings",
     "decode_batch",
+    "decode_batch_eagerly",
     "decode_example",
     "decode_image",
     "postprocess_fn",
@@ -37,12 +38,64 @@ class DecodeSettings(Protocol):
 _DECODE_PARALLEL_ITERATIONS = 4
 
 
-def decode_batch(config: DecodeSettings, records: tf.Tensor, seeds: tf.Tensor | None = None):
-    """A batch of records -> (images uint8 [B, H, W, 3], labels int64 [B][, {key: [B]}])."""
+def _parse_batch(config: DecodeSettings, records: tf.Tensor) -> dict:
     keys = (schema.ENCODED, schema.LABEL) + config.extra_features + _raw_keys(config)
     if not config.training:
         keys += (schema.HEIGHT, schema.WIDTH)
-    features = tf.io.parse_example(records, schema.feature_spec(keys=keys))
+    return tf.io.parse_example(records, schema.feature_spec(keys=keys))
+
+
+def _centre_windows(config: DecodeSettings, features: dict) -> tuple[tf.Tensor, tf.Tensor]:
+    """(windows int [B, 4] top/left/height/width, whether every one has the output's size).
+
+    The centre crops of the whole batch at once, from the sides the converter recorded (it
+    decoded them): saves a header parse and a dozen scalar ops per image. When every crop
+    already has the output's size (pixels stored at the size the crop needs, e.g. a 256 shorter
+    side cropped to 224), the resize is an identity and is skipped: same pixels either way (a
+    bilinear resize at scale 1 samples each pixel exactly; tested); one check per batch, not a
+    branch per image (a tf.cond per image around the resize measured ~25% fewer images/s on
+    crops that need it).
+    """
+    height, width = config.image_size
+    windows = tf.stack(
+        crop_window(config, features[schema.HEIGHT], features[schema.WIDTH], None), axis=1
+    )
+    exact = tf.reduce_all(
+        tf.logical_and(tf.equal(windows[:, 2], height), tf.equal(windows[:, 3], width))
+    )
+    return windows, exact
+
+
+def decode_batch_eagerly(config: DecodeSettings, records: tf.Tensor):
+    """`decode_batch` for evaluation (training=False), run eagerly one image at a time.
+
+    For a few dozen records outside any tf.data pipeline (the report's eval crops): eagerly,
+    tf.map_fn runs each image through AutoGraph's converted call and a Python while loop,
+    ~5x the CPU of calling `decode_image` per image (0.27 -> 0.05 s for the report's crops, in
+    process). Same ops per image, so the same pixels (tests/unit/test_report.py compares them
+    with make_dataset's).
+    """
+    if config.training:
+        raise ValueError("decode_batch_eagerly decodes for evaluation only (training=False)")
+    features = _parse_batch(config, records)
+    windows, exact = _centre_windows(config, features)
+    resize = config.dct_scaling or not bool(exact)
+    raw = _raw_elems(config, features)
+    images = [
+        decode_image(
+            config, encoded, None, window=tf.unstack(window), raw=tuple(r[i] for r in raw),
+            resize=resize,
+        )
+        for i, (encoded, window) in enumerate(zip(features[schema.ENCODED], windows, strict=True))
+    ]  # fmt: skip
+    height, width = config.image_size
+    stacked = tf.stack(images) if images else tf.zeros((0, height, width, 3), tf.uint8)
+    return _with_extras(config, stacked, features)
+
+
+def decode_batch(config: DecodeSettings, records: tf.Tensor, seeds: tf.Tensor | None = None):
+    """A batch of records -> (images uint8 [B, H, W, 3], labels int64 [B][, {key: [B]}])."""
+    features = _parse_batch(config, records)
     height, width = config.image_size
     # Raw records need their sides (and, mixed with encoded ones, their format) per image.
     raw = _raw_elems(config, features)
@@ -52,11 +105,7 @@ def decode_batch(config: DecodeSettings, records: tf.Tensor, seeds: tf.Tensor | 
         def one(e):
             return decode_image(config, e[0], e[1], raw=e[2:])
     else:
-        # The centre crops of the whole batch at once, from the sides the converter recorded
-        # (it decoded them): saves a header parse and a dozen scalar ops per image.
-        windows = tf.stack(
-            crop_window(config, features[schema.HEIGHT], features[schema.WIDTH], None), axis=1
-        )
+        windows, exact = _centre_windows(config, features)
         elems = (features[schema.ENCODED], windows) + raw
 
         def one(e):
@@ -75,14 +124,6 @@ def decode_batch(config: DecodeSettings, records: tf.Tensor, seeds: tf.Tensor | 
     if config.training or config.dct_scaling:
         images = run(one)
     else:
-        # When every centre crop of the batch already has the output's size (pixels stored at
-        # the size the crop needs, e.g. a 256 shorter side cropped to 224), the resize is an
-        # identity: skip it. Same pixels either way (a bilinear resize at scale 1 samples each
-        # pixel exactly; tested); one check per batch, not a branch per image (a tf.cond per
-        # image around the resize measured ~25% fewer images/s on crops that need it).
-        exact = tf.reduce_all(
-            tf.logical_and(tf.equal(windows[:, 2], height), tf.equal(windows[:, 3], width))
-        )
 
         def one_exact(e):
             return decode_image(

@@ -193,17 +193,30 @@ def typical_min_side(
 def _sampled_min_side(shard: ShardFile) -> int:
     """Median shorter side of the JPEGs among the first records of `shard` (0 if none)."""
     records = tf.data.TFRecordDataset(shard.path, compression_type=shard.compression)
-    spec = schema.feature_spec(keys=(schema.ENCODED, schema.FORMAT))
-    sides = []
+    sides: list[int] = []
     try:
-        for record in records.take(_SIZE_SAMPLE_RECORDS):
-            features = tf.io.parse_single_example(record, spec)
-            encoded = features[schema.ENCODED]
-            if features[schema.FORMAT] != schema.RAW_FORMAT and bool(tf.io.is_jpeg(encoded)):
-                height, width, _ = tf.io.extract_jpeg_shape(encoded).numpy()
-                sides.append(min(height, width))
+        _jpeg_min_sides(records.take(_SIZE_SAMPLE_RECORDS), sides)
     except tf.errors.OpError as e:
         # The pipeline reads the shard again and fails there with the shard's name; here we
         # only lose the size hint, so decode at full scale.
         _log.warning("could not sample image sizes from %s (%s)", shard.path, e.message)
     return int(sorted(sides)[len(sides) // 2]) if sides else 0
+
+
+def median_jpeg_min_side(records) -> int:
+    """Median shorter side of the JPEGs among serialized `records` (raw-pixel records and other
+    formats do not count, as in the reader's own sample); 0 if there are none."""
+    sides: list[int] = []
+    _jpeg_min_sides(records, sides)
+    return int(sorted(sides)[len(sides) // 2]) if sides else 0
+
+
+def _jpeg_min_sides(records, sides: list[int]) -> None:
+    """Append the shorter side of each JPEG among `records` (serialized Examples) to `sides`."""
+    spec = schema.feature_spec(keys=(schema.ENCODED, schema.FORMAT))
+    for record in records:
+        features = tf.io.parse_single_example(record, spec)
+        encoded = features[schema.ENCODED]
+        if features[schema.FORMAT] != schema.RAW_FORMAT and bool(tf.io.is_jpeg(encoded)):
+            height, width, _ = tf.io.extract_jpeg_shape(encoded).numpy()
+            sides.append(min(height, width))

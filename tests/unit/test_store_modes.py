@@ -347,3 +347,30 @@ def test_mirrored_strategy_on_raw_shards_sees_every_example_once(pixels):
     assert len(seen) == len(set(seen)) == n - n % 4
     assert set(seen) <= set(train_names)
     assert result["True"]["shapes"] == [[2, 48, 48, 3]]
+
+
+@pytest.mark.parametrize("store", ["pixels", "encoded", "smart"])
+@pytest.mark.parametrize("size", [OUT_SIZE, (64, 40)], ids=["square", "tall"])
+def test_eager_evaluation_images_equal_the_readers_evaluation_output(store, size, request):
+    """reader.evaluation_images (the report's eager, one-by-one decode) yields the pixels
+    make_dataset(training=False) does, for raw, encoded and mixed shards and either resize
+    branch (crops with and without the output's size)."""
+    data = request.getfixturevalue(store)
+    out = data[1] if store == "smart" else data
+    with open(os.path.join(out, schema.DATASET_INFO)) as f:
+        info = json.load(f)
+    split = "train"
+    want, got = {}, {}
+    ds = reader.make_dataset(out, split, 8, image_size=size, extra_features=[schema.FILENAME])
+    for images, _, extras in ds:
+        for image, name in zip(images.numpy(), extras[schema.FILENAME].numpy(), strict=True):
+            want[name.decode()] = image
+    recs = [bytes(r.numpy()) for s in info["splits"][split]["shards"]
+            for r in tf.data.TFRecordDataset(os.path.join(out, s["file"]))]  # fmt: skip
+    images = reader.evaluation_images(recs, info, size).numpy()
+    for record, image in zip(recs, images, strict=True):
+        name = tf.train.Example.FromString(record).features.feature[schema.FILENAME]
+        got[name.bytes_list.value[0].decode()] = image
+    assert sorted(got) == sorted(want) and len(got) > 0
+    for name, image in want.items():
+        assert np.array_equal(got[name], image), name
