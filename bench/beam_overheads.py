@@ -6,8 +6,9 @@ overheads against imgrec's memoized ones (pipeline/core/beam_compat, on by defau
 Each run is `python -m pipeline convert --input DIR/*/*.jpg --output OUT` with default options
 (analysis and report on; a corpus this size runs in the launcher's process). The "Beam's own"
 runs first turn off what beam_compat adds over Beam's per-call work: DoFn state specs, option
-views and function signatures recomputed on every call (`memoize_dofn_specs`,
-`memoize_option_views`, `memoize_function_arguments` made no-ops). The runs alternate, so the
+views and function signatures recomputed on every call, every module's globals listed again
+for each cached value's weight (`memoize_dofn_specs`, `memoize_option_views`,
+`memoize_function_arguments`, `weigh_cached_state_once_per_module_set` made no-ops). The runs alternate, so the
 machine's load falls on both alike; medians are printed, then the ratio.
 """
 
@@ -25,7 +26,10 @@ sys.path.insert(0, REPO)
 from bench._common import alternate, cli_with_compat_off, timed_run  # noqa: E402
 
 _RUN = cli_with_compat_off(
-    "memoize_dofn_specs", "memoize_option_views", "memoize_function_arguments"
+    "memoize_dofn_specs",
+    "memoize_option_views",
+    "memoize_function_arguments",
+    "weigh_cached_state_once_per_module_set",
 )
 
 

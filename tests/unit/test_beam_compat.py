@@ -307,3 +307,39 @@ def test_loopback_is_kept_off_grpc_proxies(environ, expected):
     beam_compat.keep_loopback_off_proxies(env)
     assert env.get("no_grpc_proxy") == expected
     assert env.get("no_proxy") == environ.get("no_proxy")
+
+
+def test_cached_state_weights_are_beams_and_follow_newly_imported_modules(tmp_path, monkeypatch):
+    """weigh_cached_state_once_per_module_set: the same weights as Beam's objsize call, module
+    globals still left out, also those of a module imported after the ids were kept."""
+    import sys
+
+    import numpy as np
+    from apache_beam.runners.worker import statecache
+
+    beam_compat.weigh_cached_state_once_per_module_set()
+    ours = statecache.get_deep_size
+    assert getattr(ours, "_imgrec_memoized", False)
+    beams = ours.__wrapped__
+    values = [
+        {"a": [1, 2, 3], "b": "x" * 1000},
+        np.zeros((64, 64, 3), np.uint8),
+        [("key", b"v" * 100)] * 10,
+        {"globals": vars(np)},  # a module's globals: left out by both
+        None,
+    ]
+    for value in values:
+        assert ours(value) == beams(value), repr(value)[:80]
+    assert ours({"globals": vars(np)}) < 1000  # numpy's namespace is not counted
+    # A module imported after the kept ids: its globals are left out too.
+    (tmp_path / "imgrec_fresh_module.py").write_text("BIG = list(range(100000))\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import imgrec_fresh_module
+
+    try:
+        value = {"globals": vars(imgrec_fresh_module)}
+        assert ours(value) == beams(value) < 1000
+    finally:
+        sys.modules.pop("imgrec_fresh_module", None)
+    beam_compat.weigh_cached_state_once_per_module_set()  # idempotent
+    assert statecache.get_deep_size is ours
