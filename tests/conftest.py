@@ -52,10 +52,13 @@ def pytest_configure(config):
 
 
 # The files that take longest in a whole run (wall seconds on 2 cores, 3 xdist workers,
-# 2026-12-01: 116, 96, 78, 76, 58, 49), run first. run_tests.sh turns off xdist's own order (most
-# tests per file first, which sent these last, so the run ended with one long file on one worker
-# while the others sat idle); the other files follow in xdist's order. Each file stays on one
-# worker (--dist loadfile), so order is all a file list can change.
+# 2026-12-01: 116, 96, 78, 76, 58, 49), run first, then the longest of the fast tier
+# (`-m "not e2e"`, 2026-12-02: test_convert 36, test_storage 33, test_reader_s3 27 and test_fuzz
+# 22, time-boxed; test_fuzz ran last and alone, 18 s after the other workers had finished).
+# run_tests.sh turns off xdist's own order (most tests per file first, which sent these last, so
+# the run ended with one long file on one worker while the others sat idle); the other files
+# follow in xdist's order. Each file stays on one worker (--dist loadfile), so order is all a
+# file list can change.
 _SLOWEST_FIRST = (
     "e2e/test_cloud.py",
     "unit/test_incremental.py",
@@ -63,6 +66,10 @@ _SLOWEST_FIRST = (
     "e2e/test_quiet_progress.py",
     "unit/test_resume.py",
     "e2e/test_cloud_analyze.py",
+    "unit/test_convert.py",
+    "unit/test_storage.py",
+    "unit/test_fuzz.py",
+    "unit/test_reader_s3.py",
 )
 
 
