@@ -37,9 +37,13 @@ def test_finish_without_begin_leaves_a_callers_collector_as_it_is(collector):
     startup.finish()
     assert not gc.isenabled()
     gc.enable()
+    made = [[i] for i in range(1000)]  # tracked objects a freeze here would take in
     frozen = gc.get_freeze_count()
     startup.finish()
-    assert gc.isenabled() and gc.get_freeze_count() == frozen
+    # No freeze: the count did not grow. (It can shrink: a frozen object that another thread of
+    # this test process frees, e.g. an earlier test's Beam or TensorFlow thread, leaves the
+    # permanent generation; seen once in a fast-tier run, 46 fewer.)
+    assert gc.isenabled() and gc.get_freeze_count() <= frozen, len(made)
 
 
 def test_begin_with_the_collector_already_off_does_not_turn_it_on_later(collector):
