@@ -224,6 +224,7 @@ _KERAS_PROBE = textwrap.dedent(
 )
 
 
+@pytest.mark.e2e  # the real command line in a fresh process (its start-up is under test)
 def test_the_command_loads_tensorflow_without_keras_and_without_gc(tmp_path):
     """`imgrec` asks TensorFlow for Keras 2 (TFT's) before TensorFlow is imported, so that no
     later import loads Keras 3 as well (pipeline/cli.py, use_keras_2), and TensorFlow's own

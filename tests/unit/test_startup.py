@@ -79,6 +79,7 @@ print(json.dumps(out))
 """
 
 
+@pytest.mark.e2e  # a fresh TensorFlow process (the import under test can happen only once)
 @pytest.mark.parametrize("start", ["", "import pipeline.worker_start"], ids=["program", "worker"])
 def test_tensorflow_loads_without_keras_and_keras_loads_later(start):
     """startup.defer_keras: a fresh process's `import tensorflow` (the program's, or the worker
