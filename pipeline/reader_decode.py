@@ -45,25 +45,27 @@ def _parse_batch(config: DecodeSettings, records: tf.Tensor) -> dict:
     return tf.io.parse_example(records, schema.feature_spec(keys=keys))
 
 
-def _centre_windows(config: DecodeSettings, features: dict) -> tuple[tf.Tensor, tf.Tensor]:
-    """(windows int [B, 4] top/left/height/width, whether every one has the output's size).
-
-    The centre crops of the whole batch at once, from the sides the converter recorded (it
-    decoded them): saves a header parse and a dozen scalar ops per image. When every crop
-    already has the output's size (pixels stored at the size the crop needs, e.g. a 256 shorter
-    side cropped to 224), the resize is an identity and is skipped: same pixels either way (a
-    bilinear resize at scale 1 samples each pixel exactly; tested); one check per batch, not a
-    branch per image (a tf.cond per image around the resize measured ~25% fewer images/s on
-    crops that need it).
-    """
-    height, width = config.image_size
-    windows = tf.stack(
+def _centre_windows(config: DecodeSettings, features: dict) -> tf.Tensor:
+    """Windows int [B, 4] (top, left, height, width): the centre crops of the whole batch at once,
+    from the sides the converter recorded (it decoded them): saves a header parse and a dozen
+    scalar ops per image."""
+    return tf.stack(
         crop_window(config, features[schema.HEIGHT], features[schema.WIDTH], None), axis=1
     )
-    exact = tf.reduce_all(
+
+
+def _all_exact(config: DecodeSettings, windows: tf.Tensor) -> tf.Tensor:
+    """Whether every window already has the output's size.
+
+    Then the resize is an identity and is skipped (pixels stored at the size the crop needs,
+    e.g. a 256 shorter side cropped to 224): same pixels either way (a bilinear resize at scale
+    1 samples each pixel exactly; tested); one check per batch, not a branch per image (a
+    tf.cond per image around the resize measured ~25% fewer images/s on crops that need it).
+    """
+    height, width = config.image_size
+    return tf.reduce_all(
         tf.logical_and(tf.equal(windows[:, 2], height), tf.equal(windows[:, 3], width))
     )
-    return windows, exact
 
 
 def decode_batch_eagerly(config: DecodeSettings, records: tf.Tensor):
@@ -78,8 +80,8 @@ def decode_batch_eagerly(config: DecodeSettings, records: tf.Tensor):
     if config.training:
         raise ValueError("decode_batch_eagerly decodes for evaluation only (training=False)")
     features = _parse_batch(config, records)
-    windows, exact = _centre_windows(config, features)
-    resize = config.dct_scaling or not bool(exact)
+    windows = _centre_windows(config, features)
+    resize = config.dct_scaling or not bool(_all_exact(config, windows))
     raw = _raw_elems(config, features)
     images = [
         decode_image(
@@ -105,7 +107,7 @@ def decode_batch(config: DecodeSettings, records: tf.Tensor, seeds: tf.Tensor | 
         def one(e):
             return decode_image(config, e[0], e[1], raw=e[2:])
     else:
-        windows, exact = _centre_windows(config, features)
+        windows = _centre_windows(config, features)
         elems = (features[schema.ENCODED], windows) + raw
 
         def one(e):
@@ -130,7 +132,7 @@ def decode_batch(config: DecodeSettings, records: tf.Tensor, seeds: tf.Tensor | 
                 config, e[0], None, window=tf.unstack(e[1]), raw=e[2:], resize=False
             )
 
-        images = tf.cond(exact, lambda: run(one_exact), lambda: run(one))
+        images = tf.cond(_all_exact(config, windows), lambda: run(one_exact), lambda: run(one))
     return _with_extras(config, images, features)
 
 

@@ -195,28 +195,31 @@ def _sampled_min_side(shard: ShardFile) -> int:
     records = tf.data.TFRecordDataset(shard.path, compression_type=shard.compression)
     sides: list[int] = []
     try:
-        _jpeg_min_sides(records.take(_SIZE_SAMPLE_RECORDS), sides)
+        for side in _jpeg_min_sides(records.take(_SIZE_SAMPLE_RECORDS)):
+            sides.append(side)
     except tf.errors.OpError as e:
         # The pipeline reads the shard again and fails there with the shard's name; here we
-        # only lose the size hint, so decode at full scale.
+        # only lose the size hint, so decode at full scale (from the sides read before it).
         _log.warning("could not sample image sizes from %s (%s)", shard.path, e.message)
-    return int(sorted(sides)[len(sides) // 2]) if sides else 0
+    return _median(sides)
 
 
 def median_jpeg_min_side(records) -> int:
     """Median shorter side of the JPEGs among serialized `records` (raw-pixel records and other
     formats do not count, as in the reader's own sample); 0 if there are none."""
-    sides: list[int] = []
-    _jpeg_min_sides(records, sides)
+    return _median(list(_jpeg_min_sides(records)))
+
+
+def _median(sides: list[int]) -> int:
     return int(sorted(sides)[len(sides) // 2]) if sides else 0
 
 
-def _jpeg_min_sides(records, sides: list[int]) -> None:
-    """Append the shorter side of each JPEG among `records` (serialized Examples) to `sides`."""
+def _jpeg_min_sides(records):
+    """The shorter side of each JPEG among `records` (serialized Examples), as they are read."""
     spec = schema.feature_spec(keys=(schema.ENCODED, schema.FORMAT))
     for record in records:
         features = tf.io.parse_single_example(record, spec)
         encoded = features[schema.ENCODED]
         if features[schema.FORMAT] != schema.RAW_FORMAT and bool(tf.io.is_jpeg(encoded)):
             height, width, _ = tf.io.extract_jpeg_shape(encoded).numpy()
-            sides.append(min(height, width))
+            yield min(height, width)

@@ -333,7 +333,7 @@ def weigh_cached_state_once_per_module_set() -> None:
     import sys
 
     from apache_beam.runners.worker import statecache
-    from objsize.traverse import ObjSizeSettings, TraversalContext
+    from objsize.traverse import ObjSizeSettings, TraversalContext, _iter_modules_globals
 
     if _wrapped(statecache, "get_deep_size"):
         return
@@ -349,13 +349,10 @@ def weigh_cached_state_once_per_module_set() -> None:
     def module_globals_ids() -> frozenset:
         with lock:
             if kept["modules"] != len(sys.modules):
-                ids = set()
-                for module in list(sys.modules.values()):
-                    try:
-                        ids.add(id(vars(module)))
-                    except TypeError:
-                        pass
-                kept["modules"], kept["ids"] = len(sys.modules), frozenset(ids)
+                # objsize's own list of what it leaves out (the globals of every loaded module)
+                modules = len(sys.modules)
+                kept["ids"] = frozenset(map(id, _iter_modules_globals()))
+                kept["modules"] = modules
             return kept["ids"]
 
     def get_deep_size(*objs) -> int:

@@ -69,7 +69,7 @@ class without_gc:  # noqa: N801 - used as a context manager, like contextlib's l
 # (tensorflow_transform/keras_lib.py), after TensorFlow, for the runs that analyse. So imgrec's own
 # processes refuse that one import: `import tensorflow` takes 2.9-3.0 s of CPU instead of
 # 3.9-4.1 s (three fresh processes each, alternating). Measured whole commands:
-# `bench/startup.py --fix keras_eager` (docs/benchmarks.md).
+# `bench/startup.py --fix keras` (docs/benchmarks.md).
 _KERAS_PREFIXES = ("keras.", "tf_keras.")
 
 
