@@ -51,10 +51,12 @@ def records(data_dir: str) -> dict[str, dict]:
     return out
 
 
-def eval_images(data_dir: str, split: str, **kwargs) -> dict[str, np.ndarray]:
+def eval_images(
+    data_dir: str, split: str, image_size: tuple[int, int] = OUT_SIZE, **kwargs
+) -> dict[str, np.ndarray]:
     """The reader's evaluation output, keyed by source path."""
     ds = reader.make_dataset(
-        data_dir, split, 8, image_size=OUT_SIZE, extra_features=[schema.FILENAME], **kwargs
+        data_dir, split, 8, image_size=image_size, extra_features=[schema.FILENAME], **kwargs
     )
     out = {}
     for images, _, extras in ds:
@@ -353,18 +355,14 @@ def test_mirrored_strategy_on_raw_shards_sees_every_example_once(pixels):
 @pytest.mark.parametrize("size", [OUT_SIZE, (64, 40)], ids=["square", "tall"])
 def test_eager_evaluation_images_equal_the_readers_evaluation_output(store, size, request):
     """reader.evaluation_images (the report's eager, one-by-one decode) yields the pixels
-    make_dataset(training=False) does, for raw, encoded and mixed shards and either resize
-    branch (crops with and without the output's size)."""
+    make_dataset(training=False) does, for raw, encoded and mixed (DCT-scaled) shards, square and
+    tall outputs (crops that need a resize; the exact-size branch is the test below)."""
     data = request.getfixturevalue(store)
     out = data[1] if store == "smart" else data
     with open(os.path.join(out, schema.DATASET_INFO)) as f:
         info = json.load(f)
     split = "train"
-    want, got = {}, {}
-    ds = reader.make_dataset(out, split, 8, image_size=size, extra_features=[schema.FILENAME])
-    for images, _, extras in ds:
-        for image, name in zip(images.numpy(), extras[schema.FILENAME].numpy(), strict=True):
-            want[name.decode()] = image
+    want, got = eval_images(out, split, size), {}
     recs = [bytes(r.numpy()) for s in info["splits"][split]["shards"]
             for r in tf.data.TFRecordDataset(os.path.join(out, s["file"]))]  # fmt: skip
     images = reader.evaluation_images(recs, info, size).numpy()
@@ -374,3 +372,38 @@ def test_eager_evaluation_images_equal_the_readers_evaluation_output(store, size
     assert sorted(got) == sorted(want) and len(got) > 0
     for name, image in want.items():
         assert np.array_equal(got[name], image), name
+
+
+@pytest.mark.parametrize("store", ["pixels", "encoded"])
+def test_eager_evaluation_images_skip_the_resize_of_an_exact_crop_with_the_same_pixels(
+    store, request, monkeypatch
+):
+    """The eager decode's other branch: a record whose centre crop already has the output's
+    size is decoded without a resize, and still equals make_dataset's output for it."""
+    out = request.getfixturevalue(store)
+    with open(os.path.join(out, schema.DATASET_INFO)) as f:
+        info = json.load(f)
+    recs = {name: ex for name, ex in records(out).items() if ex["shard"].startswith("train/")}
+    # The largest shorter side: no DCT scaling for either reader (it needs 2x the output).
+    name = max(recs, key=lambda n: min(recs[n][schema.HEIGHT], recs[n][schema.WIDTH]))
+    ex = recs[name]
+    side = round(
+        min(int(ex[schema.HEIGHT]), int(ex[schema.WIDTH])) * reader_crops.DEFAULT_CROP_FRACTION
+    )
+    shard = os.path.join(out, ex["shard"])
+    compression = "GZIP" if shard.endswith(".gz") else ""
+    (record,) = [bytes(r.numpy()) for r in tf.data.TFRecordDataset(shard, compression)
+                 if tf.train.Example.FromString(r.numpy()).features.feature[
+                     schema.FILENAME].bytes_list.value[0].decode() == name]  # fmt: skip
+    resizes = []
+    decode = reader_decode.decode_image
+
+    def spy(*args, **kwargs):
+        resizes.append(kwargs.get("resize", True))
+        return decode(*args, **kwargs)
+
+    monkeypatch.setattr(reader_decode, "decode_image", spy)
+    got = reader.evaluation_images([record], info, (side, side)).numpy()[0]
+    monkeypatch.undo()
+    assert resizes == [False]
+    assert np.array_equal(got, eval_images(out, "train", (side, side))[name])
