@@ -15,7 +15,7 @@ any image (only the options, a manifest and the preflight's listing come before)
 
 Only processes imgrec owns do this: the `imgrec` program (`pipeline.cli.run`, until the command's
 work starts), the DirectRunner worker processes it starts (`pipeline.worker_start`, a Beam
-plugin), Dask workers started with `--preload pipeline.worker_start` (run_dask.sh) and the Flex
+plugin), Dask workers started with `--preload pipeline.dask_preload` (run_dask.sh) and the Flex
 Template's launcher (templates/flex/main.py). A library caller (`pipeline.cli.main`, the reader
 in a training job) keeps its own collector settings, and its TensorFlow loads Keras as usual.
 """

@@ -25,9 +25,12 @@ from tests.servers import free_port
 
 ROOT = str(ROOT_PATH)
 DASK = os.path.join(os.path.dirname(sys.executable), "dask")
-# As run_dask.sh starts its workers: one thread each, TensorFlow and the stages imported at
-# start-up (pipeline/worker_start.py).
-WORKER_ARGS = ("--nthreads", "1", "--no-dashboard", "--preload", "pipeline.worker_start")
+# As run_dask.sh starts its scheduler and workers: one thread each, TensorFlow and the stages
+# imported at start-up in the worker processes and the scheduler, not in the nannies
+# (pipeline/dask_preload.py).
+PRELOAD = ("--preload", "pipeline.dask_preload")
+WORKER_ARGS = ("--nthreads", "1", "--no-dashboard", *PRELOAD)
+SCHEDULER_ARGS = ("--no-dashboard", *PRELOAD)
 # The demo corpus has 3 broken files of 45 (6.7%): above the default 5% limit.
 COMMON = ("--max_bad_fraction", "0.2", "--target_shard_mb", "0.05")
 COMMON += ("--splits", "train=0.7,validation=0.3")
@@ -56,7 +59,7 @@ class Cluster:
         self.workers: list[subprocess.Popen] = []
         self.scheduler = self._spawn(
             "scheduler",
-            [DASK, "scheduler", "--host", "127.0.0.1", "--port", str(self.port), "--no-dashboard"],
+            [DASK, "scheduler", "--host", "127.0.0.1", "--port", str(self.port), *SCHEDULER_ARGS],
         )
 
     def _spawn(self, name: str, cmd: list[str], env: dict | None = None) -> subprocess.Popen:
@@ -207,10 +210,33 @@ def test_dask_output_matches_direct_runner_with_analysis(corpus, direct, shared_
     info = json.load(open(os.path.join(out, schema.DATASET_INFO)))
     assert info["provenance"]["runner"] == "pipeline.dask_runner.DaskRunner"
     assert info["num_listed"] == info["num_written"] + info["num_rejected"] + info["num_duplicates"]
-    # Each worker imported the start-up module (Dask names every preload it imports).
+    # Each worker ran the start-up preload (Dask names every preload it runs).
     for n in (0, 1):
         log = open(os.path.join(c.tmp, f"worker{n}.log"), errors="replace").read()
-        assert "Import preload module: pipeline.worker_start" in log, log[-3000:]
+        assert "Run preload setup: pipeline.dask_preload" in log, log[-3000:]
+
+
+def test_the_preload_loads_tensorflow_in_the_workers_and_scheduler_not_the_nannies(
+    shared_cluster,
+):
+    """`dask worker` imports a --preload module in its nanny too (to check its arguments):
+    pipeline.dask_preload's import loads nothing, its dask_setup loads the stages."""
+    from distributed import Client
+
+    def loaded(**_):
+        return {m: m in sys.modules for m in ("tensorflow", "pipeline.worker_start")}
+
+    with Client(shared_cluster.address, timeout=60) as client:
+        assert set(map(str, client.run(loaded).values())) == {
+            str({"tensorflow": True, "pipeline.worker_start": True})
+        }
+        assert client.run_on_scheduler(loaded) == {
+            "tensorflow": True,
+            "pipeline.worker_start": True,
+        }
+    for nanny in shared_cluster.alive():  # the processes `dask worker` started as
+        with open(f"/proc/{nanny.pid}/maps") as f:
+            assert "libtensorflow" not in f.read(), nanny.args
 
 
 def test_short_runner_name_without_analysis(corpus, shared_cluster, tmp_path):
