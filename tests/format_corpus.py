@@ -197,12 +197,13 @@ def tf_decodable_paths(paths: list[str]) -> set[str]:
     "free(): invalid next size" a few files later), so they must not run in the test process.
     One child process (_CHILD) decodes them in forks of itself."""
     import subprocess
-    import sys
+
+    from tests.runs import tf_script
 
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env = dict(os.environ, PYTHONPATH=root, TF_CPP_MIN_LOG_LEVEL="3")
     proc = subprocess.run(
-        [sys.executable, "-c", _CHILD],
+        tf_script(_CHILD),
         input="\n".join(paths),
         capture_output=True,
         text=True,

@@ -17,11 +17,26 @@ import subprocess
 import sys
 from pathlib import Path
 
-__all__ = ["ROOT", "cli", "cli_env", "in_process", "ok", "read_records"]
+__all__ = ["ROOT", "TF_PRELUDE", "cli", "cli_env", "in_process", "ok", "read_records", "tf_script"]
 
 ROOT = Path(__file__).resolve().parent.parent
 # A conversion of a test corpus takes seconds; this only stops a hung run.
 RUN_TIMEOUT_S = 600
+
+
+# A fresh interpreter's `import tensorflow` with CPython's cyclic collector on spends about half
+# its CPU in full collections over TensorFlow's objects (4.2 -> 2.1 s user here, three runs each;
+# a MirroredStrategy script with Keras 4.4-5.6 -> 2.3-3.3 s). The `imgrec` program and its
+# workers import with the collector off (pipeline/core/startup.py). Scripts that use TensorFlow
+# as a training job or a user does (the reader, TF's own filesystems, TF's decoders) start with
+# this prelude; what they test comes after it. Scripts that check what an import loads, or the
+# collector itself (test_startup, test_layers), do not use it.
+TF_PRELUDE = "import gc\ngc.disable()\nimport tensorflow\ngc.freeze()\ngc.enable()\n"
+
+
+def tf_script(script: str, *args: str) -> list[str]:
+    """The command line that runs `script` (`python -c`, with `args`) after TF_PRELUDE."""
+    return [sys.executable, "-c", TF_PRELUDE + script, *args]
 
 
 def cli_env(**extra: str) -> dict[str, str]:

@@ -24,7 +24,7 @@ import pytest
 
 from pipeline.core import schema
 from pipeline.demo import build_corpus
-from tests.runs import ROOT, in_process
+from tests.runs import ROOT, in_process, tf_script
 
 # Small images and a tiny shard target: several shards per split from a 2-core-friendly corpus.
 CONVERT_ARGS = [
@@ -248,7 +248,7 @@ def test_reader_reads_the_dataset_from_gcs_with_tensorflows_filesystem(
     # request stuck before any byte, as when the proxy stops accepting (its accept loop returned
     # on an accept() error; it now keeps serving, as Relay does). Should it recur, the child
     # dumps its stacks at 150 s and the message gives the relay's and the proxy's state.
-    proc = subprocess.run([sys.executable, "-c", _READ_ALL, data_dir], cwd=ROOT, env=env,
+    proc = subprocess.run(tf_script(_READ_ALL, data_dir), cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=200)  # fmt: skip
     relay = gcs.relay
     state = f"relay up={relay._listener is not None} accepted={relay.accepted}; "  # noqa: SLF001

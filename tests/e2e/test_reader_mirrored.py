@@ -20,7 +20,7 @@ import pytest
 from pipeline import reader
 from pipeline.core import schema
 from pipeline.demo import build_corpus
-from tests.runs import ROOT, cli_env, in_process, read_records
+from tests.runs import ROOT, cli_env, in_process, read_records, tf_script
 
 GLOBAL_BATCH = 4  # 2 per replica
 IMAGE_SIZE = (32, 32)
@@ -89,7 +89,7 @@ def mirrored(converted, tmp_path_factory) -> tuple[dict, np.ndarray]:
     out, _ = converted
     npz = str(tmp_path_factory.mktemp("mirrored_result") / "images.npz")
     proc = subprocess.run(
-        [sys.executable, "-c", _SCRIPT, out, str(GLOBAL_BATCH), str(IMAGE_SIZE[0]), npz],
+        tf_script(_SCRIPT, out, str(GLOBAL_BATCH), str(IMAGE_SIZE[0]), npz),
         capture_output=True, text=True, cwd=ROOT, timeout=300,
         env=cli_env(CUDA_VISIBLE_DEVICES=""),
     )  # fmt: skip

@@ -15,6 +15,7 @@ from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import BeamAssertException, assert_that, equal_to
 
 from tests.runs import ROOT as ROOT_PATH
+from tests.runs import tf_script
 from transforms import analyze
 from transforms.analyze import AnalyzeDataset
 
@@ -261,7 +262,7 @@ def test_export_loads_in_fresh_process_and_normalises_the_split(analyzed, tmp_pa
     np.savez(images_npz, *sampled)
     env = dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="2")
     proc = subprocess.run(
-        [sys.executable, "-c", _FRESH_PROCESS_CHECK, out, images_npz, str(tmp_path / "serving")],
+        tf_script(_FRESH_PROCESS_CHECK, out, images_npz, str(tmp_path / "serving")),
         cwd=ROOT,
         env=env,
         capture_output=True,

@@ -16,7 +16,7 @@ import pytest
 
 from pipeline.core import schema
 from pipeline.demo import build_corpus
-from tests.runs import cli_env, read_records
+from tests.runs import cli_env, read_records, tf_script
 from tests.runs import in_process as run_cli
 
 
@@ -461,7 +461,7 @@ def test_analysis_adds_statistics_and_leaves_shards_unchanged(converted, corpus,
         "print(' '.join(f'{v:.4f}' for v in [*x.mean(0), *x.std(0)]))\n"
     )
     proc = subprocess.run(
-        [sys.executable, "-c", script, out],
+        tf_script(script, out),
         capture_output=True,
         text=True,
         env=cli_env(),

@@ -18,6 +18,7 @@ from PIL import Image
 from pipeline import reader, reader_crops, reader_decode
 from pipeline.core import schema
 from tests.runs import ROOT as ROOT_PATH
+from tests.runs import tf_script
 
 LABELS = ["astronaut", "cat", "coffee"]
 IMAGE_SIZE = (24, 32)
@@ -430,7 +431,7 @@ def mirrored(data_dir) -> dict:
     """Run the MirroredStrategy scenario with two logical CPUs in a fresh process."""
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="0", PYTHONPATH=REPO, CUDA_VISIBLE_DEVICES="")
     proc = subprocess.run(
-        [sys.executable, "-c", _MIRRORED_SCRIPT, data_dir],
+        tf_script(_MIRRORED_SCRIPT, data_dir),
         check=False,
         capture_output=True,
         text=True,

@@ -26,6 +26,7 @@ import tensorflow as tf
 from pipeline import reader
 from pipeline.core import schema, shard_cache, stores
 from tests.runs import ROOT as ROOT_PATH
+from tests.runs import tf_script
 from tests.servers import (
     HOST,
     Relay,
@@ -180,15 +181,9 @@ def mirrored(s3rec, datasets, tmp_path_factory) -> dict:
     s3rec.reset()
     env = dict(os.environ, PYTHONPATH=REPO, CUDA_VISIBLE_DEVICES="", TF_CPP_MIN_LOG_LEVEL="2")
     proc = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            _MIRRORED_SCRIPT,
-            datasets["local"],
-            datasets["s3"],
-            datasets["endpoint"],
-            cache_dir,
-        ],
+        tf_script(
+            _MIRRORED_SCRIPT, datasets["local"], datasets["s3"], datasets["endpoint"], cache_dir
+        ),
         check=False,
         capture_output=True,
         text=True,

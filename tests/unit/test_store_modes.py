@@ -21,7 +21,7 @@ from pipeline.demo import build_corpus
 from pipeline.options import ConvertConfig, OptionError
 from pipeline.verify import verify_dataset
 from tests.runs import ROOT as ROOT_PATH
-from tests.runs import in_process
+from tests.runs import in_process, tf_script
 from transforms.images import store_modes
 
 ROOT = str(ROOT_PATH)
@@ -333,7 +333,7 @@ def test_mirrored_strategy_on_raw_shards_sees_every_example_once(pixels):
         n = json.load(f)["splits"]["train"]["num_examples"]
     env = dict(os.environ, PYTHONPATH=ROOT, CUDA_VISIBLE_DEVICES="", TF_CPP_MIN_LOG_LEVEL="2")
     proc = subprocess.run(
-        [sys.executable, "-c", _MIRRORED_SCRIPT, pixels],
+        tf_script(_MIRRORED_SCRIPT, pixels),
         capture_output=True, text=True, env=env, cwd=ROOT, timeout=300,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-4000:]

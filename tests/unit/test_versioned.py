@@ -22,7 +22,7 @@ import pytest
 
 from pipeline.core import changes, schema, versions
 from pipeline.demo import build_corpus
-from tests.runs import ROOT, in_process
+from tests.runs import ROOT, in_process, tf_script
 
 CONVERT_ARGS = [
     "--no_analyze",
@@ -427,7 +427,7 @@ def test_reader_resolves_a_gcs_root_through_tensorflows_filesystem(gcs, tensorfl
     gcs.put(gcs.uri(bucket, "flowers/v20261202T030000Z/version.json"), b"{}")
     env = dict(_env(), **tensorflow_gcs_env)
     root = gcs.uri(bucket, "flowers")
-    proc = subprocess.run([sys.executable, "-c", _RESOLVE_ON_GCS, root], cwd=ROOT, env=env,
+    proc = subprocess.run(tf_script(_RESOLVE_ON_GCS, root), cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=RUN_TIMEOUT_S)  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.split() == [f"{root}/v20261202T030000Z", f"{root}/v20261201T030000Z"]
