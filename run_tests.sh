@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Set up (as run_local.sh does) and run the whole test suite on pytest-xdist workers, one per
 # core plus one (the e2e tests spend seconds waiting on servers, clusters and child processes:
-# whole suite on 2 cores 423 s with 2 workers, 364 s with 3, 394 s with 4), each test file on
+# whole suite on 2 cores: 423 s with 2 workers, 364 s with 3, 394 s with 4 once; 2026-12-02, 3
+# workers 273-286 s at 98 % CPU, 4 workers 299 s), each test file on
 # one worker (its module fixtures, corpora and servers, are built once), the slowest files first
 # (tests/conftest.py, _SLOWEST_FIRST; --no-loadscope-reorder keeps that order).
 # Extra arguments go to pytest: test paths (default: pytest.ini's testpaths, tests/), options (a
