@@ -49,3 +49,62 @@ def test_declared_dimensions_against_the_pixel_and_side_limits():
         "too_small",
         "2x40: shorter side < --min_side 3",
     )
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("max_pixels", 0, "--max_pixels must be >= 1, got 0"),
+        ("min_side", 0, "--min_side must be >= 1, got 0"),
+        ("max_file_mb", -0.5, "--max_file_mb must be >= 0 (0: no limit), got -0.5"),
+        ("animated", "all", "--animated must be first_frame or reject, got 'all'"),
+        ("transcode", "gif", "--transcode must be one of auto, none, png, jpeg, got 'gif'"),
+        ("max_side", -1, "--max_side must be >= 0 (0: keep size), got -1"),
+        ("jpeg_quality", 0, "--jpeg_quality must be in 1..100, got 0"),
+        ("jpeg_quality", 101, "--jpeg_quality must be in 1..100, got 101"),
+        (
+            "resize_filter",
+            "nearest",
+            "--resize_filter must be one of lanczos, bicubic, bilinear, got 'nearest'",
+        ),
+        ("jpeg_verify", "fast", "--jpeg_verify must be one of dct, full, strict, got 'fast'"),
+    ],
+)
+def test_options_out_of_range_are_refused_with_the_option_and_the_allowed_values(
+    field, value, message
+):
+    """The exact one-line message the command prints for a bad option (pipeline/options.py)."""
+    with pytest.raises(ValueError) as e:
+        CheckOptions(**{field: value})
+    assert str(e.value) == message
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"max_pixels": 1},
+        {"min_side": 1},
+        {"max_file_mb": 0},
+        {"max_side": 0},
+        {"jpeg_quality": 1},
+        {"jpeg_quality": 100},
+    ],
+)
+def test_options_at_the_edge_of_their_range_are_accepted(kwargs):
+    opts = CheckOptions(**kwargs)
+    assert all(getattr(opts, k) == v for k, v in kwargs.items())
+
+
+def test_strict_jpeg_verify_without_simplejpeg_names_the_package_to_install(monkeypatch):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "simplejpeg" else real(name)
+    )
+    with pytest.raises(ValueError) as e:
+        CheckOptions(jpeg_verify="strict")
+    assert str(e.value) == (
+        "--jpeg_verify strict needs the simplejpeg package, which is not installed: "
+        "pip install simplejpeg==1.9.0 (it is in requirements.txt)"
+    )
