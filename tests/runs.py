@@ -29,9 +29,12 @@ RUN_TIMEOUT_S = 600
 # a MirroredStrategy script with Keras 4.4-5.6 -> 2.3-3.3 s). The `imgrec` program and its
 # workers import with the collector off (pipeline/core/startup.py). Scripts that use TensorFlow
 # as a training job or a user does (the reader, TF's own filesystems, TF's decoders) start with
-# this prelude; what they test comes after it. Scripts that check what an import loads, or the
-# collector itself (test_startup, test_layers), do not use it.
-TF_PRELUDE = "import gc\ngc.disable()\nimport tensorflow\ngc.freeze()\ngc.enable()\n"
+# this prelude, the same `startup.without_gc` (collector off, then freeze, then on); what they
+# test comes after it. Scripts that check what an import loads, or the collector itself
+# (test_startup, test_layers), do not use it.
+TF_PRELUDE = (
+    "from pipeline.core.startup import without_gc\nwith without_gc():\n    import tensorflow\n"
+)
 
 
 def tf_script(script: str, *args: str) -> list[str]:
