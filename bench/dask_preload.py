@@ -47,6 +47,11 @@ def _children(pid: int) -> list[int]:
     return found
 
 
+def _is_resource_tracker(pid: int) -> bool:
+    with open(f"/proc/{pid}/cmdline", "rb") as f:
+        return b"multiprocessing.resource_tracker" in f.read()
+
+
 def one_run(corpus: str, worker_preload: str, scheduler_preload: str | None, tmp: str) -> dict:
     env = dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="2")
     with socket.socket() as s:
@@ -76,7 +81,8 @@ def one_run(corpus: str, worker_preload: str, scheduler_preload: str | None, tmp
         )  # fmt: skip
         wall = time.perf_counter() - t0
         scheduler, nannies = procs[0], procs[1:]
-        workers = [c for n in nannies for c in _children(n.pid) if _proc(c)[1] > 100]
+        # A nanny's children: its worker process and multiprocessing's resource tracker.
+        workers = [c for n in nannies for c in _children(n.pid) if not _is_resource_tracker(c)]
         return {
             "conversion wall s": wall,
             "scheduler CPU s": _proc(scheduler.pid)[0],
