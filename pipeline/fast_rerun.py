@@ -41,7 +41,7 @@ import re
 import sys
 import time
 
-from pipeline.core import changes, schema, startup, versions
+from pipeline.core import changes, dali_index, schema, startup, versions
 from pipeline.core.rerun_record import (
     RECORD_FORMAT,
     RERUN_RECORD,
@@ -242,11 +242,14 @@ def _rebase_report(text: str, before: tuple[str, str], after: tuple[str, str]) -
 
 
 def _shard_files(info: dict) -> dict[str, tuple[int, str]]:
-    return {
-        shard["file"]: (shard["num_bytes"], shard["sha256"])
-        for split in info["splits"].values()
-        for shard in split["shards"]
-    }
+    """{relative name: (size, sha256)} of every shard and every shard's DALI index."""
+    files = {}
+    for split in info["splits"].values():
+        for shard in split["shards"]:
+            for entry in (shard, shard.get("dali_index")):
+                if entry:
+                    files[entry["file"]] = (entry["num_bytes"], entry["sha256"])
+    return files
 
 
 def _build(store, root: str, previous: str, name: str, info: dict) -> int:
@@ -286,7 +289,7 @@ def _build(store, root: str, previous: str, name: str, info: dict) -> int:
         raise _NotApplicable(f"{bad[0]} of {previous} does not match its dataset_info.json")
     if set(shards) - {r.replace(os.sep, "/") for r in store.files(dst)}:
         raise _NotApplicable("a shard of the previous version is missing")
-    return len(checked)
+    return sum(not rel.endswith(dali_index.INDEX_SUFFIX) for rel, _ in checked)
 
 
 def try_fast_rerun(argv: list[str]) -> int | None:

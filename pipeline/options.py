@@ -209,7 +209,10 @@ class ConvertOptions(PipelineOptions):
             "or animation); reject TIFF, PSD, ... as unsupported_format. none: the strict mode "
             "of old, JPEG/PNG/GIF only (BMP and WebP rejected as unsupported_format). png|jpeg: "
             "as auto, and also re-encode every other format Pillow decodes (TIFF, PSD, ICO, ...; "
-            "decoded in a subprocess) to png/jpeg (BMP/WebP to jpeg too with jpeg).",
+            "decoded in a subprocess) to png/jpeg. jpeg: every record is a JPEG, for readers "
+            "that decode JPEG only (tf.io.decode_jpeg, decode_and_crop_jpeg, TF Model Garden's "
+            "decode_jpeg_only): JPEGs kept byte for byte, PNG/GIF/BMP/WebP/... re-encoded "
+            "(RGB, transparency composited onto white, --jpeg_quality). See docs/reader.md.",
         )
         g.add_argument(
             "--max_side",
@@ -240,7 +243,21 @@ class ConvertOptions(PipelineOptions):
             help="Shard compression: none (default) or gzip (TFRecord GZIP, shards named "
             ".tfrecord.gz; worth it for --store pixels, ~nothing for JPEG).",
         )
-        g.add_argument("--jpeg_quality", type=int, default=95, help="Quality of JPEG re-encodes.")
+        g.add_argument(
+            "--jpeg_quality",
+            type=int,
+            default=95,
+            help="Quality of JPEG re-encodes (default 95; TensorFlow's Inception/ImageNet "
+            "conversion scripts used 95-100).",
+        )
+        g.add_argument(
+            "--dali_index",
+            action="store_true",
+            help="Also write NVIDIA DALI's index beside each shard, <shard file>.idx (one line "
+            "per record: byte offset and size, as DALI's tfrecord2idx writes), for "
+            "fn.readers.tfrecord(index_path=...). Not with --compression gzip (DALI reads "
+            "uncompressed TFRecords only).",
+        )
         g.add_argument(
             "--jpeg_verify",
             default="dct",
@@ -352,6 +369,8 @@ class ConvertConfig:
     check: CheckOptions = dataclasses.field(default_factory=CheckOptions)
     store: str = "encoded"
     compression: str = "none"
+    # --dali_index: a DALI index file (<shard>.idx) beside each shard.
+    dali_index: bool = False
     read_concurrency: int = 8
     decode_threads: int = 1
     analyze: bool = True
@@ -414,6 +433,18 @@ class ConvertConfig:
             raise OptionError(
                 f"--compression must be one of {', '.join(COMPRESSIONS)}, got {self.compression!r}"
             )
+        if self.dali_index and self.compression != "none":
+            raise OptionError(
+                "--dali_index with --compression gzip: DALI's fn.readers.tfrecord reads "
+                "uncompressed TFRecord files only (it fails on GZIP shards), so these indexes "
+                "would be of no use; drop --compression gzip (or --dali_index)"
+            )
+        if self.check.transcode == "jpeg" and self.store != "encoded":
+            raise OptionError(
+                f"--transcode jpeg with --store {self.store}: --transcode jpeg makes every "
+                "record a JPEG for JPEG-only readers, --store pixels|smart writes raw-pixel "
+                "records those readers cannot decode; drop one of them"
+            )
         if self.decode_threads < 1:
             raise OptionError(f"--decode_threads must be >= 1, got {self.decode_threads}")
         if self.read_concurrency < 1:
@@ -464,6 +495,7 @@ class ConvertConfig:
             check=_check_options(o),
             store=o.store,
             compression=o.compression,
+            dali_index=o.dali_index,
             read_concurrency=o.read_concurrency,
             decode_threads=o.decode_threads or 1,
             analyze=not o.no_analyze,

@@ -163,7 +163,10 @@ def check_version(folder: str, info: dict) -> None:
     for split, entry in info["splits"].items():
         found = storage.match_under(storage.join(folder, split), "*")
         sizes = {m.path: m.size_in_bytes for m in found}
-        for shard in entry["shards"]:
+        # Each shard, and its DALI index with --dali_index.
+        files = [shard for shard in entry["shards"]]
+        files += [shard["dali_index"] for shard in entry["shards"] if "dali_index" in shard]
+        for shard in files:
             path = storage.join(folder, shard["file"])
             if path not in sizes:
                 problems.append(f"{shard['file']} is missing")
