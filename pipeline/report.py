@@ -36,6 +36,7 @@ from pipeline.report_scan import (
     read_records,
     scan_dataset,
 )
+from pipeline.summary import non_jpeg_warning
 
 __all__ = [
     "REPORT_FILE",
@@ -234,7 +235,7 @@ figure{margin:0;background:#fff;border:1px solid #ddd;padding:4px;width:280px;bo
 figure .pair{display:flex;gap:4px;align-items:flex-start}
 figure .pair img{width:132px;height:auto}figcaption{font-size:11px;color:#555;overflow-wrap:anywhere}
 .plots{display:flex;flex-wrap:wrap;gap:12px}.plots svg{max-width:100%;height:auto}
-.thumb{width:96px;height:auto}.muted{color:#777}.none{display:inline-block;width:160px;
+.thumb{width:96px;height:auto}.muted{color:#777}.warning{border-left:4px solid #c80;padding-left:8px}.none{display:inline-block;width:160px;
 height:120px;background:#eee;color:#888;text-align:center;line-height:120px;font-size:12px}
 """
 
@@ -288,6 +289,9 @@ def build_report(data_dir: str) -> str:
         f"<tr><th>converted</th><td>{e(str(prov.get('finished', '?')))} by imgrec "
         f"{e(str(prov.get('versions', {}).get('imgrec', '?')))}</td></tr></table>"
     )
+    warning = non_jpeg_warning(info)
+    if warning:
+        out.append(f"<p class=warning id=non-jpeg><strong>Warning:</strong> {e(warning)}</p>")
     if not scan["exact"]:
         what = "Sizes" if exact_label_counts(info) is not None else "Counts per class, sizes"
         out.append(
