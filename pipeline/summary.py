@@ -28,11 +28,13 @@ def non_jpeg_warning(info: dict) -> str:
     if not other:
         return ""
     listed = ", ".join(f"{f} {n}" for f, n in sorted(other.items(), key=lambda kv: -kv[1]))
+    total = sum(other.values())
+    records, are, them = ("record", "is", "it") if total == 1 else ("records", "are", "them")
     return (
-        f"{sum(other.values())} records are not JPEG ({listed}): training code that decodes "
-        "JPEG only (tf.io.decode_jpeg, decode_and_crop_jpeg, TF Model Garden's "
-        "decode_jpeg_only) fails on them with 'Invalid JPEG data'; imgrec's reader reads them. "
-        "Convert with --transcode jpeg to store every image as a JPEG (docs/reader.md)."
+        f"{total} {records} {are} not JPEG ({listed}): training code that decodes JPEG only "
+        "(tf.io.decode_jpeg, decode_and_crop_jpeg, TF Model Garden's decode_jpeg_only) fails "
+        f"on {them} with 'Invalid JPEG data'; imgrec's reader reads {them}. Convert with "
+        "--transcode jpeg to store every image as a JPEG (docs/reader.md)."
     )
 
 
