@@ -328,3 +328,17 @@ def test_every_non_jpeg_source_is_stored_as_rgb_jpeg(folder, name):
     pixels = tf.image.decode_and_crop_jpeg(stored, [0, 0, info.height, info.width], channels=0)
     assert pixels.shape == (info.height, info.width, 3)
     assert np.asarray(pixels).dtype == np.uint8
+
+
+def test_the_warning_counts_encoded_non_jpeg_records_only():
+    from pipeline.summary import non_jpeg_warning
+
+    assert non_jpeg_warning({}) == ""  # a dataset_info.json of an older run: no counts, no claim
+    assert non_jpeg_warning({"formats_written": {"jpeg": 9}}) == ""
+    # Raw pixels (--store pixels|smart) are a choice made for imgrec's reader: not warned about.
+    assert non_jpeg_warning({"formats_written": {"jpeg": 9, schema.RAW_FORMAT: 4}}) == ""
+    one = non_jpeg_warning({"formats_written": {"jpeg": 9, "png": 1}})
+    assert one.startswith("1 record is not JPEG (png 1): ") and "fails on it" in one
+    many = non_jpeg_warning({"formats_written": {"gif": 2, "png": 3, "webp": 2, "jpeg": 1}})
+    assert many.startswith("7 records are not JPEG (png 3, gif 2, webp 2): ")
+    assert "--transcode jpeg" in many
