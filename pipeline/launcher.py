@@ -563,6 +563,10 @@ def run_convert(argv: list[str]) -> int:
             reused = versions.reuse_line(config, result)
             if reused:
                 print(reused)
+            root = versions.split_version_dir(config.output)[0]
+            kept = versions.retention_line(root, config.keep_versions, config.keep_for_s)
+            if kept:  # versions --keep_versions let go that a reader or --keep_for still holds
+                print(kept)
         if not options.view_as(ConvertOptions).no_report:
             _write_report(config.output)
     return 0

@@ -535,9 +535,9 @@ def _read_shard(
     batches = batches.concatenate(
         tf.data.Dataset.from_tensors((tf.constant(-1, tf.int64), tf.constant([], tf.string)))
     )
-    where = f" (dataset {data_dir})" if data_dir else ""
+    where = f" of dataset {data_dir}" if data_dir else ""
     version = data_dir.rstrip("/").rpartition("/")[2]
-    if version.startswith("v") and version[1:9].isdigit():
+    if versions.is_version_name(version):
         hint = (
             f"; if version {version} was pruned (--keep_versions) or removed while this job ran, "
             "restart the job: it reads the version LATEST names now (docs/scheduling.md)"
@@ -554,13 +554,12 @@ def _read_shard(
             [
                 "imgrec reader: shard ",
                 path,
-                where,
                 " is corrupt, truncated, missing or unreadable: read ",
                 tf.strings.as_string(n),
                 " of ",
                 tf.strings.as_string(expected),
-                " records (the read error is logged above); if the shard is there, re-convert "
-                "it or run `imgrec verify`" + hint,
+                " records" + where + " (the read error is logged above); if the shard is "
+                "there, re-convert it or run `imgrec verify`" + hint,
             ]
         )
         with tf.control_dependencies([tf.debugging.Assert(ok, [message])]):

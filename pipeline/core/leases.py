@@ -196,12 +196,13 @@ class _Registry:
 _REGISTRY = _Registry()
 
 
-def hold(version_dir: str, store: LeaseStore, ttl_s: float = DEFAULT_TTL_S) -> Lease:
+def hold(version_dir: str, store: LeaseStore, ttl_s: float | None = None) -> Lease:
     """Hold a lease on `version_dir` until this process exits (one per version per process).
 
     A store that refuses the write is said once on the log; the caller goes on reading.
+    `ttl_s` None: `DEFAULT_TTL_S` as it is at this call (tests shorten it).
     """
-    return _REGISTRY.hold(version_dir, store, ttl_s)
+    return _REGISTRY.hold(version_dir, store, DEFAULT_TTL_S if ttl_s is None else ttl_s)
 
 
 def release_all() -> None:

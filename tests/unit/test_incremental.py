@@ -507,7 +507,16 @@ def test_no_change_reruns_prune_like_pipeline_runs(corpus, tmp_path):
     version before it (the one it was made from may be pruned next)."""
     src, _ = corpus
     root = str(tmp_path / "root")
-    args = [*_input(src), "--output", root, "--versioned", "--keep_versions", "2"]
+    args = [
+        *_input(src),
+        "--output",
+        root,
+        "--versioned",
+        "--keep_versions",
+        "2",
+        "--keep_for",
+        "0",
+    ]
     _cli(*args)
     first = os.path.join(root, versions.read_latest(root))
     expected = snapshot(first)

@@ -279,7 +279,11 @@ def test_versions_changes_reader_verify_inspect_and_pruning(corpus, tmp_path):
     bad.write_bytes(images[11].read_bytes())
     rows[3][0].write_bytes(broken[1].read_bytes())
     m2 = _write_manifest(tmp_path / "m2.csv", [*rows2, (added, "dog"), (bad, "cat")])
-    second = _ok(convert("--manifest", str(m2), "--output", str(root), "--keep_versions", "2"))
+    second = _ok(
+        convert(
+            "--manifest", str(m2), "--output", str(root), "--keep_versions", "2", "--keep_for", "0"
+        )
+    )
     v2 = _latest(root)
     assert v2 > v1 and _version_dirs(root) == [v1, v2]
     c2 = json.loads((root / v2 / versions.CHANGES).read_text())
@@ -300,7 +304,11 @@ def test_versions_changes_reader_verify_inspect_and_pruning(corpus, tmp_path):
     assert c2["classes"]["relabeled"] == {"previous": 0, "current": 1, "delta": 1}
 
     # A third run of the same input: no change, same shards; --keep_versions 2 prunes v1.
-    third = _ok(convert("--manifest", str(m2), "--output", str(root), "--keep_versions", "2"))
+    third = _ok(
+        convert(
+            "--manifest", str(m2), "--output", str(root), "--keep_versions", "2", "--keep_for", "0"
+        )
+    )
     v3 = _latest(root)
     assert "changes: no change" in third.stdout
     assert _version_dirs(root) == [v2, v3]
@@ -380,7 +388,7 @@ def test_versioned_runs_on_s3(s3, corpus, beam_filesystems_s3):
     v1 = s3.get(s3.uri(dest, "flowers/LATEST")).decode().strip()
     extra = sorted(corpus.rglob("*.jpg"))[0]
     s3.put(s3.uri(source, "in/new/extra.jpg"), extra.read_bytes() + b"\0")
-    proc = _ok(convert(*args, "--keep_versions", "1"))
+    proc = _ok(convert(*args, "--keep_versions", "1", "--keep_for", "0"))
     v2 = s3.get(s3.uri(dest, "flowers/LATEST")).decode().strip()
     assert v2 > v1 and "changes: +1 added" in proc.stdout
     keys = s3.keys(dest, "flowers/")
