@@ -41,7 +41,7 @@ import re
 import sys
 import time
 
-from pipeline.core import changes, leases, schema, startup, versions
+from pipeline.core import changes, leases, retention, schema, startup, versions
 from pipeline.core.rerun_record import (
     RECORD_FORMAT,
     RERUN_RECORD,
@@ -349,8 +349,8 @@ def _eligible(argv: list[str]) -> tuple[str, list[str], int, float]:
         raise _NotApplicable("--keep_versions is not a number: the parser says so")
     keep_for = _values(argv, "--keep_for")
     try:
-        keep_for_s = versions.parse_duration(
-            keep_for[-1] if keep_for else versions.DEFAULT_KEEP_FOR
+        keep_for_s = retention.parse_duration(
+            keep_for[-1] if keep_for else retention.DEFAULT_KEEP_FOR
         )
     except ValueError:
         raise _NotApplicable("--keep_for is not a duration: the parser says so") from None
@@ -471,7 +471,7 @@ def _publish(
     if published and keep:
         names = store.versions(root)
         listing = (names, name, store.finished(root, [n for n in names if n < name]))
-        kept = versions.retention_line(root, keep, keep_for_s, listing)
+        kept = retention.retention_line(root, keep, keep_for_s, listing)
         if kept:  # versions --keep_versions let go that a reader or --keep_for still holds
             print(kept)
     if not _given(argv, "--no_report"):

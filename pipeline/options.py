@@ -7,8 +7,8 @@ import math
 
 from apache_beam.options.pipeline_options import PipelineOptions
 
+from pipeline.core.retention import DEFAULT_KEEP_FOR, parse_duration
 from pipeline.core.schema import COMPRESSIONS, STORE_MODES
-from pipeline.core.versions import DEFAULT_KEEP_FOR, parse_duration
 from transforms.images.limits import (
     DEFAULT_MAX_PIXELS,
     JPEG_VERIFY_MODES,
@@ -34,7 +34,7 @@ DEFAULT_MAX_BAD_FRACTION = 0.05
 DEFAULT_STATS_MAX_IMAGES = 4_000
 
 
-# --keep_for's default in seconds (pipeline/core/versions.py says why a day).
+# --keep_for's default in seconds (pipeline/core/retention.py says why a day).
 DEFAULT_KEEP_FOR_S = parse_duration(DEFAULT_KEEP_FOR)
 
 

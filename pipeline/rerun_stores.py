@@ -13,7 +13,7 @@ import posixpath
 import secrets
 import shutil
 
-from pipeline.core import schema, versions
+from pipeline.core import retention, schema, versions
 from pipeline.core.rerun_record import listing_line, reject_line
 
 __all__ = ["LocalStore", "BucketStore", "latest_version", "list_lines"]
@@ -122,7 +122,7 @@ class LocalStore:
             return False, previous
         # When LATEST moved here (--keep_for counts the previous version's time from it).
         self.write(
-            os.path.join(root, name, *versions.PUBLISHED.split("/")), versions.published_record()
+            os.path.join(root, name, *versions.PUBLISHED.split("/")), retention.published_record()
         )
         self.write(os.path.join(root, versions.LATEST), (name + "\n").encode("ascii"))
         return True, previous
@@ -138,8 +138,8 @@ class LocalStore:
         names = self.versions(root)
         older = [n for n in names if n < latest]
         done = self.finished(root, older)
-        doomed = versions.plan_prune(older, done, latest, keep)
-        held = versions.retention_holds(root, doomed, names, latest, keep_for_s, None, done)
+        doomed = retention.plan_prune(older, done, latest, keep)
+        held = retention.retention_holds(root, doomed, names, latest, keep_for_s, None, done)
         doomed = [n for n in doomed if n not in held]
         for name in doomed:  # dataset_info.json first: the folder stops counting as complete
             info = os.path.join(root, name, schema.DATASET_INFO)

@@ -109,7 +109,7 @@ def _scenario(place: Place, work: Path, src: Path) -> None:
     v1 = place.latest()
     trainer, progress, log = _start_trainer(place, work, "a", 600)
     try:
-        assert len(place.lease_files(v1)) == 1
+        assert len(place.lease_files(v1)) == 1, (work / "trainer-a.log").read_text()[-3000:]
         # Two scheduled runs that prune to one version: a no-change rerun (made from v1 without
         # the pipeline), then one with a new file (the pipeline).
         second = ok(_convert(place, src, "--keep_versions", "1", "--keep_for", "0"))
