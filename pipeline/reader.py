@@ -218,68 +218,81 @@ def make_dataset(
     """
     store = shard_cache.open_store(data_dir, s3_endpoint_url)
     data_dir = _resolve_version(data_dir, store)  # once: every later read stays in this version
+    held = None
     if lease and versions.is_version_name(data_dir.rstrip("/").rpartition("/")[2]):
-        leases.hold(data_dir, store)  # before the shards are checked: a prune from now on sees it
-    info, split_info, shards = _load_split(data_dir, split, store)
-    local_copies = None
-    if cache_dir is not None or not shard_cache.tensorflow_reads(data_dir):
-        if shard_cache.tensorflow_reads(data_dir) and "://" not in data_dir:
-            _log.info("data_dir %s is local: cache_dir is not used", data_dir)
-        else:
-            local_copies = shard_cache.ShardCache(
-                store,
-                data_dir,
-                split,
-                split_info["shards"],
-                cache_dir or shard_cache.DEFAULT_CACHE_DIR,
+        held = leases.hold(data_dir, store)  # before the shards are checked: prunes see it
+    try:
+        info, split_info, shards = _load_split(data_dir, split, store)
+        local_copies = None
+        if cache_dir is not None or not shard_cache.tensorflow_reads(data_dir):
+            if shard_cache.tensorflow_reads(data_dir) and "://" not in data_dir:
+                _log.info("data_dir %s is local: cache_dir is not used", data_dir)
+            else:
+                local_copies = shard_cache.ShardCache(
+                    store,
+                    data_dir,
+                    split,
+                    split_info["shards"],
+                    cache_dir or shard_cache.DEFAULT_CACHE_DIR,
+                )
+                local_copies.check_space()
+        num_examples = int(split_info.get("num_examples", sum(s.num_examples for s in shards)))
+        num_bytes = int(split_info.get("num_bytes", 0))
+        if isinstance(image_size, int):
+            image_size = (image_size, image_size)
+        replicas = None
+        if strategy is not None:
+            replicas = strategy.num_replicas_in_sync
+        elif input_context is not None:
+            replicas = input_context.num_replicas_in_sync
+        if replicas and global_batch_size % replicas:
+            raise ValueError(
+                f"global_batch_size {global_batch_size} is not divisible by the {replicas} replicas "
+                f"in sync; use a multiple of {replicas} (e.g. {replicas * max(1, global_batch_size // replicas)})"
             )
-            local_copies.check_space()
-    num_examples = int(split_info.get("num_examples", sum(s.num_examples for s in shards)))
-    num_bytes = int(split_info.get("num_bytes", 0))
-    if isinstance(image_size, int):
-        image_size = (image_size, image_size)
-    replicas = None
-    if strategy is not None:
-        replicas = strategy.num_replicas_in_sync
-    elif input_context is not None:
-        replicas = input_context.num_replicas_in_sync
-    if replicas and global_batch_size % replicas:
-        raise ValueError(
-            f"global_batch_size {global_batch_size} is not divisible by the {replicas} replicas "
-            f"in sync; use a multiple of {replicas} (e.g. {replicas * max(1, global_batch_size // replicas)})"
+        avg_record = max(1, num_bytes // max(1, num_examples))
+        store_mode = raw_pixels.store_mode(info)
+        if jpeg_dct_scaling is None:
+            jpeg_dct_scaling = store_mode != "pixels" and (
+                _typical_min_side(info, shards[0], local_copies) >= _DCT_MIN_SCALE * max(image_size)
+            )
+        config = _Config(
+            shards=shards,
+            num_examples=num_examples,
+            num_bytes=num_bytes,
+            global_batch_size=global_batch_size,
+            training=training,
+            image_size=(int(image_size[0]), int(image_size[1])),
+            seed=seed,
+            repeat=training if repeat is None else repeat,
+            deterministic=(not training) if deterministic is None else deterministic,
+            cache=_want_cache(cache, split, num_bytes),
+            shuffle_records=max(_MIN_SHUFFLE_RECORDS, int(shuffle_buffer_mb * 2**20 / avg_record)),
+            crop_fraction=crop_fraction,
+            dct_scaling=bool(jpeg_dct_scaling),
+            extra_features=tuple(extra_features),
+            postprocess=postprocess,
+            normalize_dir=_export_dir(data_dir, local_copies) if normalize else None,
+            local_copies=local_copies,
+            store=store_mode,
+            data_dir=data_dir,
         )
-    avg_record = max(1, num_bytes // max(1, num_examples))
-    store_mode = raw_pixels.store_mode(info)
-    if jpeg_dct_scaling is None:
-        jpeg_dct_scaling = store_mode != "pixels" and (
-            _typical_min_side(info, shards[0], local_copies) >= _DCT_MIN_SCALE * max(image_size)
-        )
-    config = _Config(
-        shards=shards,
-        num_examples=num_examples,
-        num_bytes=num_bytes,
-        global_batch_size=global_batch_size,
-        training=training,
-        image_size=(int(image_size[0]), int(image_size[1])),
-        seed=seed,
-        repeat=training if repeat is None else repeat,
-        deterministic=(not training) if deterministic is None else deterministic,
-        cache=_want_cache(cache, split, num_bytes),
-        shuffle_records=max(_MIN_SHUFFLE_RECORDS, int(shuffle_buffer_mb * 2**20 / avg_record)),
-        crop_fraction=crop_fraction,
-        dct_scaling=bool(jpeg_dct_scaling),
-        extra_features=tuple(extra_features),
-        postprocess=postprocess,
-        normalize_dir=_export_dir(data_dir, local_copies) if normalize else None,
-        local_copies=local_copies,
-        store=store_mode,
-        data_dir=data_dir,
-    )
-    if strategy is not None:
-        return strategy.distribute_datasets_from_function(
-            lambda ctx: _pipeline_dataset(config, ctx, multi_device=True)
-        )
-    return _pipeline_dataset(config, input_context, multi_device=False)
+
+        def pipeline(ctx, multi_device: bool) -> tf.data.Dataset:
+            dataset = _pipeline_dataset(config, ctx, multi_device=multi_device)
+            if held is not None:  # the lease lasts while a dataset (or its iterator) does
+                leases.attach(held, dataset)
+            return dataset
+
+        if strategy is not None:
+            return strategy.distribute_datasets_from_function(
+                lambda ctx: pipeline(ctx, multi_device=True)
+            )
+        return pipeline(input_context, multi_device=False)
+    except BaseException:
+        if held is not None:
+            leases.release_unused(held)  # no dataset came of it
+        raise
 
 
 def _want_cache(cache: bool | str, split: str, num_bytes: int) -> bool:

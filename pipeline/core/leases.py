@@ -6,7 +6,8 @@ A reader that resolved a versioned root to `ROOT/vNAME` writes
     ROOT/vNAME/.imgrec/leases/<host>-<pid>-<random>.json   {"expires_unix": ..., ...}
 
 renews it in a background thread every third of its time to live, and removes it when the
-process exits. A process killed with SIGKILL cannot remove it: the lease then stops counting
+last dataset built on it is garbage-collected (a tf.data iterator keeps its dataset alive) or
+the process exits. A process killed with SIGKILL cannot remove it: the lease then stops counting
 once `expires_unix` is past. A prune skips every version holding a live lease and deletes it on
 a later run. Clocks of readers and converters are compared through `expires_unix`, so keep them
 within a fraction of the time to live of each other (NTP does).
@@ -28,17 +29,20 @@ import secrets
 import socket
 import threading
 import time
+import weakref
 from typing import Protocol
 
 __all__ = [
     "DEFAULT_TTL_S",
     "LEASE_FOLDER",
     "Lease",
+    "attach",
     "hold",
     "is_live",
     "live_leases",
     "parse_lease",
     "release_all",
+    "release_unused",
 ]
 
 _log = logging.getLogger(__name__)
@@ -84,7 +88,7 @@ class Lease:
     store: LeaseStore
     ttl_s: float
     acquired: float
-    holders: int = 1  # make_dataset calls in this process reading this version
+    holders: int = 0  # live datasets of this process reading this version (see attach)
     failed: bool = False  # a write failed (said once on the log)
 
     def body(self, now: float) -> bytes:
@@ -149,7 +153,6 @@ class _Registry:
                 self._leases, self._thread, self._pid = {}, None, os.getpid()
             lease = self._leases.get(version_dir)
             if lease is not None:
-                lease.holders += 1
                 return lease
             name = f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(4)}.json"
             lease = Lease(
@@ -168,6 +171,29 @@ class _Registry:
         lease.write()
         self._wake.set()  # a shorter time to live than the others': renew on its schedule
         return lease
+
+    def attach(self, lease: Lease, dataset: object) -> None:
+        with self._lock:
+            lease.holders += 1
+        weakref.finalize(dataset, self._detach, lease)
+
+    def _detach(self, lease: Lease) -> None:
+        """A dataset holding `lease` is gone; the last one removes it (and stops renewing it)."""
+        with self._lock:
+            lease.holders -= 1
+            if lease.holders > 0 or self._leases.get(lease.version_dir) is not lease:
+                return
+            del self._leases[lease.version_dir]
+        if os.getpid() == self._pid:
+            lease.remove()
+
+    def release_unused(self, lease: Lease) -> None:
+        """Drop a lease no dataset was attached to (the reader failed before building one)."""
+        with self._lock:
+            if lease.holders > 0 or self._leases.get(lease.version_dir) is not lease:
+                return
+            del self._leases[lease.version_dir]
+        lease.remove()
 
     def _renew_forever(self) -> None:
         while True:
@@ -197,12 +223,23 @@ _REGISTRY = _Registry()
 
 
 def hold(version_dir: str, store: LeaseStore, ttl_s: float | None = None) -> Lease:
-    """Hold a lease on `version_dir` until this process exits (one per version per process).
+    """Write (or reuse) this process's lease on `version_dir` and renew it in the background.
 
-    A store that refuses the write is said once on the log; the caller goes on reading.
-    `ttl_s` None: `DEFAULT_TTL_S` as it is at this call (tests shorten it).
+    It lasts while a dataset `attach`ed to it lives, and at most until the process exits; call
+    `release_unused` when no dataset came of it. A store that refuses the write is said once on
+    the log; the caller goes on reading. `ttl_s` None: `DEFAULT_TTL_S` as it is at this call.
     """
     return _REGISTRY.hold(version_dir, store, DEFAULT_TTL_S if ttl_s is None else ttl_s)
+
+
+def attach(lease: Lease, dataset: object) -> None:
+    """Keep `lease` while `dataset` lives (a tf.data.Dataset lives as long as its iterators)."""
+    _REGISTRY.attach(lease, dataset)
+
+
+def release_unused(lease: Lease) -> None:
+    """Remove `lease` now unless a dataset is attached to it."""
+    _REGISTRY.release_unused(lease)
 
 
 def release_all() -> None:

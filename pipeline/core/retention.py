@@ -62,11 +62,10 @@ def parse_duration(text: str | float | int, option: str = "--keep_for") -> float
 
 
 def format_duration(seconds: float) -> str:
-    """A duration for people: `0s`, `45s`, `12m`, `5h`, `3d` (largest whole unit, rounded)."""
+    """A duration for people: `0s`, `45s`, `12m`, `1.5h`, `3d` (largest unit, one decimal)."""
     for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
         if seconds >= size:
-            digits = 0 if seconds % size == 0 else 1
-            return f"{seconds / size:.{digits}f}{unit}"
+            return f"{seconds / size:.1f}".rstrip("0").rstrip(".") + unit
     return f"{seconds:.0f}s"
 
 
