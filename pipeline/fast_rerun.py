@@ -24,7 +24,8 @@ provenance (`started`, `finished`), `report.html`'s "converted" and "Written" ti
 version names in `version.json` and `changes.json`, and tensorflow-transform's
 `transform_fn/saved_model.pb` and `fingerprint.pb` (the previous version's; two from-scratch
 runs write different bytes there too, with equal analyzer results). `.imgrec/` bookkeeping is
-carried over as it is.
+carried over as it is, except the previous version's readers' leases (`.imgrec/leases/`) and
+its `.imgrec/published.json` (this version writes its own when LATEST moves to it).
 """
 
 from __future__ import annotations
@@ -441,9 +442,9 @@ def _make_version(store, argv: list[str], root: str, plan: dict, started: float)
 
 
 def _publish(
-    store, root: str, plan: dict, made: dict, retention: tuple[int, float], argv, started: float
+    store, root: str, plan: dict, made: dict, keeping: tuple[int, float], argv, started: float
 ) -> None:
-    """Move LATEST, prune (retention: --keep_versions, --keep_for seconds), print what the
+    """Move LATEST, prune (keeping: --keep_versions, --keep_for seconds), print what the
     pipeline's run prints, write the report."""
     from pipeline.summary import format_summary
 
@@ -452,7 +453,7 @@ def _publish(
     if plan["unfinished"]:
         note += f" ({plan['unfinished'][-1]} is unfinished; pass --resume to continue it instead)"
     print(f"{note}; nothing changed since {previous}: copying it (--full: convert from scratch)")
-    keep, keep_for_s = retention
+    keep, keep_for_s = keeping
     published, latest = store.publish(root, name)
     if published and keep:  # never a version a reader holds or --keep_for keeps
         store.prune(root, keep, name, keep_for_s)

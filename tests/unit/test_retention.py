@@ -161,3 +161,29 @@ def test_retention_line_says_which_versions_stay_and_why(tmp_path):
     assert line.splitlines()[0].endswith("; a later run prunes it")
     assert retention.retention_line(root, 1, 0) is None
     assert schema.DATASET_INFO in os.listdir(os.path.join(root, V1))
+
+
+def test_imgrec_versions_lists_latest_sizes_and_readers(tmp_path):
+    from tests.runs import in_process
+
+    root = _root(tmp_path)
+    unfinished = "v20261204T030000Z"
+    os.makedirs(os.path.join(root, unfinished))
+    with open(os.path.join(root, unfinished, versions.VERSION_MARKER), "w") as f:
+        json.dump({"version": unfinished}, f)
+    lease = leases.hold(os.path.join(root, V2), shard_cache.open_store(root), ttl_s=600)
+    try:
+        out = in_process("versions", root).stdout.splitlines()
+    finally:
+        leases.release_unused(lease)
+    assert out[0] == f"{root}: 4 version(s)"
+    rows = {line.split()[0]: line for line in out[2:]}
+    size = sum(
+        os.path.getsize(os.path.join(root, V3, "train", n))
+        for n in os.listdir(os.path.join(root, V3, "train"))
+    )
+    assert rows[V3].split()[1:4] == ["LATEST", "6", f"{size / 1e3:.1f}"]
+    assert rows[V1].split()[1:3] == ["superseded", "6"] and rows[V1].endswith("  -")
+    assert f"  1 ({os.uname().nodename}-{os.getpid()}; lease expires in " in rows[V2]
+    assert rows[unfinished].split()[1] == "unfinished"
+    assert in_process("versions", str(tmp_path / "nothing"), check=False).returncode == 1
