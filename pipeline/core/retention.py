@@ -156,7 +156,11 @@ def retention_holds(
     newer_cache: dict[str, float] = {}
     held: dict[str, str] = {}
     for name in candidates:
-        live = leases.live_leases(_join(root, name), now)
+        try:
+            live = leases.live_leases(_join(root, name), now)
+        except OSError as e:  # unknown is not "none": keep it, say why
+            held[name] = f"its leases cannot be read ({str(e)[:200]})"
+            continue
         if live:
             until = max(float(x["expires_unix"]) for x in live)
             who = ", ".join(f"{x.get('host', '?')}-{x.get('pid', '?')}" for x in live[:3])
