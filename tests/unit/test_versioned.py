@@ -8,6 +8,7 @@ command line in a fresh process, as a scheduler would (marked e2e).
 from __future__ import annotations
 
 import datetime
+import gc
 import gzip
 import json
 import os
@@ -255,6 +256,12 @@ def test_versions_changes_reader_verify_inspect_and_pruning(corpus, tmp_path):
     assert all(s.path.startswith(str(root / v1) + "/") for s in shards)
     ds = make_dataset(str(root), "train", 1, image_size=16)
     assert sum(1 for _ in ds) == n_train
+    # A live dataset holds a lease on v1 (docs/scheduling.md): let it go, so the prune below
+    # may delete v1.
+    assert len(os.listdir(root / v1 / ".imgrec" / "leases")) == 1
+    del ds
+    gc.collect()
+    assert os.listdir(root / v1 / ".imgrec" / "leases") == []
     assert "OK" in _ok(imgrec("verify", str(root), "--no_decode")).stdout
     assert "OK" in _ok(imgrec("verify", str(root / v1), "--no_decode")).stdout
     shown = _ok(imgrec("inspect", str(root))).stdout
