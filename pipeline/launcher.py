@@ -29,7 +29,7 @@ from apache_beam.options.pipeline_options import (
 )
 
 from pipeline import dask_runner, fast_rerun
-from pipeline.core import schema, startup, storage, versions
+from pipeline.core import retention, schema, startup, storage, versions
 from pipeline.core.beam_compat import BeamArgumentParser, is_direct_runner
 from pipeline.core.errors import ERROR_PREFIX
 from pipeline.options import ConvertConfig, ConvertOptions, OptionError
@@ -563,6 +563,10 @@ def run_convert(argv: list[str]) -> int:
             reused = versions.reuse_line(config, result)
             if reused:
                 print(reused)
+            root = versions.split_version_dir(config.output)[0]
+            kept = retention.retention_line(root, config.keep_versions, config.keep_for_s)
+            if kept:  # versions --keep_versions let go that a reader or --keep_for still holds
+                print(kept)
         if not options.view_as(ConvertOptions).no_report:
             _write_report(config.output)
     return 0

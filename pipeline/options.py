@@ -7,6 +7,7 @@ import math
 
 from apache_beam.options.pipeline_options import PipelineOptions
 
+from pipeline.core.retention import DEFAULT_KEEP_FOR, parse_duration
 from pipeline.core.schema import COMPRESSIONS, STORE_MODES
 from transforms.images.limits import (
     DEFAULT_MAX_PIXELS,
@@ -31,6 +32,10 @@ DEFAULT_MAX_BAD_FRACTION = 0.05
 # of ~0.013 standard deviations after normalisation; 2,000 gave 1.08 % / 0.81 %. The cap saves
 # the full-size decode of every training image beyond it.
 DEFAULT_STATS_MAX_IMAGES = 4_000
+
+
+# --keep_for's default in seconds (pipeline/core/retention.py says why a day).
+DEFAULT_KEEP_FOR_S = parse_duration(DEFAULT_KEEP_FOR)
 
 
 class OptionError(ValueError):
@@ -155,7 +160,15 @@ class ConvertOptions(PipelineOptions):
             type=int,
             default=0,
             help="With --versioned: keep this many complete versions, LATEST included, and "
-            "delete older ones (0: keep all).",
+            "delete older ones (0: keep all), except versions a running reader holds a lease "
+            "on and versions superseded less than --keep_for ago: a later run deletes those.",
+        )
+        g.add_argument(
+            "--keep_for",
+            default=DEFAULT_KEEP_FOR,
+            help="With --keep_versions: never delete a version sooner than this after a newer "
+            f"one replaced it as LATEST: 0, 90s, 30m, 12h, 7d, 2w (default {DEFAULT_KEEP_FOR}; "
+            "covers readers that hold no lease). See docs/scheduling.md.",
         )
         g.add_argument(
             "--max_bad_fraction",
@@ -358,6 +371,8 @@ class ConvertConfig:
     overwrite: bool = False
     versioned: bool = False
     keep_versions: int = 0
+    # --keep_for in seconds (the option's text is parsed by from_options).
+    keep_for_s: float = DEFAULT_KEEP_FOR_S
     full: bool = False
     # Set by pipeline.core.versions.plan_run, not by an option: the complete version a --versioned
     # run reuses unchanged files' inspections and unchanged shards from ("" for none).
@@ -403,6 +418,8 @@ class ConvertConfig:
             )
         if self.keep_versions and not self.versioned:
             raise OptionError("--keep_versions needs --versioned (it prunes old versions)")
+        if not self.keep_for_s >= 0:
+            raise OptionError(f"--keep_for must be a duration >= 0, got {self.keep_for_s} s")
         if self.full and not self.versioned:
             raise OptionError(
                 "--full needs --versioned (it stops a versioned run from reusing the previous "
@@ -489,6 +506,7 @@ class ConvertConfig:
             overwrite=o.overwrite,
             versioned=o.versioned,
             keep_versions=o.keep_versions,
+            keep_for_s=_keep_for_seconds(o.keep_for),
             full=o.full,
             max_bad_fraction=o.max_bad_fraction,
             dedupe=o.dedupe,
@@ -502,3 +520,11 @@ class ConvertConfig:
             stats_sample_fraction=o.stats_sample_fraction,
             stats_max_images=o.stats_max_images,
         )
+
+
+def _keep_for_seconds(text: str) -> float:
+    """--keep_for's seconds; OptionError naming the accepted forms otherwise."""
+    try:
+        return parse_duration(text)
+    except ValueError as e:
+        raise OptionError(str(e)) from None
