@@ -13,6 +13,7 @@ from apache_beam import pvalue
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 
+from pipeline.core import names
 from pipeline.core.rejects import make_reject
 from transforms.keys import assign_split
 from transforms.match_local import match_local
@@ -71,7 +72,12 @@ def read_manifest_rows(manifest: str):
     """
     try:
         with FileSystems.open(manifest, compression_type="uncompressed") as f:
-            text = f.read().decode("utf-8-sig")
+            data = f.read()
+        if b"\0" in data:  # UTF-16/32 or a binary file: no CSV or JSONL we could read right
+            raise UnicodeDecodeError("utf-8", data[:0], 0, 1, "NUL bytes in the file")
+        # Bytes that are not UTF-8 are paths' bytes (a Latin-1 file name written as is): they
+        # come through as surrogate escapes and are escaped as the listing does (core/names.py).
+        text = data.decode("utf-8-sig", "surrogateescape")
     except (OSError, UnicodeDecodeError) as e:
         raise ManifestError(
             f"--manifest {manifest}: cannot read it ({type(e).__name__}: {e}); "
@@ -109,6 +115,15 @@ def read_manifest_rows(manifest: str):
 # batch instead of per file. 64 files is ~2-3 s of inspection work per batch on one core,
 # enough batches to balance workers from a few thousand files up.
 LIST_BATCH = 64
+
+
+def _key(path: str, root: str) -> str:
+    """`path` relative to its pattern's `root` (a URI without its scheme when outside it); a
+    local name that is not UTF-8 (an escaped `file://` path) gives the same key escaped."""
+    local = names.local_path(path)
+    if local is not path:
+        return names.escape_text(local[len(root) :] if local.startswith(root) else local)
+    return path[len(root) :] if path.startswith(root) else path.split("://")[-1]
 
 
 class _MatchAllFn(beam.DoFn):
@@ -155,7 +170,7 @@ class _MatchAllFn(beam.DoFn):
                     yield pvalue.TaggedOutput(self.REJECTED, make_reject(path, reason, detail))
                     continue
                 self._matched.inc()
-                key = path[len(root) :] if path.startswith(root) else path.split("://")[-1]
+                key = _key(path, root)
                 yield {"path": path, "key": key, "size": size, "stamp": stamp}
 
     def process(self, _):
@@ -200,13 +215,14 @@ class _ReadManifestFn(beam.DoFn):
             is_absolute = "://" in raw or raw.startswith("/")
             path = raw if is_absolute else base + raw
             if is_absolute:
-                key = path[len(base) :] if path.startswith(base) else path.split("://")[-1]
+                key = _key(path, base)
             else:
-                key = posixpath.normpath(raw)
+                key = names.escape_text(posixpath.normpath(names.local_path(raw)))
+            path = names.from_local(names.local_path(path))
             item = {"path": path, "key": key, "size": -1, "stamp": None}
             for column in ("label", "split"):
                 if row.get(column) not in (None, ""):
-                    item["manifest_" + column] = str(row[column])
+                    item["manifest_" + column] = names.escape_text(str(row[column]))
             yield item
 
     def process(self, manifest: str):
