@@ -7,6 +7,7 @@ import io
 import json
 import os
 import posixpath
+import re
 
 import apache_beam as beam
 from apache_beam import pvalue
@@ -16,7 +17,7 @@ from apache_beam.metrics import Metrics
 from pipeline.core import names
 from pipeline.core.rejects import make_reject
 from transforms.keys import assign_split
-from transforms.match_local import match_local
+from transforms.match_local import has_glob, match_local, translate_glob
 
 __all__ = [
     "ListImages",
@@ -117,6 +118,23 @@ def read_manifest_rows(manifest: str):
 LIST_BATCH = 64
 
 
+def _match_bucket(pattern: str) -> list:
+    """FileSystems.match of a bucket `pattern`, with match_local's reading of `*` and `?`.
+
+    Beam's `*` and `?` do not match a backslash, on buckets too, where it is an ordinary
+    character of an object name: `gs://b/p/*/*` silently left out `cat/back\\slash.jpg`. Beam
+    lists every object under the pattern's literal prefix and filters them with its regex; this
+    lists the same objects (the prefix + `**`, whose `.*` matches anything) and filters with
+    match_local.translate_glob.
+    """
+    if not has_glob(pattern):
+        return FileSystems.match([pattern])[0].metadata_list
+    cut = min(i for i, c in enumerate(pattern) if c in _GLOB_CHARS)
+    wanted = re.compile(translate_glob(pattern))
+    listed = FileSystems.match([pattern[:cut] + "**"])[0].metadata_list
+    return [m for m in listed if wanted.match(m.path)]
+
+
 def _key(path: str, root: str) -> str:
     """`path` relative to its pattern's `root` (a URI without its scheme when outside it); a
     local name that is not UTF-8 (an escaped `file://` path) gives the same key escaped."""
@@ -148,7 +166,7 @@ class _MatchAllFn(beam.DoFn):
             for e in match_local(pattern):
                 yield e.path, e.size, e.stamp, e.reason, e.detail
             return
-        for metadata in FileSystems.match([pattern])[0].metadata_list:
+        for metadata in _match_bucket(pattern):
             if metadata.path.endswith("/"):  # Object-store "directory" placeholders.
                 continue
             updated = float(metadata.last_updated_in_seconds or 0.0)

@@ -176,9 +176,10 @@ def test_odd_names_through_the_command_line(corpus, tmp_path):
 
 @pytest.mark.e2e  # conversions on the storage servers
 def test_odd_names_on_buckets(store, tmp_path):
-    """Object names are UTF-8: every corpus name a bucket can hold, bucket -> bucket, default
-    options; the written names are the objects' URIs, the report escapes them."""
-    keys = odd_names.object_names(local_only=False)
+    """Object names are UTF-8: every corpus name the bucket can hold (newlines, ESC, `-x`, HTML,
+    a 255-byte name), bucket -> bucket, default options; the written names are the objects'
+    URIs, the report escapes them."""
+    keys = odd_names.object_names(store.scheme)
     src, dst = store.new_bucket("src"), store.new_bucket("dst")
     for i, key in enumerate(keys):
         store.put(store.uri(src, "p/" + key.decode("utf-8")), odd_names.jpeg(i))
