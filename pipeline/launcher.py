@@ -29,7 +29,7 @@ from apache_beam.options.pipeline_options import (
 )
 
 from pipeline import dask_runner, fast_rerun
-from pipeline.core import schema, startup, storage, versions
+from pipeline.core import names, schema, startup, storage, versions
 from pipeline.core.beam_compat import BeamArgumentParser, is_direct_runner
 from pipeline.core.errors import ERROR_PREFIX
 from pipeline.options import ConvertConfig, ConvertOptions, OptionError
@@ -120,6 +120,35 @@ def _config_to_argv(path: str, parser: argparse.ArgumentParser, cli_dests: set[s
     return argv
 
 
+# Options whose values may name local files whose names are not UTF-8.
+_NAME_OPTIONS = ("--input", "--manifest")
+
+
+def _escape_names(argv: list[str]) -> list[str]:
+    """argv with each --input/--manifest value that is not UTF-8 in the escaped `file://` form
+    (pipeline/core/names.py): Beam's pipeline options are protobuf strings, which refuse it.
+
+    Raises:
+        OptionError: another argument is not UTF-8 (there is nothing else it could name).
+    """
+    out = []
+    for i, arg in enumerate(argv):
+        if names.from_local(arg) is arg:
+            out.append(arg)
+            continue
+        flag, eq, value = arg.partition("=")
+        if eq and flag in _NAME_OPTIONS:
+            out.append(f"{flag}={names.from_local(resolve_local(value))}")
+        elif i > 0 and argv[i - 1] in _NAME_OPTIONS:
+            out.append(names.from_local(resolve_local(arg)))
+        else:
+            raise OptionError(
+                f"{names.printable(arg)}: not valid UTF-8; only --input and --manifest may "
+                "name files whose names are not (rename the folder, e.g. the --output one)"
+            )
+    return out
+
+
 def parse_convert_args(argv: list[str]) -> tuple[PipelineOptions, ConvertConfig, list[str]]:
     """Parse convert arguments (config file merged, unknown options refused).
 
@@ -129,6 +158,7 @@ def parse_convert_args(argv: list[str]) -> tuple[PipelineOptions, ConvertConfig,
     Raises:
         OptionError: naming the option and the fix.
     """
+    argv = _escape_names(argv)
     if dask_runner.is_dask(dask_runner.runner_in_argv(argv)):
         dask_runner.register_dask_options()  # Beam's --dask_* options exist once imported.
     parser = _RaisingParser(allow_abbrev=False)
@@ -170,7 +200,8 @@ def _versions() -> dict:
 def _matched_paths(pattern: str, limit: int | None = None, what: str = "--input") -> list[str]:
     """Files `pattern` matches (at most `limit`); object-store folder placeholders left out."""
     try:
-        result = FileSystems.match([pattern], limits=[limit] if limit else None)[0]
+        local = names.local_path(pattern)  # an --input whose name is not UTF-8
+        result = FileSystems.match([local], limits=[limit] if limit else None)[0]
     except (OSError, ValueError) as e:
         detail = str(e).splitlines()[0][:300]
         if "No files found" in detail or "matched no files" in detail:
@@ -230,7 +261,7 @@ def preflight(config: ConvertConfig, count_up_to: int = 1) -> int:
         PreflightError / ManifestError: naming the problem and the fix.
     """
     if config.manifest:
-        if not storage.exists(config.manifest):
+        if not storage.exists(names.local_path(config.manifest)):
             raise ManifestError(f"--manifest {config.manifest}: no such file; check the path")
         rows = read_manifest_rows(config.manifest)
         count = sum(1 for _ in itertools.islice(rows, max(1, count_up_to)))
@@ -244,7 +275,8 @@ def preflight(config: ConvertConfig, count_up_to: int = 1) -> int:
             matched = len(_matched_paths(resolve_local(pattern), max(1, count_up_to)))
             if not matched:
                 raise PreflightError(
-                    f"--input {pattern}: matched no files; check the path, and quote glob "
+                    f"--input {names.printable(pattern)}: matched no files; check the path, "
+                    "and quote glob "
                     "patterns (--input 'data/*/*.jpg'); use '**' to match across folders"
                     f"{_bracket_hint(pattern)}"
                 )

@@ -72,7 +72,7 @@ def read_manifest_rows(manifest: str):
         ManifestError: when the file cannot be opened or its format is not CSV/JSONL.
     """
     try:
-        with FileSystems.open(manifest, compression_type="uncompressed") as f:
+        with FileSystems.open(names.local_path(manifest), compression_type="uncompressed") as f:
             data = f.read()
         if b"\0" in data:  # UTF-16/32 or a binary file: no CSV or JSONL we could read right
             raise UnicodeDecodeError("utf-8", data[:0], 0, 1, "NUL bytes in the file")
@@ -108,8 +108,8 @@ def read_manifest_rows(manifest: str):
         if header is None and lineno == 1 and cells[0].strip().lower() == "path":
             header = [c.strip().lower() for c in cells]
             continue
-        names = header or ["path", "label", "split"][: len(cells)]
-        yield lineno, dict(zip(names, (c.strip() for c in cells), strict=False))
+        columns = header or ["path", "label", "split"][: len(cells)]
+        yield lineno, dict(zip(columns, (c.strip() for c in cells), strict=False))
 
 
 # Listed files travel in batches until they are spread over workers: one shuffle element per
@@ -140,6 +140,7 @@ def _key(path: str, root: str) -> str:
     local name that is not UTF-8 (an escaped `file://` path) gives the same key escaped."""
     local = names.local_path(path)
     if local is not path:
+        root = names.local_path(root)
         return names.escape_text(local[len(root) :] if local.startswith(root) else local)
     return path[len(root) :] if path.startswith(root) else path.split("://")[-1]
 
@@ -162,8 +163,9 @@ class _MatchAllFn(beam.DoFn):
     @staticmethod
     def _entries(pattern: str):
         """(path, size, stamp, reason, detail) for everything `pattern` matches."""
-        if "://" not in pattern:
-            for e in match_local(pattern):
+        local = names.local_path(pattern)  # an escaped `file://` pattern is a local one
+        if "://" not in local:
+            for e in match_local(local):
                 yield e.path, e.size, e.stamp, e.reason, e.detail
             return
         for metadata in _match_bucket(pattern):
@@ -217,7 +219,8 @@ class _ReadManifestFn(beam.DoFn):
     REJECTED = "rejected"
 
     def _rows(self, manifest: str):
-        base = manifest.rsplit("/", 1)[0] + "/" if "/" in manifest else ""
+        here = names.local_path(manifest)  # relative rows are joined to its bytes, unescaped
+        base = here.rsplit("/", 1)[0] + "/" if "/" in here else ""
         for lineno, row in read_manifest_rows(manifest):
             raw = str(row.get("path") or "").strip()
             if not raw:
@@ -230,13 +233,14 @@ class _ReadManifestFn(beam.DoFn):
                     ),
                 )
                 continue
+            # A row may hold a name's bytes as they are, or escaped as rejected.jsonl writes it.
+            raw = names.local_path(raw)
             is_absolute = "://" in raw or raw.startswith("/")
-            path = raw if is_absolute else base + raw
+            path = names.from_local(raw if is_absolute else base + raw)
             if is_absolute:
                 key = _key(path, base)
             else:
-                key = names.escape_text(posixpath.normpath(names.local_path(raw)))
-            path = names.from_local(names.local_path(path))
+                key = names.escape_text(posixpath.normpath(raw))
             item = {"path": path, "key": key, "size": -1, "stamp": None}
             for column in ("label", "split"):
                 if row.get(column) not in (None, ""):

@@ -260,3 +260,61 @@ def test_fuzz_random_byte_names_are_all_accounted_for(tmp_path):
     outcomes += [_as_bytes(r["path"]) for r in _jsonl(out, schema.DUPLICATES)]
     assert sorted(outcomes) == sorted(made), why
     assert info["num_written"] > 0 and info["num_rejected"] > 0 and info["num_duplicates"] > 0
+
+
+def test_pattern_manifest_rejects_and_duplicates_under_a_folder_not_utf8(tmp_path):
+    """The --input pattern itself names a Latin-1 folder; a broken file, a dangling link and a
+    copy in it end in rejected.jsonl / duplicates.jsonl in the escaped form, and a manifest in
+    that folder with a relative row holding `%` lists the same file. An --output that is not
+    UTF-8 is refused by name (exit 2), not by a traceback."""
+    base = os.fsencode(tmp_path) + b"/caf\xe9 100%"
+    for label in (b"cat", b"d\xe9g"):
+        os.makedirs(base + b"/" + label)
+        for i in range(4):
+            with open(base + b"/" + label + b"/%d\xe9.jpg" % i, "wb") as f:
+                f.write(odd_names.jpeg(i + (10 if label == b"cat" else 20)))
+    with open(base + b"/cat/broken\xe9.jpg", "wb") as f:
+        f.write(b"\xff\xd8\xff not a JPEG")
+    with open(base + b"/cat/copy\xe9.jpg", "wb") as f:
+        f.write(odd_names.jpeg(20))
+    os.symlink(b"nowhere\xe9", base + b"/cat/dangling\xe9.jpg")
+    escaped = f"file://{names.escape_text(os.fsdecode(base))}"
+    assert escaped.endswith("/caf%E9 100%25")
+
+    out = str(tmp_path / "out")
+    pattern = os.fsdecode(base + b"/*/*.jpg")
+    in_process("convert", "--input", pattern, "--output", out, "--no_analyze",
+               "--max_bad_fraction", "0.5")  # fmt: skip
+    info = _info(out)
+    assert (info["num_listed"], info["num_written"]) == (11, 8), info
+    assert sorted(info["label_names"]) == ["cat", "d%E9g"]
+    assert info["provenance"]["argv"][1] == escaped + "/*/*.jpg"
+    assert {r["path"]: r["reason"] for r in _jsonl(out, schema.REJECTED)} == {
+        escaped + "/cat/broken%E9.jpg": "truncated",
+        escaped + "/cat/dangling%E9.jpg": "broken_link",
+    }
+    (dup,) = _jsonl(out, schema.DUPLICATES)
+    assert {dup["path"], dup["duplicate_of"]} == {
+        escaped + "/cat/copy%E9.jpg",
+        escaped + "/d%E9g/0%E9.jpg",
+    }
+    assert base + b"/cat/0\xe9.jpg" in _written(out, info)
+
+    manifest = base + b"/list\xe9.csv"
+    with open(manifest, "wb") as f:
+        f.write(b"path,label\ncat/1\xe9.jpg,one\n")
+    with open(base + b"/cat/100%.jpg", "wb") as f:
+        f.write(odd_names.jpeg(99))
+    with open(manifest, "ab") as f:
+        f.write(b"cat/100%.jpg,two\n")
+    out2 = str(tmp_path / "manifest")
+    in_process("convert", "--manifest", os.fsdecode(manifest), "--output", out2, "--no_analyze")
+    assert sorted(_written(out2, _info(out2))) == [
+        base + b"/cat/100%.jpg",
+        base + b"/cat/1\xe9.jpg",
+    ]
+
+    refused = in_process("convert", "--input", pattern, "--output", os.fsdecode(base + b"/o\xe9"),
+                         check=False)  # fmt: skip
+    assert refused.returncode == 2
+    assert "/o%E9: not valid UTF-8; only --input and --manifest" in refused.stderr, refused.stderr
