@@ -133,17 +133,17 @@ def test_every_odd_name_is_written_with_default_options(corpus, tmp_path, patter
 
 
 def test_manifests_carry_the_same_bytes(corpus, tmp_path):
-    """A CSV manifest holding the names' raw bytes (relative, quoted newlines) and a JSONL one
-    holding the escaped `file://` form rejected.jsonl uses both list the same files."""
-    root, paths = corpus
-    base = os.fsencode(root) + b"/"
-    rows = [p[len(base) :] for p in paths]
+    """A CSV manifest holding the names' raw bytes (absolute, quoted newlines) and a JSONL one
+    holding the escaped `file://` form rejected.jsonl uses both list the same files (relative
+    rows: the test below)."""
+    _, paths = corpus
     text = io.StringIO()
     writer = csv.writer(text)
     writer.writerow(["path", "label"])
-    for rel in rows:
-        writer.writerow([os.fsdecode(rel), names.escape_text(os.fsdecode(rel.split(b"/")[0]))])
-    manifest = os.path.join(root, "manifest.csv")
+    for path in paths:
+        folder = os.path.basename(os.path.dirname(path))
+        writer.writerow([os.fsdecode(path), names.escape_text(os.fsdecode(folder))])
+    manifest = str(tmp_path / "manifest.csv")
     with open(manifest, "wb") as f:
         f.write(text.getvalue().encode("utf-8", "surrogateescape"))
     jsonl = str(tmp_path / "manifest.jsonl")
@@ -165,10 +165,14 @@ def test_manifests_carry_the_same_bytes(corpus, tmp_path):
 def test_odd_names_through_the_command_line(corpus, tmp_path):
     root, paths = corpus
     out = str(tmp_path / "out")
-    proc = cli("convert", "--input", os.fsencode(root).decode() + "/*/*", "--output", out)
+    proc = cli("convert", "--input", f"{root}/*/*", "--output", out)
     assert not _RAW_CONTROL.search(proc.stdout.encode()), proc.stdout
     _check_all_written(out, paths)
     _check_report(out)
+    # Two worker processes: the listed names cross process boundaries through Beam's coders.
+    two = str(tmp_path / "two")
+    cli("convert", "--input", f"{root}/**", "--output", two, "--workers", "2", "--no_analyze")
+    _check_all_written(two, paths)
 
 
 # --- the same names on both bucket servers ----------------------------------------------------
@@ -318,3 +322,8 @@ def test_pattern_manifest_rejects_and_duplicates_under_a_folder_not_utf8(tmp_pat
                          check=False)  # fmt: skip
     assert refused.returncode == 2
     assert "/o%E9: not valid UTF-8; only --input and --manifest" in refused.stderr, refused.stderr
+
+    with open(os.path.join(out, "report.html"), "rb") as f:
+        html = f.read()
+    assert not _RAW_CONTROL.search(html)
+    assert (escaped + "/cat/broken%E9.jpg").encode() in html  # the rejected file, escaped
