@@ -139,6 +139,22 @@ def rle8_overrun() -> tuple[bytes, np.ndarray]:
     return head + info + table + bytes(data), palette[index]
 
 
+def rle8_wrapping_runs() -> tuple[bytes, np.ndarray]:
+    """BI_RLE8 from an encoder that lets runs wrap into the next row and writes no end-of-line:
+    runs of 255 pixels in a 7-pixel row, 40 bytes in all (the uncompressed size, so TensorFlow,
+    which ignores the compression, decodes it). The first run fills the bottom row (cut at its
+    end), the rest of the rows are never reached: index 0, as Windows leaves them."""
+    palette, _ = _palette_image(256)
+    table = b"".join(bytes((b, g, r, 0)) for r, g, b in palette)
+    data = bytes((255, 9)) * 19 + b"\x00\x01"
+    info = _info40(8, 1, size=len(data), colors=256)
+    offset = 14 + 40 + len(table)
+    head = b"BM" + struct.pack("<IHHI", offset + len(data), 0, 0, offset)
+    index = np.zeros((_H, _W), np.uint8)
+    index[-1] = 9  # the bottom row, first in the file
+    return head + info + table + data, palette[index]
+
+
 VARIANTS = {
     "rgb32bf": rgb32bf,
     "rgba32abf": rgba32abf,
@@ -148,6 +164,7 @@ VARIANTS = {
     "pal4os2v2-16": lambda: os2v2_short(4),
     "pal8os2v2-16": lambda: os2v2_short(8),
     "rle8overrun": rle8_overrun,
+    "rle8wrapping": rle8_wrapping_runs,
 }
 
 

@@ -16,9 +16,17 @@ from transforms.images import bmp_repair
 from transforms.images.check import check_image, encode_for_storage
 from transforms.images.limits import CheckOptions
 
+_MAX = CheckOptions().max_pixels
 # What TensorFlow 2.21's decode_image does with each variant (measured by the e2e test below):
 # the variants it decodes must be kept; those it refuses are kept too, as every BMP Pillow reads.
-TF_DECODES = {"rgb32bf", "rgba32abf", "rgb32-111110", "pal8oversize", "pal8os2v2-16"}
+TF_DECODES = {
+    "rgb32bf",
+    "rgba32abf",
+    "rgb32-111110",
+    "pal8oversize",
+    "pal8os2v2-16",
+    "rle8wrapping",
+}
 
 
 @pytest.mark.parametrize("name", sorted(bmp_variants.VARIANTS))
@@ -42,23 +50,30 @@ def test_bmps_pillow_reads_are_left_byte_for_byte():
     for mode in ("RGB", "P", "L", "1"):
         buf = io.BytesIO()
         image.convert(mode).save(buf, "BMP")
-        assert bmp_repair.for_pillow(buf.getvalue()) is buf.getvalue()
+        assert bmp_repair.for_pillow(buf.getvalue(), _MAX) is buf.getvalue()
     for name in ("rgb32bf", "rgba32abf", "pal4os2v2", "rle8overrun"):
         data, _ = bmp_variants.build(name)
-        assert bmp_repair.for_pillow(data) is data, name
-    for name in ("rgb32-111110", "pal8oversize", "pal8os2v2-16", "pal4os2v2-16"):
+        assert bmp_repair.for_pillow(data, _MAX) is data, name
+    for name in ("rgb32-111110", "pal8oversize", "pal8os2v2-16", "pal4os2v2-16", "rle8wrapping"):
         data, _ = bmp_variants.build(name)
-        assert bmp_repair.for_pillow(data) != data, name
+        assert bmp_repair.for_pillow(data, _MAX) != data, name
 
 
 def test_damaged_headers_are_still_rejected_not_repaired():
     data, _ = bmp_variants.build("rgb32-111110")
     for cut in (20, 40, 60, 80):
-        assert bmp_repair.for_pillow(data[:cut]) is not None  # never raises
+        assert bmp_repair.for_pillow(data[:cut], _MAX) is not None  # never raises
     from pipeline.core.rejects import Rejected
 
     with pytest.raises(Rejected) as e:
         check_image(data[:70], CheckOptions())
+    assert e.value.reason in ("corrupt", "truncated")
+    # An RLE stream that just stops (a cut file, no end-of-bitmap) is not padded: still rejected.
+    data, _ = bmp_variants.build("rle8overrun")
+    cut = data[: len(data) - 40]
+    assert bmp_repair.for_pillow(cut, _MAX) is cut
+    with pytest.raises(Rejected) as e:
+        check_image(cut, CheckOptions())
     assert e.value.reason in ("corrupt", "truncated")
 
 

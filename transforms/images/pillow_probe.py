@@ -179,7 +179,7 @@ def _probe_other(data: bytes, opts: CheckOptions) -> tuple[str, _Header]:
             "--transcode jpeg to store it re-encoded",
         )
     if fmt == "bmp":  # layouts TensorFlow decodes and Pillow refuses, rewritten; else as is
-        data = bmp_repair.for_pillow(data)
+        data = bmp_repair.for_pillow(data, opts.max_pixels)
     if fmt in _IN_PROCESS:
         im = _pillow_open(data, _PIL_PLUGINS[fmt])
         if im is None:
