@@ -120,35 +120,6 @@ def _config_to_argv(path: str, parser: argparse.ArgumentParser, cli_dests: set[s
     return argv
 
 
-# Options whose values may name local files whose names are not UTF-8.
-_NAME_OPTIONS = ("--input", "--manifest")
-
-
-def _escape_names(argv: list[str]) -> list[str]:
-    """argv with each --input/--manifest value that is not UTF-8 in the escaped `file://` form
-    (pipeline/core/names.py): Beam's pipeline options are protobuf strings, which refuse it.
-
-    Raises:
-        OptionError: another argument is not UTF-8 (there is nothing else it could name).
-    """
-    out = []
-    for i, arg in enumerate(argv):
-        if names.from_local(arg) is arg:
-            out.append(arg)
-            continue
-        flag, eq, value = arg.partition("=")
-        if eq and flag in _NAME_OPTIONS:
-            out.append(f"{flag}={names.from_local(resolve_local(value))}")
-        elif i > 0 and argv[i - 1] in _NAME_OPTIONS:
-            out.append(names.from_local(resolve_local(arg)))
-        else:
-            raise OptionError(
-                f"{names.printable(arg)}: not valid UTF-8; only --input and --manifest may "
-                "name files whose names are not (rename the folder, e.g. the --output one)"
-            )
-    return out
-
-
 def parse_convert_args(argv: list[str]) -> tuple[PipelineOptions, ConvertConfig, list[str]]:
     """Parse convert arguments (config file merged, unknown options refused).
 
@@ -158,7 +129,10 @@ def parse_convert_args(argv: list[str]) -> tuple[PipelineOptions, ConvertConfig,
     Raises:
         OptionError: naming the option and the fix.
     """
-    argv = _escape_names(argv)
+    try:  # Beam's pipeline options are protobuf strings: no surrogate escapes
+        argv = names.escape_argv(argv, ("--input", "--manifest"))
+    except ValueError as e:
+        raise OptionError(str(e)) from e
     if dask_runner.is_dask(dask_runner.runner_in_argv(argv)):
         dask_runner.register_dask_options()  # Beam's --dask_* options exist once imported.
     parser = _RaisingParser(allow_abbrev=False)

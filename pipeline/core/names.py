@@ -19,6 +19,7 @@ import urllib.parse
 
 __all__ = [
     "ESCAPED_PREFIX",
+    "escape_argv",
     "escape_text",
     "filename_bytes",
     "from_local",
@@ -98,3 +99,35 @@ def printable(name: str | bytes) -> str:
         return text if text.startswith("\\") else f"\\x{ord(m.group()):02x}"
 
     return _UNPRINTABLE.sub(one, name)
+
+
+def escape_argv(argv: list[str], file_options: tuple[str, ...]) -> list[str]:
+    """Command-line arguments with each value of `file_options` that is not UTF-8 made
+    absolute and escaped (from_local): Beam's pipeline options are protobuf strings, which
+    refuse surrogate escapes (the job failed in `encode_pipeline_options`).
+
+    Raises:
+        ValueError: another argument is not UTF-8 (nothing else may name such a file).
+    """
+    out = []
+    for i, arg in enumerate(argv):
+        if _is_utf8(arg):
+            out.append(arg)
+            continue
+        flag, eq, value = arg.partition("=")
+        if eq and flag in file_options:
+            out.append(f"{flag}={_absolute_escaped(value)}")
+        elif i > 0 and argv[i - 1] in file_options:
+            out.append(_absolute_escaped(arg))
+        else:
+            raise ValueError(
+                f"{printable(arg)}: not valid UTF-8; only {' and '.join(file_options)} may "
+                "name files whose names are not (rename the folder, e.g. the --output one)"
+            )
+    return out
+
+
+def _absolute_escaped(path: str) -> str:
+    if "://" not in path:
+        path = os.path.abspath(os.path.expanduser(path))
+    return from_local(path)
