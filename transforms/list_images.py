@@ -23,6 +23,7 @@ __all__ = [
     "ListImages",
     "ManifestError",
     "input_root",
+    "match_bucket",
     "read_manifest_rows",
     "resolve_local",
 ]
@@ -118,7 +119,7 @@ def read_manifest_rows(manifest: str):
 LIST_BATCH = 64
 
 
-def _match_bucket(pattern: str) -> list:
+def match_bucket(pattern: str) -> list:
     """FileSystems.match of a bucket `pattern`, with match_local's reading of `*` and `?`.
 
     Beam's `*` and `?` do not match a backslash, on buckets too, where it is an ordinary
@@ -168,7 +169,7 @@ class _MatchAllFn(beam.DoFn):
             for e in match_local(local):
                 yield e.path, e.size, e.stamp, e.reason, e.detail
             return
-        for metadata in _match_bucket(pattern):
+        for metadata in match_bucket(pattern):
             if metadata.path.endswith("/"):  # Object-store "directory" placeholders.
                 continue
             updated = float(metadata.last_updated_in_seconds or 0.0)

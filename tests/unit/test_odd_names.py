@@ -327,3 +327,9 @@ def test_pattern_manifest_rejects_and_duplicates_under_a_folder_not_utf8(tmp_pat
         html = f.read()
     assert not _RAW_CONTROL.search(html)
     assert (escaped + "/cat/broken%E9.jpg").encode() in html  # the rejected file, escaped
+
+    # A versioned rerun lists the same names without Beam (pipeline/fast_rerun.py): no change.
+    args = ("convert", "--input", pattern, "--output", str(tmp_path / "versions"), "--versioned",
+            "--no_analyze", "--max_bad_fraction", "0.5")  # fmt: skip
+    assert "(first version)" in in_process(*args).stdout
+    assert "changes: no change" in in_process(*args).stdout
