@@ -23,7 +23,7 @@ from tests.runs import cli, in_process
 # Anything a terminal or an HTML line must not get raw from a name (the report's own markup
 # has newlines, which are left out of this check).
 _RAW_CONTROL = re.compile(rb"[\x00-\x09\x0b-\x1f\x7f]")
-# The fuzz's time budget for building names (the conversion after it takes ~10 s on 2 cores).
+# Random names per fuzz run: a few hundred keep the run at ~4-10 s on 2 busy cores (measured).
 _FUZZ_NAMES = 300
 _FUZZ_CI_SEED = 20261202
 
