@@ -27,6 +27,7 @@ import sys
 from apache_beam.io.filesystems import FileSystems
 
 from pipeline import report_charts as charts
+from pipeline.core import names as file_names
 from pipeline.core import schema, storage
 from pipeline.report_scan import (
     SCAN_KEYS,
@@ -95,7 +96,7 @@ def _open_any(path: str):
         # Only regular files of a bounded size: a rejected path may be a FIFO (reading it would
         # block forever), a folder or a huge file.
         if storage.is_local(path):
-            st = os.stat(path)
+            st = os.stat(file_names.local_path(path))
             if not stat.S_ISREG(st.st_mode) or st.st_size > THUMB_MAX_FILE_BYTES:
                 return None
         else:
@@ -167,7 +168,7 @@ def _contact_sheet(data_dir: str, info: dict, split: str) -> dict[str, list[dict
                 original = None
             chosen[name].append(
                 {
-                    "path": fields.get(schema.FILENAME, b"").decode("utf-8", "replace"),
+                    "path": file_names.printable(fields.get(schema.FILENAME, b"")),
                     "size": f"{fields.get(schema.WIDTH)}×{fields.get(schema.HEIGHT)}",
                     "record": record,
                     "original": original,
@@ -192,7 +193,8 @@ def _contact_sheet(data_dir: str, info: dict, split: str) -> dict[str, list[dict
 
 def _plot_classes(counts: dict[str, collections.Counter], names: list[str]) -> str:
     series = {split: [c[n] for n in names] for split, c in counts.items()}
-    return charts.grouped_bars(names, series, "examples", "classes per split")
+    shown = [file_names.printable(n) for n in names]  # a label is a folder name: any bytes
+    return charts.grouped_bars(shown, series, "examples", "classes per split")
 
 
 def _plot_sizes(rows: list[dict]) -> tuple[str, str]:
@@ -248,6 +250,12 @@ def _img(uri: str | None, alt: str, cls: str = "") -> str:
     return f'<img{cls_attr} alt="{html.escape(alt)}" src="{uri}">'
 
 
+def _escape(text: object) -> str:
+    """HTML for a name or any text: control characters and bytes that are not UTF-8 escaped
+    first (pipeline/core/names.py), so a file or label name cannot break a line or a tag."""
+    return html.escape(file_names.printable(str(text)))
+
+
 def _jsonl(data_dir: str, name: str) -> list[dict]:
     path = storage.join(data_dir, name)
     if not storage.exists(path):
@@ -271,7 +279,7 @@ def build_report(data_dir: str) -> str:
     counts = label_counts(info, scan)
     names += sorted({k for c in counts.values() for k in c} - set(names))
     all_rows = [r for rows in scan["records"].values() for r in rows]
-    e = html.escape
+    e = _escape
     out = [
         "<!doctype html><html lang=en><head><meta charset=utf-8>",
         '<meta name=viewport content="width=device-width,initial-scale=1">',
@@ -362,7 +370,7 @@ def build_report(data_dir: str) -> str:
         out.append("<table>")
         for reason, n in sorted(transcoded.items()):
             paths = "".join(
-                f"<div class=path>{e(x.get(schema.FILENAME, b'').decode('utf-8', 'replace'))} "
+                f"<div class=path>{e(file_names.printable(x.get(schema.FILENAME, b'')))} "
                 f"({e((x.get(schema.TRANSCODED_FROM) or b'').decode())})</div>"
                 for x in examples.get(reason, [])
             )

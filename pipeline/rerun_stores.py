@@ -232,23 +232,24 @@ def latest_version(store, root: str) -> str | None:
 
 def list_lines(patterns: list[str]) -> list[str | None]:
     """The digest lines of the listing `transforms.list_images` would make of `patterns`."""
+    from pipeline.core.names import local_path
+    from transforms.list_images import match_bucket
     from transforms.match_local import match_local
 
     lines: list[str | None] = []
     seen: set[str] = set()
     for pattern in patterns:
-        if "://" in pattern:
-            from apache_beam.io.filesystems import FileSystems
-
+        if "://" in local_path(pattern):  # (an escaped file:// pattern is a local one)
             entries = []
-            for m in FileSystems.match([pattern])[0].metadata_list:
+            for m in match_bucket(pattern):
                 if m.path.endswith("/"):
                     continue
                 updated = float(m.last_updated_in_seconds or 0.0)
                 stamp = repr(updated) if updated > 0 else None
                 entries.append((m.path, int(m.size_in_bytes), stamp, None, ""))
         else:
-            entries = ((e.path, e.size, e.stamp, e.reason, e.detail) for e in match_local(pattern))
+            found = match_local(local_path(pattern))
+            entries = ((e.path, e.size, e.stamp, e.reason, e.detail) for e in found)
         for path, size, stamp, reason, detail in entries:
             if path in seen:  # a file two patterns match is listed once
                 continue

@@ -20,7 +20,7 @@ from apache_beam import pvalue
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 
-from pipeline.core import dali_index, schema, storage
+from pipeline.core import dali_index, names, schema, storage
 from pipeline.core.beam_compat import write_record
 from pipeline.core.rejects import Rejected, decoder_error, make_reject
 from transforms.images.check import ImageInfo
@@ -373,7 +373,7 @@ class _WriteShardFn(beam.DoFn):
                     channels=stored.channels,
                     label=label_ids.get(record["label"], -1),
                     label_text=record["label"],
-                    filename=record["path"],
+                    filename=names.filename_bytes(record["path"]),
                     sha256=(
                         record["sha256"]
                         if stored.data is data
