@@ -157,8 +157,14 @@ def fit(
         fit_kwargs["validation_data"] = make_dataset(
             data_dir, eval_split, batch_size, strategy=strategy, image_size=size
         )
-        # No validation_steps: with it Keras keeps one iterator across epochs and the finite
-        # evaluation split runs dry after the first epoch; without, each epoch reads it once.
+        if keras.__version__.startswith("2."):
+            # tf_keras needs the steps of a distributed dataset. Exact on every worker: each
+            # reads ceil(n / workers) records at most, in batches of batch_size / workers.
+            fit_kwargs["validation_steps"] = steps_per_epoch(
+                data_dir, eval_split, batch_size, drop_remainder=False
+            )
+        # Keras 3: no validation_steps, with it Keras keeps one iterator across epochs and the
+        # finite evaluation split runs dry after the first epoch; without, each epoch reads it.
 
     with strategy.scope():
         model = build_model(size, num_classes, keras)

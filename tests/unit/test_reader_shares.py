@@ -131,15 +131,15 @@ def _pipeline(data_dir, pipeline_id, num_pipelines, **kwargs):
     )
 
 
-@pytest.mark.parametrize("counts", [UNEVEN, (56,)])
-def test_training_epochs_of_steps_per_epoch_see_no_example_twice(tmp_path, counts):
+@pytest.mark.parametrize(("counts", "cache"), [(UNEVEN, False), ((56,), False), (UNEVEN, True)])
+def test_training_epochs_of_steps_per_epoch_see_no_example_twice(tmp_path, counts, cache):
     """The issue's report: 8 uneven shards, two pipelines, an epoch of `steps_per_epoch` steps
     showed 64 examples twice. Now every epoch is exactly one pass over each pipeline's range."""
     data_dir = write_shards(str(tmp_path), counts)
     steps = reader.steps_per_epoch(data_dir, "train", 8)
     assert steps == 7
     epochs = []
-    pipelines = [_pipeline(data_dir, p, 2, training=True, seed=5) for p in (0, 1)]
+    pipelines = [_pipeline(data_dir, p, 2, training=True, seed=5, cache=cache) for p in (0, 1)]
     for ds in pipelines:
         batches = list(ds.take(3 * steps))  # three epochs, repeating (the default)
         assert {int(b[0].shape[0]) for b in batches} == {4}
