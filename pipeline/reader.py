@@ -63,7 +63,7 @@ _CACHE_RAM_FRACTION = 0.25
 # on ~450x400 photos the per-image ratio switch costs 0.69 -> 0.79, so it stays off there.
 _DCT_MIN_SCALE = 2
 
-# Workers must agree on the per-epoch file order to split files without overlap; with seed=None
+# Workers must agree on the per-epoch file order to split records without overlap; with seed=None
 # and several input pipelines this shared seed is used for the file order only.
 _SHARED_FILE_SEED = 20240611
 # Spreads one user seed over independent streams (file order, record shuffle, augmentation).
@@ -135,9 +135,10 @@ def make_dataset(
     """The input pipeline of a converted split, batched per replica and prefetched.
 
     Files come from dataset_info.json. In training the file order is reshuffled every epoch with
-    a seed all workers share, files are split between input pipelines, shards are read in
-    parallel, serialized records are shuffled, then decoded with a random-resized crop and a
-    random flip. In evaluation the order is fixed and images get a centre crop. Images are
+    a seed all workers share, each input pipeline reads an equal contiguous range of the
+    epoch's records (exactly `steps_per_epoch` steps' worth: pipeline/reader_shares.py), shards
+    are read in parallel, serialized records are shuffled within the epoch, then decoded with a
+    random-resized crop and a random flip. In evaluation the order is fixed and images get a centre crop. Images are
     resized to `image_size` and returned as uint8: normalise on the accelerator.
 
     Every storage mode reads the same way (docs/storage_modes.md): JPEG/PNG/GIF records are
@@ -506,8 +507,8 @@ def _options(config: _Config, multi_device: bool) -> tf.data.Options:
     """tf.data options, each set on purpose."""
     options = tf.data.Options()
     options.deterministic = config.deterministic
-    # We shard by file ourselves (per InputContext); auto-sharding would shard again, or warn
-    # that the source is unshardable.
+    # We split records between pipelines ourselves (per InputContext); auto-sharding would
+    # shard again, or warn that the source is unshardable.
     options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
     # Parallelism comes from many images at once (parallel map); per-op thread pools only add
     # contention. TF official models' image readers set the same.
