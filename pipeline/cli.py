@@ -1,4 +1,4 @@
-"""The `imgrec` command: convert, verify, inspect, preview."""
+"""The `imgrec` command: convert, verify, inspect, preview, versions."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ commands:
   verify    re-read a converted dataset and check every record (imgrec verify DIR)
   inspect   print a converted dataset's summary and class histogram (imgrec inspect DIR)
   preview   write the dataset's visual report.html (imgrec preview DIR [--out FILE])
+  versions  list a --versioned root's versions: LATEST, sizes, readers holding them (ROOT)
 
   -v, --verbose   also show other libraries' logs (TensorFlow, Beam, libjpeg); without it they
                   go to a log file, named when a command fails
@@ -203,6 +204,12 @@ def _dispatch(argv: list[str]) -> int:
         from pipeline.launcher import run_convert
 
         return run_convert(rest)
+    if command == "versions":
+        from pipeline.core import startup
+        from pipeline.versions_report import main as versions_main
+
+        startup.finish()
+        return versions_main(rest)
     if command in ("verify", "inspect", "preview"):
         from pipeline.core import startup, storage
         from pipeline.core.errors import ERROR_PREFIX

@@ -24,7 +24,8 @@ provenance (`started`, `finished`), `report.html`'s "converted" and "Written" ti
 version names in `version.json` and `changes.json`, and tensorflow-transform's
 `transform_fn/saved_model.pb` and `fingerprint.pb` (the previous version's; two from-scratch
 runs write different bytes there too, with equal analyzer results). `.imgrec/` bookkeeping is
-carried over as it is.
+carried over as it is, except the previous version's readers' leases (`.imgrec/leases/`) and
+its `.imgrec/published.json` (this version writes its own when LATEST moves to it).
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ import re
 import sys
 import time
 
-from pipeline.core import changes, schema, startup, versions
+from pipeline.core import changes, dali_index, leases, retention, schema, startup, versions
 from pipeline.core.rerun_record import (
     RECORD_FORMAT,
     RERUN_RECORD,
@@ -82,7 +83,10 @@ _OWN_FILES = (
     versions.VERSION_MARKER,
     "report.html",
     RERUN_RECORD,
+    versions.PUBLISHED,
 )
+# Files of the previous version never carried over: its readers' leases are not the new one's.
+_NOT_CARRIED_PREFIX = leases.LEASE_FOLDER + "/"
 # Shards copied and checked at once: enough to keep 8 cores hashing or 8 bucket copies in flight.
 _COPY_THREADS = 8
 
@@ -242,11 +246,14 @@ def _rebase_report(text: str, before: tuple[str, str], after: tuple[str, str]) -
 
 
 def _shard_files(info: dict) -> dict[str, tuple[int, str]]:
-    return {
-        shard["file"]: (shard["num_bytes"], shard["sha256"])
-        for split in info["splits"].values()
-        for shard in split["shards"]
-    }
+    """{relative name: (size, sha256)} of every shard and every shard's DALI index."""
+    files = {}
+    for split in info["splits"].values():
+        for shard in split["shards"]:
+            for entry in (shard, shard.get("dali_index")):
+                if entry:
+                    files[entry["file"]] = (entry["num_bytes"], entry["sha256"])
+    return files
 
 
 def _build(store, root: str, previous: str, name: str, info: dict) -> int:
@@ -258,11 +265,13 @@ def _build(store, root: str, previous: str, name: str, info: dict) -> int:
     src, dst = store.join(root, previous), store.join(root, name)
     shards = _shard_files(info)
     for rel in store.folders(src):  # empty folders of the TFT export, as publish_export makes
+        if (rel.replace(os.sep, "/") + "/").startswith(_NOT_CARRIED_PREFIX):
+            continue
         os.makedirs(os.path.join(dst, rel), exist_ok=True)
     checked = []  # (relative path, size and sha256) of the non-empty shards
     for rel in store.files(src):
         posix = rel.replace(os.sep, "/")
-        if posix in _OWN_FILES:
+        if posix in _OWN_FILES or posix.startswith(_NOT_CARRIED_PREFIX):
             continue
         verify = shards.get(posix)
         if verify is None:
@@ -286,7 +295,7 @@ def _build(store, root: str, previous: str, name: str, info: dict) -> int:
         raise _NotApplicable(f"{bad[0]} of {previous} does not match its dataset_info.json")
     if set(shards) - {r.replace(os.sep, "/") for r in store.files(dst)}:
         raise _NotApplicable("a shard of the previous version is missing")
-    return len(checked)
+    return sum(not rel.endswith(dali_index.INDEX_SUFFIX) for rel, _ in checked)
 
 
 def try_fast_rerun(argv: list[str]) -> int | None:
@@ -302,7 +311,7 @@ def try_fast_rerun(argv: list[str]) -> int | None:
     """
     started = time.time()
     try:
-        root, patterns, keep = _eligible(argv)
+        root, patterns, keep, keep_for_s = _eligible(argv)
         startup.finish()  # it reads the inputs' listing now (pipeline/core/startup.py)
         remote = "://" in root or any("://" in p for p in patterns)
         if remote:
@@ -320,12 +329,13 @@ def try_fast_rerun(argv: list[str]) -> int | None:
     except (OSError, ValueError, KeyError, versions.VersionError):
         # Before publishing: the pipeline can still convert (and report a real problem).
         return None
-    _publish(store, root, plan, made, keep, argv, started)
+    _publish(store, root, plan, made, (keep, keep_for_s), argv, started)
     return 0
 
 
-def _eligible(argv: list[str]) -> tuple[str, list[str], int]:
-    """(root, input patterns, --keep_versions) of a run the fast path may serve.
+def _eligible(argv: list[str]) -> tuple[str, list[str], int, float]:
+    """(root, input patterns, --keep_versions, --keep_for seconds) of a run the fast path may
+    serve.
 
     Raises:
         _NotApplicable: anything else.
@@ -341,10 +351,18 @@ def _eligible(argv: list[str]) -> tuple[str, list[str], int]:
     keep = _values(argv, "--keep_versions")
     if keep and not keep[-1].isdigit():
         raise _NotApplicable("--keep_versions is not a number: the parser says so")
+    keep_for = _values(argv, "--keep_for")
+    try:
+        keep_for_s = retention.parse_duration(
+            keep_for[-1] if keep_for else retention.DEFAULT_KEEP_FOR
+        )
+    except ValueError:
+        raise _NotApplicable("--keep_for is not a duration: the parser says so") from None
     return (
         outputs[0].rstrip("/"),
         [_resolve_local(p) for p in inputs],
         int(keep[-1] or 0) if keep else 0,
+        keep_for_s,
     )
 
 
@@ -426,8 +444,11 @@ def _make_version(store, argv: list[str], root: str, plan: dict, started: float)
     }
 
 
-def _publish(store, root: str, plan: dict, made: dict, keep: int, argv, started: float) -> None:
-    """Move LATEST, prune, print what the pipeline's run prints, write the report."""
+def _publish(
+    store, root: str, plan: dict, made: dict, keeping: tuple[int, float], argv, started: float
+) -> None:
+    """Move LATEST, prune (keeping: --keep_versions, --keep_for seconds), print what the
+    pipeline's run prints, write the report."""
     from pipeline.summary import format_summary
 
     name, out, previous = made["name"], made["out"], plan["previous"]
@@ -435,9 +456,10 @@ def _publish(store, root: str, plan: dict, made: dict, keep: int, argv, started:
     if plan["unfinished"]:
         note += f" ({plan['unfinished'][-1]} is unfinished; pass --resume to continue it instead)"
     print(f"{note}; nothing changed since {previous}: copying it (--full: convert from scratch)")
+    keep, keep_for_s = keeping
     published, latest = store.publish(root, name)
-    if published and keep:
-        store.prune(root, keep, name)
+    if published and keep:  # never a version a reader holds or --keep_for keeps
+        store.prune(root, keep, name, keep_for_s)
     info = made["info"]
     print(format_summary(info, out, time.time() - started))
     head = f"{made['change']['headline']} (against {previous})"
@@ -450,6 +472,12 @@ def _publish(store, root: str, plan: dict, made: dict, keep: int, argv, started:
         f"  reused      {reused:>7}   unchanged files not read again, {made['copied']} shards "
         f"copied (from {previous}; nothing changed: the pipeline did not run)"
     )
+    if published and keep:
+        names = store.versions(root)
+        listing = (names, name, store.finished(root, [n for n in names if n < name]))
+        kept = retention.retention_line(root, keep, keep_for_s, listing)
+        if kept:  # versions --keep_versions let go that a reader or --keep_for still holds
+            print(kept)
     if not _given(argv, "--no_report"):
         _write_report(
             store, store.join(root, previous), out, made["old_finished"], made["finished"]

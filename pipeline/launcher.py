@@ -29,7 +29,7 @@ from apache_beam.options.pipeline_options import (
 )
 
 from pipeline import dask_runner, fast_rerun
-from pipeline.core import schema, startup, storage, versions
+from pipeline.core import names, retention, schema, startup, storage, versions
 from pipeline.core.beam_compat import BeamArgumentParser, is_direct_runner
 from pipeline.core.errors import ERROR_PREFIX
 from pipeline.options import ConvertConfig, ConvertOptions, OptionError
@@ -129,6 +129,10 @@ def parse_convert_args(argv: list[str]) -> tuple[PipelineOptions, ConvertConfig,
     Raises:
         OptionError: naming the option and the fix.
     """
+    try:  # Beam's pipeline options are protobuf strings: no surrogate escapes
+        argv = names.escape_argv(argv, ("--input", "--manifest"))
+    except ValueError as e:
+        raise OptionError(str(e)) from e
     if dask_runner.is_dask(dask_runner.runner_in_argv(argv)):
         dask_runner.register_dask_options()  # Beam's --dask_* options exist once imported.
     parser = _RaisingParser(allow_abbrev=False)
@@ -170,7 +174,8 @@ def _versions() -> dict:
 def _matched_paths(pattern: str, limit: int | None = None, what: str = "--input") -> list[str]:
     """Files `pattern` matches (at most `limit`); object-store folder placeholders left out."""
     try:
-        result = FileSystems.match([pattern], limits=[limit] if limit else None)[0]
+        local = names.local_path(pattern)  # an --input whose name is not UTF-8
+        result = FileSystems.match([local], limits=[limit] if limit else None)[0]
     except (OSError, ValueError) as e:
         detail = str(e).splitlines()[0][:300]
         if "No files found" in detail or "matched no files" in detail:
@@ -230,7 +235,7 @@ def preflight(config: ConvertConfig, count_up_to: int = 1) -> int:
         PreflightError / ManifestError: naming the problem and the fix.
     """
     if config.manifest:
-        if not storage.exists(config.manifest):
+        if not storage.exists(names.local_path(config.manifest)):
             raise ManifestError(f"--manifest {config.manifest}: no such file; check the path")
         rows = read_manifest_rows(config.manifest)
         count = sum(1 for _ in itertools.islice(rows, max(1, count_up_to)))
@@ -244,7 +249,8 @@ def preflight(config: ConvertConfig, count_up_to: int = 1) -> int:
             matched = len(_matched_paths(resolve_local(pattern), max(1, count_up_to)))
             if not matched:
                 raise PreflightError(
-                    f"--input {pattern}: matched no files; check the path, and quote glob "
+                    f"--input {names.printable(pattern)}: matched no files; check the path, "
+                    "and quote glob "
                     "patterns (--input 'data/*/*.jpg'); use '**' to match across folders"
                     f"{_bracket_hint(pattern)}"
                 )
@@ -563,6 +569,10 @@ def run_convert(argv: list[str]) -> int:
             reused = versions.reuse_line(config, result)
             if reused:
                 print(reused)
+            root = versions.split_version_dir(config.output)[0]
+            kept = retention.retention_line(root, config.keep_versions, config.keep_for_s)
+            if kept:  # versions --keep_versions let go that a reader or --keep_for still holds
+                print(kept)
         if not options.view_as(ConvertOptions).no_report:
             _write_report(config.output)
     return 0

@@ -7,6 +7,7 @@ import math
 
 from apache_beam.options.pipeline_options import PipelineOptions
 
+from pipeline.core.retention import DEFAULT_KEEP_FOR, parse_duration
 from pipeline.core.schema import COMPRESSIONS, STORE_MODES
 from transforms.images.limits import (
     DEFAULT_MAX_PIXELS,
@@ -31,6 +32,10 @@ DEFAULT_MAX_BAD_FRACTION = 0.05
 # of ~0.013 standard deviations after normalisation; 2,000 gave 1.08 % / 0.81 %. The cap saves
 # the full-size decode of every training image beyond it.
 DEFAULT_STATS_MAX_IMAGES = 4_000
+
+
+# --keep_for's default in seconds (pipeline/core/retention.py says why a day).
+DEFAULT_KEEP_FOR_S = parse_duration(DEFAULT_KEEP_FOR)
 
 
 class OptionError(ValueError):
@@ -155,7 +160,15 @@ class ConvertOptions(PipelineOptions):
             type=int,
             default=0,
             help="With --versioned: keep this many complete versions, LATEST included, and "
-            "delete older ones (0: keep all).",
+            "delete older ones (0: keep all), except versions a running reader holds a lease "
+            "on and versions superseded less than --keep_for ago: a later run deletes those.",
+        )
+        g.add_argument(
+            "--keep_for",
+            default=DEFAULT_KEEP_FOR,
+            help="With --keep_versions: never delete a version sooner than this after a newer "
+            f"one replaced it as LATEST: 0, 90s, 30m, 12h, 7d, 2w (default {DEFAULT_KEEP_FOR}; "
+            "covers readers that hold no lease). See docs/scheduling.md.",
         )
         g.add_argument(
             "--max_bad_fraction",
@@ -209,7 +222,10 @@ class ConvertOptions(PipelineOptions):
             "or animation); reject TIFF, PSD, ... as unsupported_format. none: the strict mode "
             "of old, JPEG/PNG/GIF only (BMP and WebP rejected as unsupported_format). png|jpeg: "
             "as auto, and also re-encode every other format Pillow decodes (TIFF, PSD, ICO, ...; "
-            "decoded in a subprocess) to png/jpeg (BMP/WebP to jpeg too with jpeg).",
+            "decoded in a subprocess) to png/jpeg. jpeg: every record is a JPEG, for readers "
+            "that decode JPEG only (tf.io.decode_jpeg, decode_and_crop_jpeg, TF Model Garden's "
+            "decode_jpeg_only): JPEGs kept byte for byte, PNG/GIF/BMP/WebP/... re-encoded "
+            "(RGB, transparency composited onto white, --jpeg_quality). See docs/reader.md.",
         )
         g.add_argument(
             "--max_side",
@@ -240,7 +256,21 @@ class ConvertOptions(PipelineOptions):
             help="Shard compression: none (default) or gzip (TFRecord GZIP, shards named "
             ".tfrecord.gz; worth it for --store pixels, ~nothing for JPEG).",
         )
-        g.add_argument("--jpeg_quality", type=int, default=95, help="Quality of JPEG re-encodes.")
+        g.add_argument(
+            "--jpeg_quality",
+            type=int,
+            default=95,
+            help="Quality of JPEG re-encodes (default 95; TensorFlow's Inception/ImageNet "
+            "conversion scripts used 95-100).",
+        )
+        g.add_argument(
+            "--dali_index",
+            action="store_true",
+            help="Also write NVIDIA DALI's index beside each shard, <shard file>.idx (one line "
+            "per record: byte offset and size, as DALI's tfrecord2idx writes), for "
+            "fn.readers.tfrecord(index_path=...). Not with --compression gzip (DALI reads "
+            "uncompressed TFRecords only).",
+        )
         g.add_argument(
             "--jpeg_verify",
             default="dct",
@@ -341,6 +371,8 @@ class ConvertConfig:
     overwrite: bool = False
     versioned: bool = False
     keep_versions: int = 0
+    # --keep_for in seconds (the option's text is parsed by from_options).
+    keep_for_s: float = DEFAULT_KEEP_FOR_S
     full: bool = False
     # Set by pipeline.core.versions.plan_run, not by an option: the complete version a --versioned
     # run reuses unchanged files' inspections and unchanged shards from ("" for none).
@@ -352,6 +384,8 @@ class ConvertConfig:
     check: CheckOptions = dataclasses.field(default_factory=CheckOptions)
     store: str = "encoded"
     compression: str = "none"
+    # --dali_index: a DALI index file (<shard>.idx) beside each shard.
+    dali_index: bool = False
     read_concurrency: int = 8
     decode_threads: int = 1
     analyze: bool = True
@@ -384,6 +418,8 @@ class ConvertConfig:
             )
         if self.keep_versions and not self.versioned:
             raise OptionError("--keep_versions needs --versioned (it prunes old versions)")
+        if not self.keep_for_s >= 0:
+            raise OptionError(f"--keep_for must be a duration >= 0, got {self.keep_for_s} s")
         if self.full and not self.versioned:
             raise OptionError(
                 "--full needs --versioned (it stops a versioned run from reusing the previous "
@@ -413,6 +449,18 @@ class ConvertConfig:
         if self.compression not in COMPRESSIONS:
             raise OptionError(
                 f"--compression must be one of {', '.join(COMPRESSIONS)}, got {self.compression!r}"
+            )
+        if self.dali_index and self.compression != "none":
+            raise OptionError(
+                "--dali_index with --compression gzip: DALI's fn.readers.tfrecord reads "
+                "uncompressed TFRecord files only (it fails on GZIP shards), so these indexes "
+                "would be of no use; drop --compression gzip (or --dali_index)"
+            )
+        if self.check.transcode == "jpeg" and self.store != "encoded":
+            raise OptionError(
+                f"--transcode jpeg with --store {self.store}: --transcode jpeg makes every "
+                "record a JPEG for JPEG-only readers, --store pixels|smart writes raw-pixel "
+                "records those readers cannot decode; drop one of them"
             )
         if self.decode_threads < 1:
             raise OptionError(f"--decode_threads must be >= 1, got {self.decode_threads}")
@@ -458,15 +506,25 @@ class ConvertConfig:
             overwrite=o.overwrite,
             versioned=o.versioned,
             keep_versions=o.keep_versions,
+            keep_for_s=_keep_for_seconds(o.keep_for),
             full=o.full,
             max_bad_fraction=o.max_bad_fraction,
             dedupe=o.dedupe,
             check=_check_options(o),
             store=o.store,
             compression=o.compression,
+            dali_index=o.dali_index,
             read_concurrency=o.read_concurrency,
             decode_threads=o.decode_threads or 1,
             analyze=not o.no_analyze,
             stats_sample_fraction=o.stats_sample_fraction,
             stats_max_images=o.stats_max_images,
         )
+
+
+def _keep_for_seconds(text: str) -> float:
+    """--keep_for's seconds; OptionError naming the accepted forms otherwise."""
+    try:
+        return parse_duration(text)
+    except ValueError as e:
+        raise OptionError(str(e)) from None

@@ -27,6 +27,7 @@ import sys
 from apache_beam.io.filesystems import FileSystems
 
 from pipeline import report_charts as charts
+from pipeline.core import names as file_names
 from pipeline.core import schema, storage
 from pipeline.report_scan import (
     SCAN_KEYS,
@@ -36,6 +37,7 @@ from pipeline.report_scan import (
     read_records,
     scan_dataset,
 )
+from pipeline.summary import non_jpeg_warning
 
 __all__ = [
     "REPORT_FILE",
@@ -94,7 +96,7 @@ def _open_any(path: str):
         # Only regular files of a bounded size: a rejected path may be a FIFO (reading it would
         # block forever), a folder or a huge file.
         if storage.is_local(path):
-            st = os.stat(path)
+            st = os.stat(file_names.local_path(path))
             if not stat.S_ISREG(st.st_mode) or st.st_size > THUMB_MAX_FILE_BYTES:
                 return None
         else:
@@ -166,7 +168,7 @@ def _contact_sheet(data_dir: str, info: dict, split: str) -> dict[str, list[dict
                 original = None
             chosen[name].append(
                 {
-                    "path": fields.get(schema.FILENAME, b"").decode("utf-8", "replace"),
+                    "path": file_names.printable(fields.get(schema.FILENAME, b"")),
                     "size": f"{fields.get(schema.WIDTH)}×{fields.get(schema.HEIGHT)}",
                     "record": record,
                     "original": original,
@@ -191,7 +193,8 @@ def _contact_sheet(data_dir: str, info: dict, split: str) -> dict[str, list[dict
 
 def _plot_classes(counts: dict[str, collections.Counter], names: list[str]) -> str:
     series = {split: [c[n] for n in names] for split, c in counts.items()}
-    return charts.grouped_bars(names, series, "examples", "classes per split")
+    shown = [file_names.printable(n) for n in names]  # a label is a folder name: any bytes
+    return charts.grouped_bars(shown, series, "examples", "classes per split")
 
 
 def _plot_sizes(rows: list[dict]) -> tuple[str, str]:
@@ -234,7 +237,7 @@ figure{margin:0;background:#fff;border:1px solid #ddd;padding:4px;width:280px;bo
 figure .pair{display:flex;gap:4px;align-items:flex-start}
 figure .pair img{width:132px;height:auto}figcaption{font-size:11px;color:#555;overflow-wrap:anywhere}
 .plots{display:flex;flex-wrap:wrap;gap:12px}.plots svg{max-width:100%;height:auto}
-.thumb{width:96px;height:auto}.muted{color:#777}.none{display:inline-block;width:160px;
+.thumb{width:96px;height:auto}.muted{color:#777}.warning{border-left:4px solid #c80;padding-left:8px}.none{display:inline-block;width:160px;
 height:120px;background:#eee;color:#888;text-align:center;line-height:120px;font-size:12px}
 """
 
@@ -245,6 +248,12 @@ def _img(uri: str | None, alt: str, cls: str = "") -> str:
         return f'<span class="none">{html.escape(text)}</span>'
     cls_attr = f' class="{cls}"' if cls else ""
     return f'<img{cls_attr} alt="{html.escape(alt)}" src="{uri}">'
+
+
+def _escape(text: object) -> str:
+    """HTML for a name or any text: control characters and bytes that are not UTF-8 escaped
+    first (pipeline/core/names.py), so a file or label name cannot break a line or a tag."""
+    return html.escape(file_names.printable(str(text)))
 
 
 def _jsonl(data_dir: str, name: str) -> list[dict]:
@@ -270,7 +279,7 @@ def build_report(data_dir: str) -> str:
     counts = label_counts(info, scan)
     names += sorted({k for c in counts.values() for k in c} - set(names))
     all_rows = [r for rows in scan["records"].values() for r in rows]
-    e = html.escape
+    e = _escape
     out = [
         "<!doctype html><html lang=en><head><meta charset=utf-8>",
         '<meta name=viewport content="width=device-width,initial-scale=1">',
@@ -288,6 +297,9 @@ def build_report(data_dir: str) -> str:
         f"<tr><th>converted</th><td>{e(str(prov.get('finished', '?')))} by imgrec "
         f"{e(str(prov.get('versions', {}).get('imgrec', '?')))}</td></tr></table>"
     )
+    warning = non_jpeg_warning(info)
+    if warning:
+        out.append(f"<p class=warning id=non-jpeg><strong>Warning:</strong> {e(warning)}</p>")
     if not scan["exact"]:
         what = "Sizes" if exact_label_counts(info) is not None else "Counts per class, sizes"
         out.append(
@@ -358,7 +370,7 @@ def build_report(data_dir: str) -> str:
         out.append("<table>")
         for reason, n in sorted(transcoded.items()):
             paths = "".join(
-                f"<div class=path>{e(x.get(schema.FILENAME, b'').decode('utf-8', 'replace'))} "
+                f"<div class=path>{e(file_names.printable(x.get(schema.FILENAME, b'')))} "
                 f"({e((x.get(schema.TRANSCODED_FROM) or b'').decode())})</div>"
                 for x in examples.get(reason, [])
             )

@@ -13,6 +13,7 @@ import struct
 from apache_beam.io.filesystems import FileSystems
 
 from pipeline.core import schema, storage
+from pipeline.core.names import printable
 
 __all__ = [
     "SCAN_BYTES",
@@ -216,9 +217,12 @@ def class_histogram_lines(info: dict, data_dir: str, width: int = 30) -> list[st
     top = max(totals.values(), default=0) or 1
     title = "  classes" + ("    (from a sample of the records)" if sampled else "")
     lines = [title]
-    name_w = min(24, max([len(n) for n in names] or [1]))
+    shown = {n: printable(n) for n in names}  # a label is a folder name: newlines, ESC, ...
+    name_w = min(24, max([len(n) for n in shown.values()] or [1]))
     for n in names:
         bar = "█" * max(1 if totals[n] else 0, round(width * totals[n] / top))
         per_split = ", ".join(f"{s} {c[n]}" for s, c in counts.items())
-        lines.append(f"    {n[:name_w]:<{name_w}} {totals[n]:>7} {bar:<{width}}  {per_split}")
+        lines.append(
+            f"    {shown[n][:name_w]:<{name_w}} {totals[n]:>7} {bar:<{width}}  {per_split}"
+        )
     return lines

@@ -13,7 +13,7 @@ import posixpath
 import secrets
 import shutil
 
-from pipeline.core import schema, versions
+from pipeline.core import retention, schema, versions
 from pipeline.core.rerun_record import listing_line, reject_line
 
 __all__ = ["LocalStore", "BucketStore", "latest_version", "list_lines"]
@@ -120,17 +120,27 @@ class LocalStore:
         previous = latest_version(self, root)
         if previous is not None and previous >= name:
             return False, previous
+        # When LATEST moved here (--keep_for counts the previous version's time from it).
+        self.write(
+            os.path.join(root, name, *versions.PUBLISHED.split("/")), retention.published_record()
+        )
         self.write(os.path.join(root, versions.LATEST), (name + "\n").encode("ascii"))
         return True, previous
 
-    def prune(self, root: str, keep: int, latest: str) -> list[str]:
+    def finished(self, root: str, names: list[str]) -> list[str]:
+        """The complete versions among `names` (their dataset_info.json exists)."""
+        return [n for n in names if os.path.exists(os.path.join(root, n, schema.DATASET_INFO))]
+
+    def prune(self, root: str, keep: int, latest: str, keep_for_s: float) -> list[str]:
+        """versions.prune without Beam: the same choice, leases and --keep_for included."""
         if keep < 1:
             return []
-        older = [n for n in self.versions(root) if n < latest]
-        done = [n for n in older if os.path.exists(os.path.join(root, n, schema.DATASET_INFO))]
-        kept = sorted(done, reverse=True)[: keep - 1]
-        oldest_kept = min([latest, *kept])
-        doomed = [n for n in older if n not in kept and (n in done or n < oldest_kept)]
+        names = self.versions(root)
+        older = [n for n in names if n < latest]
+        done = self.finished(root, older)
+        doomed = retention.plan_prune(older, done, latest, keep)
+        held = retention.retention_holds(root, doomed, names, latest, keep_for_s, None, done)
+        doomed = [n for n in doomed if n not in held]
         for name in doomed:  # dataset_info.json first: the folder stops counting as complete
             info = os.path.join(root, name, schema.DATASET_INFO)
             if os.path.exists(info):
@@ -195,8 +205,11 @@ class BucketStore:
     def publish(self, root: str, name: str) -> tuple[bool, str | None]:
         return versions.publish(root, name)
 
-    def prune(self, root: str, keep: int, latest: str) -> list[str]:
-        return versions.prune(root, keep, latest)
+    def finished(self, root: str, names: list[str]) -> list[str]:
+        return [n for n in names if versions.is_finished(root, n)]
+
+    def prune(self, root: str, keep: int, latest: str, keep_for_s: float) -> list[str]:
+        return versions.prune(root, keep, latest, keep_for_s)
 
 
 def _digest_file(path: str, opener) -> tuple[int, str]:
@@ -219,23 +232,24 @@ def latest_version(store, root: str) -> str | None:
 
 def list_lines(patterns: list[str]) -> list[str | None]:
     """The digest lines of the listing `transforms.list_images` would make of `patterns`."""
+    from pipeline.core.names import local_path
+    from transforms.list_images import match_bucket
     from transforms.match_local import match_local
 
     lines: list[str | None] = []
     seen: set[str] = set()
     for pattern in patterns:
-        if "://" in pattern:
-            from apache_beam.io.filesystems import FileSystems
-
+        if "://" in local_path(pattern):  # (an escaped file:// pattern is a local one)
             entries = []
-            for m in FileSystems.match([pattern])[0].metadata_list:
+            for m in match_bucket(pattern):
                 if m.path.endswith("/"):
                     continue
                 updated = float(m.last_updated_in_seconds or 0.0)
                 stamp = repr(updated) if updated > 0 else None
                 entries.append((m.path, int(m.size_in_bytes), stamp, None, ""))
         else:
-            entries = ((e.path, e.size, e.stamp, e.reason, e.detail) for e in match_local(pattern))
+            found = match_local(local_path(pattern))
+            entries = ((e.path, e.size, e.stamp, e.reason, e.detail) for e in found)
         for path, size, stamp, reason, detail in entries:
             if path in seen:  # a file two patterns match is listed once
                 continue

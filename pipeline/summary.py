@@ -7,11 +7,35 @@ import posixpath
 
 from pipeline.core import schema
 
-__all__ = ["format_summary"]
+__all__ = ["format_summary", "non_jpeg_warning"]
 
 
 def _join(base: str, name: str) -> str:
     return posixpath.join(base.rstrip("/"), name) if "://" in base else os.path.join(base, name)
+
+
+def non_jpeg_warning(info: dict) -> str:
+    """The warning a dataset with non-JPEG encoded records deserves, or "" (also for datasets
+    whose dataset_info.json does not count records per format: older runs).
+
+    Much training code decodes JPEG only (tf.io.decode_jpeg, tf.image.decode_and_crop_jpeg, TF
+    Model Garden's image classification with decode_jpeg_only: True) and stops at the first
+    PNG with "Invalid JPEG data"; --transcode jpeg stores every image as a JPEG. Raw-pixel
+    records (--store pixels|smart) are left out: they are a choice made for imgrec's reader.
+    """
+    formats = info.get("formats_written") or {}
+    other = {f: n for f, n in formats.items() if f not in ("jpeg", schema.RAW_FORMAT) and n}
+    if not other:
+        return ""
+    listed = ", ".join(f"{f} {n}" for f, n in sorted(other.items(), key=lambda kv: -kv[1]))
+    total = sum(other.values())
+    records, are, them = ("record", "is", "it") if total == 1 else ("records", "are", "them")
+    return (
+        f"{total} {records} {are} not JPEG ({listed}): training code that decodes JPEG only "
+        "(tf.io.decode_jpeg, decode_and_crop_jpeg, TF Model Garden's decode_jpeg_only) fails "
+        f"on {them} with 'Invalid JPEG data'; imgrec's reader reads {them}. Convert with "
+        "--transcode jpeg to store every image as a JPEG (docs/reader.md)."
+    )
 
 
 def format_summary(info: dict, output: str, seconds: float) -> str:
@@ -43,4 +67,7 @@ def format_summary(info: dict, output: str, seconds: float) -> str:
     )
     if info.get("num_rejected"):
         lines.append(f"  reasons per file: {_join(output, schema.REJECTED)}")
+    warning = non_jpeg_warning(info)
+    if warning:
+        lines.append(f"  warning: {warning}")
     return "\n".join(lines)

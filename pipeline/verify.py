@@ -115,6 +115,8 @@ def verify_dataset(data_dir: str, decode: bool = True) -> VerifyReport:
     info = json.loads(storage.read_bytes(info_path))
     label_names = info.get("label_names", [])
     spec = schema.feature_spec()
+    # The run asked for JPEG only (--transcode jpeg): every record must be a JPEG.
+    jpeg_only = info.get("transcode") == "jpeg"
     for split, entry in info["splits"].items():
         split_records = 0
         for shard in entry["shards"]:
@@ -131,6 +133,8 @@ def verify_dataset(data_dir: str, decode: bool = True) -> VerifyReport:
                 report.problem(f"{rel}: {len(data)} bytes, dataset_info says {shard['num_bytes']}")
             if hashlib.sha256(data).hexdigest() != shard["sha256"]:
                 report.problem(f"{rel}: sha256 differs from dataset_info.json")
+            if "dali_index" in shard:
+                _check_dali_index(report, data_dir, shard["dali_index"], data)
             count = 0
             try:
                 if rel.endswith(".gz"):  # --compression gzip: the hashes above are of the file
@@ -152,6 +156,14 @@ def verify_dataset(data_dir: str, decode: bool = True) -> VerifyReport:
                         not 0 <= label < len(label_names) or label_names[label] != text
                     ):
                         report.problem(f"{where}: label {label} / {text!r} not in label_names")
+                    if jpeg_only and (
+                        ex[schema.FORMAT].numpy() != b"jpeg" or not encoded.startswith(b"\xff\xd8")
+                    ):
+                        report.problem(
+                            f"{where}: {ex[schema.FORMAT].numpy().decode()!r} record in a "
+                            "--transcode jpeg dataset (JPEG-only readers fail on it)"
+                        )
+                        continue
                     if ex[schema.FORMAT].numpy() == schema.RAW_FORMAT.encode():
                         # Raw pixels (--store pixels|smart): no decoder; the size is the check.
                         problem = _raw_problem(ex, len(encoded))
@@ -191,6 +203,29 @@ def verify_dataset(data_dir: str, decode: bool = True) -> VerifyReport:
         if lines is not None and lines != info[key]:
             report.problem(f"{name}: {lines} lines, dataset_info says {key} = {info[key]}")
     return report
+
+
+def _check_dali_index(report, data_dir: str, entry: dict, shard_bytes: bytes) -> None:
+    """--dali_index: the shard's index file is there, as recorded, and indexes every record."""
+    from pipeline.core import dali_index, storage
+
+    rel = entry["file"]
+    try:
+        found = storage.read_bytes(storage.join(data_dir, rel))
+    except storage.ReadError as e:
+        report.problem(f"{rel}: cannot read ({e.detail})")
+        return
+    if (len(found), hashlib.sha256(found).hexdigest()) != (entry["num_bytes"], entry["sha256"]):
+        report.problem(f"{rel}: size or sha256 differs from dataset_info.json")
+    try:
+        want = dali_index.index_of_shard(shard_bytes)
+    except ValueError:
+        return  # the shard's own framing problem is reported with the shard
+    if found != want:
+        report.problem(
+            f"{rel}: does not index its shard's records (DALI would read wrong offsets); "
+            "rerun the conversion with --resume --dali_index"
+        )
 
 
 def main(argv: list[str] | None = None) -> int:

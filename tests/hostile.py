@@ -172,10 +172,18 @@ class _Corpus:
                 reasons.append("max_side")
         if "exif_orientation" in reasons and not self.opts.apply_exif_orientation:
             reasons.remove("exif_orientation")
+        src = source or fmt
+        if self.opts.transcode == "jpeg" and src in ("png", "gif"):
+            reasons.append(f"{src}_to_jpeg")  # --transcode jpeg: every record a JPEG
+            fmt = "jpeg"
+        if self.opts.transcode == "jpeg" and src == "webp" and "unsupported_format" not in reasons:
+            reasons.append("unsupported_format")  # a still WebP is not kept as is either
         order = (
             "unsupported_format",
             "bmp_to_png",
             "webp_to_png",
+            "png_to_jpeg",
+            "gif_to_jpeg",
             "animated_first_frame",
             "exif_orientation",
             "max_side",
@@ -185,7 +193,7 @@ class _Corpus:
             fmt = "png"
         if reasons and fmt == "webp":
             fmt = "jpeg" if self.opts.transcode == "jpeg" else "png"
-        return Expected("written", case, fmt, ",".join(reasons), source or fmt)
+        return Expected("written", case, fmt, ",".join(reasons), src)
 
     def _kept_as(self, fmt: str) -> tuple[str, list[str]]:
         """(stored format, transcode reasons) of a non-JPEG/PNG/GIF source that is kept."""

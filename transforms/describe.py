@@ -11,13 +11,18 @@ import re
 import apache_beam as beam
 from apache_beam import pvalue
 
-from pipeline.core import schema, storage
+from pipeline.core import dali_index, schema, storage
 from pipeline.core.errors import ERROR_PREFIX
 
 __all__ = ["DescribeDataset", "TooManyRejectsError", "ERROR_PREFIX"]
 
 
-_SHARD_RE = re.compile(r"^(?P<split>.+)-\d{5}-of-\d{5}\.tfrecord(\.gz)?$")
+_SHARD_RE = re.compile(r"^(?P<split>.+)-\d{5}-of-\d{5}\.tfrecord(\.gz)?(\.idx)?$")
+
+
+# What dataset_info.json lists per shard (dali_index: {"file", "num_bytes", "sha256"} of the
+# shard's DALI index, with --dali_index only).
+_SHARD_FIELDS = ("file", "num_examples", "num_bytes", "sha256", "dali_index")
 
 
 class TooManyRejectsError(RuntimeError):
@@ -58,6 +63,9 @@ class _DescribeFn(beam.DoFn):
         for s in shards:
             by_split[s["split"]][s["index"]] = s
         transcoded = collections.Counter()
+        formats = collections.Counter()  # records per image/format, if every shard says
+        formats_known = True
+        empty_sha256 = hashlib.sha256(b"").hexdigest()
         splits = {}
         for split in sorted(plan):
             n = plan[split]
@@ -73,15 +81,24 @@ class _DescribeFn(beam.DoFn):
                         "file": relname,
                         "num_examples": 0,
                         "num_bytes": 0,
-                        "sha256": hashlib.sha256(b"").hexdigest(),
+                        "sha256": empty_sha256,
+                        "formats": {},
                         "label_counts": {},
                     }
+                    if c.dali_index:
+                        idx_rel = dali_index.index_name(relname)
+                        storage.write_bytes_atomic(storage.join(out, idx_rel), b"")
+                        s["dali_index"] = {"file": idx_rel, "num_bytes": 0, "sha256": empty_sha256}
                 transcoded.update(s.get("transcoded", {}))
+                if "formats" in s:
+                    formats.update(s["formats"])
+                else:
+                    formats_known = False
                 if "label_counts" in s:
                     labels.update(s["label_counts"])
                 else:
                     counted = False
-                entries.append({k: s[k] for k in ("file", "num_examples", "num_bytes", "sha256")})
+                entries.append({k: s[k] for k in _SHARD_FIELDS if k in s})
             splits[split] = {
                 "num_examples": sum(e["num_examples"] for e in entries),
                 "num_bytes": sum(e["num_bytes"] for e in entries),
@@ -103,6 +120,11 @@ class _DescribeFn(beam.DoFn):
             "splits": splits,
             "rejected_by_reason": dict(sorted(reasons.items())),
             "transcoded_by_reason": dict(sorted(transcoded.items())),
+            # --transcode as run (`verify` checks every record is a JPEG under "jpeg"), and the
+            # records per image/format (the summary warns about non-JPEG ones).
+            "transcode": c.check.transcode,
+            **({"formats_written": dict(sorted(formats.items()))} if formats_known else {}),
+            "dali_index": c.dali_index,
             # How records store images (reader: which decode path) and how shards are compressed.
             "store": c.store,
             "compression": c.compression,
@@ -133,6 +155,11 @@ class _DescribeFn(beam.DoFn):
         out = self._config.output
         for split, entry in splits.items():
             keep = {storage.join(out, e["file"]) for e in entry["shards"]}
+            keep |= {
+                storage.join(out, e["dali_index"]["file"])
+                for e in entry["shards"]
+                if "dali_index" in e
+            }
             found = storage.match_under(storage.join(out, split), "*")
             stale = []
             for m in found:

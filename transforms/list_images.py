@@ -7,20 +7,23 @@ import io
 import json
 import os
 import posixpath
+import re
 
 import apache_beam as beam
 from apache_beam import pvalue
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 
+from pipeline.core import names
 from pipeline.core.rejects import make_reject
 from transforms.keys import assign_split
-from transforms.match_local import match_local
+from transforms.match_local import has_glob, match_local, translate_glob
 
 __all__ = [
     "ListImages",
     "ManifestError",
     "input_root",
+    "match_bucket",
     "read_manifest_rows",
     "resolve_local",
 ]
@@ -70,8 +73,13 @@ def read_manifest_rows(manifest: str):
         ManifestError: when the file cannot be opened or its format is not CSV/JSONL.
     """
     try:
-        with FileSystems.open(manifest, compression_type="uncompressed") as f:
-            text = f.read().decode("utf-8-sig")
+        with FileSystems.open(names.local_path(manifest), compression_type="uncompressed") as f:
+            data = f.read()
+        if b"\0" in data:  # UTF-16/32 or a binary file: no CSV or JSONL we could read right
+            raise UnicodeDecodeError("utf-8", data[:0], 0, 1, "NUL bytes in the file")
+        # Bytes that are not UTF-8 are paths' bytes (a Latin-1 file name written as is): they
+        # come through as surrogate escapes and are escaped as the listing does (core/names.py).
+        text = data.decode("utf-8-sig", "surrogateescape")
     except (OSError, UnicodeDecodeError) as e:
         raise ManifestError(
             f"--manifest {manifest}: cannot read it ({type(e).__name__}: {e}); "
@@ -101,14 +109,41 @@ def read_manifest_rows(manifest: str):
         if header is None and lineno == 1 and cells[0].strip().lower() == "path":
             header = [c.strip().lower() for c in cells]
             continue
-        names = header or ["path", "label", "split"][: len(cells)]
-        yield lineno, dict(zip(names, (c.strip() for c in cells), strict=False))
+        columns = header or ["path", "label", "split"][: len(cells)]
+        yield lineno, dict(zip(columns, (c.strip() for c in cells), strict=False))
 
 
 # Listed files travel in batches until they are spread over workers: one shuffle element per
 # batch instead of per file. 64 files is ~2-3 s of inspection work per batch on one core,
 # enough batches to balance workers from a few thousand files up.
 LIST_BATCH = 64
+
+
+def match_bucket(pattern: str) -> list:
+    """FileSystems.match of a bucket `pattern`, with match_local's reading of `*` and `?`.
+
+    Beam's `*` and `?` do not match a backslash, on buckets too, where it is an ordinary
+    character of an object name: `gs://b/p/*/*` silently left out `cat/back\\slash.jpg`. Beam
+    lists every object under the pattern's literal prefix and filters them with its regex; this
+    lists the same objects (the prefix + `**`, whose `.*` matches anything) and filters with
+    match_local.translate_glob.
+    """
+    if not has_glob(pattern):
+        return FileSystems.match([pattern])[0].metadata_list
+    cut = min(i for i, c in enumerate(pattern) if c in _GLOB_CHARS)
+    wanted = re.compile(translate_glob(pattern))
+    listed = FileSystems.match([pattern[:cut] + "**"])[0].metadata_list
+    return [m for m in listed if wanted.match(m.path)]
+
+
+def _key(path: str, root: str) -> str:
+    """`path` relative to its pattern's `root` (a URI without its scheme when outside it); a
+    local name that is not UTF-8 (an escaped `file://` path) gives the same key escaped."""
+    local = names.local_path(path)
+    if local is not path:
+        root = names.local_path(root)
+        return names.escape_text(local[len(root) :] if local.startswith(root) else local)
+    return path[len(root) :] if path.startswith(root) else path.split("://")[-1]
 
 
 class _MatchAllFn(beam.DoFn):
@@ -129,11 +164,12 @@ class _MatchAllFn(beam.DoFn):
     @staticmethod
     def _entries(pattern: str):
         """(path, size, stamp, reason, detail) for everything `pattern` matches."""
-        if "://" not in pattern:
-            for e in match_local(pattern):
+        local = names.local_path(pattern)  # an escaped `file://` pattern is a local one
+        if "://" not in local:
+            for e in match_local(local):
                 yield e.path, e.size, e.stamp, e.reason, e.detail
             return
-        for metadata in FileSystems.match([pattern])[0].metadata_list:
+        for metadata in match_bucket(pattern):
             if metadata.path.endswith("/"):  # Object-store "directory" placeholders.
                 continue
             updated = float(metadata.last_updated_in_seconds or 0.0)
@@ -155,7 +191,7 @@ class _MatchAllFn(beam.DoFn):
                     yield pvalue.TaggedOutput(self.REJECTED, make_reject(path, reason, detail))
                     continue
                 self._matched.inc()
-                key = path[len(root) :] if path.startswith(root) else path.split("://")[-1]
+                key = _key(path, root)
                 yield {"path": path, "key": key, "size": size, "stamp": stamp}
 
     def process(self, _):
@@ -184,7 +220,8 @@ class _ReadManifestFn(beam.DoFn):
     REJECTED = "rejected"
 
     def _rows(self, manifest: str):
-        base = manifest.rsplit("/", 1)[0] + "/" if "/" in manifest else ""
+        here = names.local_path(manifest)  # relative rows are joined to its bytes, unescaped
+        base = here.rsplit("/", 1)[0] + "/" if "/" in here else ""
         for lineno, row in read_manifest_rows(manifest):
             raw = str(row.get("path") or "").strip()
             if not raw:
@@ -197,16 +234,18 @@ class _ReadManifestFn(beam.DoFn):
                     ),
                 )
                 continue
+            # A row may hold a name's bytes as they are, or escaped as rejected.jsonl writes it.
+            raw = names.local_path(raw)
             is_absolute = "://" in raw or raw.startswith("/")
-            path = raw if is_absolute else base + raw
+            path = names.from_local(raw if is_absolute else base + raw)
             if is_absolute:
-                key = path[len(base) :] if path.startswith(base) else path.split("://")[-1]
+                key = _key(path, base)
             else:
-                key = posixpath.normpath(raw)
+                key = names.escape_text(posixpath.normpath(raw))
             item = {"path": path, "key": key, "size": -1, "stamp": None}
             for column in ("label", "split"):
                 if row.get(column) not in (None, ""):
-                    item["manifest_" + column] = str(row[column])
+                    item["manifest_" + column] = names.escape_text(str(row[column]))
             yield item
 
     def process(self, manifest: str):

@@ -16,6 +16,8 @@ import re
 import stat
 from collections.abc import Iterator
 
+from pipeline.core.names import from_local
+
 __all__ = ["LocalEntry", "match_local", "translate_glob", "has_glob"]
 
 _GLOB_CHARS = "*?["
@@ -120,6 +122,15 @@ def _classify(path: str, is_link: bool) -> LocalEntry | None:
 
 
 def match_local(pattern: str) -> Iterator[LocalEntry]:
+    """Every file an absolute local `pattern` matches, as _match_local finds them, each path in
+    the form it travels in (pipeline/core/names.py: a name that is not UTF-8 as an escaped
+    `file://` URI)."""
+    for entry in _match_local(pattern):
+        path = from_local(entry.path)
+        yield entry if path is entry.path else dataclasses.replace(entry, path=path)
+
+
+def _match_local(pattern: str) -> Iterator[LocalEntry]:
     """Every file an absolute local `pattern` matches, in name order, and a reject for each
     dangling symlink (`broken_link`), folder that cannot be opened (`unreadable_dir`) and
     folder or special file (`not_a_file`) the pattern matches.

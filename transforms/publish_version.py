@@ -163,7 +163,10 @@ def check_version(folder: str, info: dict) -> None:
     for split, entry in info["splits"].items():
         found = storage.match_under(storage.join(folder, split), "*")
         sizes = {m.path: m.size_in_bytes for m in found}
-        for shard in entry["shards"]:
+        # Each shard, and its DALI index with --dali_index.
+        files = [shard for shard in entry["shards"]]
+        files += [shard["dali_index"] for shard in entry["shards"] if "dali_index" in shard]
+        for shard in files:
             path = storage.join(folder, shard["file"])
             if path not in sizes:
                 problems.append(f"{shard['file']} is missing")
@@ -188,6 +191,7 @@ class _PublishFn(beam.DoFn):
     def __init__(self, config, rerun_key: str | None = None):
         self._folder = config.output
         self._keep = config.keep_versions
+        self._keep_for_s = config.keep_for_s
         self._rerun_key = rerun_key
 
     def process(self, info, index_path, listing=None):
@@ -218,7 +222,9 @@ class _PublishFn(beam.DoFn):
             path = storage.join(self._folder, rerun_record.RERUN_RECORD)
             storage.write_bytes_atomic(path, record, mime_type="application/json")
         published, _ = versions.publish(root, name)
-        pruned = versions.prune(root, self._keep, name) if published and self._keep else []
+        pruned = []
+        if published and self._keep:  # never a version a reader holds or --keep_for keeps
+            pruned = versions.prune(root, self._keep, name, self._keep_for_s)
         yield {
             "version": name,
             "published": published,

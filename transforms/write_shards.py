@@ -20,7 +20,7 @@ from apache_beam import pvalue
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 
-from pipeline.core import schema, storage
+from pipeline.core import dali_index, names, schema, storage
 from pipeline.core.beam_compat import write_record
 from pipeline.core.rejects import Rejected, decoder_error, make_reject
 from transforms.images.check import ImageInfo
@@ -173,6 +173,7 @@ class _WriteShardFn(beam.DoFn):
         self._concurrency = config.read_concurrency
         self._store = config.store
         self._compression = config.compression
+        self._dali_index = config.dali_index
         self._written = Metrics.counter("imgrec", "written")
         self._written_bytes = Metrics.counter("imgrec", "written_bytes")
         self._shards = Metrics.counter("imgrec", "shards_written")
@@ -221,24 +222,40 @@ class _WriteShardFn(beam.DoFn):
             or info["num_examples"] != num_entries
         ):
             return None
-        final = storage.join(self._output, relname)
-        if not info["num_bytes"]:
+        if self._dali_index and recorded.get("dali_index") != info.get("dali_index"):
+            return None
+        # The DALI index first (the shard's own name last, as in a write): each file is copied
+        # to a temporary name, checked, then renamed into place.
+        files = [(relname, info["num_bytes"], info["sha256"])]
+        if self._dali_index:
+            idx = info["dali_index"]
+            files.insert(0, (idx["file"], idx["num_bytes"], idx["sha256"]))
+        for rel, num_bytes, sha256 in files:
+            if not self._copy_checked(rel, num_bytes, sha256):
+                return None
+        return info
+
+    def _copy_checked(self, rel: str, num_bytes: int, sha256: str) -> bool:
+        """Copy the previous version's file `rel` into this output, checked against the size
+        and sha256 its dataset_info.json records; False (nothing left behind) on a mismatch."""
+        final = storage.join(self._output, rel)
+        if not num_bytes:
             storage.write_bytes_atomic(final, b"")
-            return info
+            return True
         tmp = storage.temp_sibling(final)
-        _copy_file(storage.join(self._previous, relname), tmp)
+        _copy_file(storage.join(self._previous, rel), tmp)
         found = _file_digest(tmp)
-        if found != (info["num_bytes"], info["sha256"]):
+        if found != (num_bytes, sha256):
             storage.delete_quietly([tmp])
             self._copy_refused.inc()
             _log.warning(
                 "imgrec: %s of %s has %d bytes with sha256 %s, its dataset_info.json records "
                 "%d and %s; writing the shard anew instead of copying it",
-                relname, self._previous, found[0], found[1], info["num_bytes"], info["sha256"],
+                rel, self._previous, found[0], found[1], num_bytes, sha256,
             )  # fmt: skip
-            return None
+            return False
         storage.rename(tmp, final)
-        return info
+        return True
 
     def _prefetched(self, entries):
         """Yield (record, bytes, error detail) in order, `read_concurrency` reads in flight."""
@@ -281,7 +298,10 @@ class _WriteShardFn(beam.DoFn):
         )
         final = storage.join(self._output, relname)
         marker = plan_marker_path(self._output, split, index, num_shards)
-        digest = hashlib.sha256(repr((self._opts, self._store, self._compression)).encode())
+        settings = (self._opts, self._store, self._compression)
+        if self._dali_index:  # (only then: the default run's digests stay what they were)
+            settings += ("dali_index",)
+        digest = hashlib.sha256(repr(settings).encode())
         for e in entries:
             # Also what an Example holds that neither the bytes nor the options decide: its
             # path, label and label id (a relabel or a new class must not keep a stale shard).
@@ -294,7 +314,12 @@ class _WriteShardFn(beam.DoFn):
 
         if self._resume:
             previous = read_shard_info(marker)
-            if previous and previous.get("plan_digest") == plan_digest and storage.exists(final):
+            if (
+                previous
+                and previous.get("plan_digest") == plan_digest
+                and storage.exists(final)
+                and (not self._dali_index or storage.exists(dali_index.index_name(final)))
+            ):
                 self._resumed.inc()
                 yield previous["shard"]
                 return
@@ -311,7 +336,9 @@ class _WriteShardFn(beam.DoFn):
         tmp = storage.temp_sibling(final)
         num_examples = 0
         transcoded = collections.Counter()
+        formats = collections.Counter()  # records per image/format (the summary's JPEG warning)
         labels = collections.Counter()  # examples per label text: exact class counts for free
+        idx_lines = []  # --dali_index: one line per record, at its offset in the (uncompressed) shard
         out = _HashingWriter(tmp)
         sink = GzipSink(out) if self._compression == "gzip" else out
         try:
@@ -346,7 +373,7 @@ class _WriteShardFn(beam.DoFn):
                     channels=stored.channels,
                     label=label_ids.get(record["label"], -1),
                     label_text=record["label"],
-                    filename=record["path"],
+                    filename=names.filename_bytes(record["path"]),
                     sha256=(
                         record["sha256"]
                         if stored.data is data
@@ -355,13 +382,28 @@ class _WriteShardFn(beam.DoFn):
                     transcoded_from=record["source_format"] if transcode else "",
                     transcode_reason=transcode,
                 )
+                if self._dali_index:
+                    idx_lines.append(dali_index.index_line(out.num_bytes, len(example)))
                 write_record(sink, example)
                 num_examples += 1
+                formats[stored.format] += 1
                 labels[record["label"]] += 1
         except BaseException:
             _discard(sink, out, tmp)
             raise
         sink.close()
+        extra = {}
+        if self._dali_index:
+            # Before the shard's rename: a shard in place under a finished marker always has its
+            # index (the marker, written last, is what --resume trusts).
+            body = b"".join(idx_lines)
+            idx_rel = dali_index.index_name(relname)
+            storage.write_bytes_atomic(storage.join(self._output, idx_rel), body)
+            extra["dali_index"] = {
+                "file": idx_rel,
+                "num_bytes": len(body),
+                "sha256": hashlib.sha256(body).hexdigest(),
+            }
         if out.opened:
             storage.rename(tmp, final)
         else:  # Every file failed at write time: an empty shard keeps the planned name.
@@ -374,7 +416,9 @@ class _WriteShardFn(beam.DoFn):
             "num_bytes": out.num_bytes,
             "sha256": out.sha256.hexdigest(),
             "transcoded": dict(transcoded),
+            "formats": dict(sorted(formats.items())),
             "label_counts": dict(sorted(labels.items())),
+            **extra,
         }
         self._write_marker(marker, plan_digest, info)
         self._written.inc(num_examples)

@@ -6,6 +6,8 @@ documents each): add new ones, never rename or reuse one.
 
 from __future__ import annotations
 
+from pipeline.core import names
+
 __all__ = [
     "IMAGE_REASONS",
     "LISTING_REASONS",
@@ -70,7 +72,10 @@ def make_reject(path: str, reason: str, detail: str) -> dict:
     """
     if reason not in REASONS:
         raise ValueError(f"unknown reject reason {reason!r}: add it to pipeline/core/rejects.py")
-    return {"path": path, "reason": reason, "detail": detail}
+    # JSON lines are UTF-8: a name that is not travels escaped (pipeline/core/names.py), and a
+    # detail quoting one (an OS error, a link target) shows its bytes as \udcXX escapes.
+    detail = detail.encode("utf-8", "backslashreplace").decode("utf-8")
+    return {"path": names.from_local(path), "reason": reason, "detail": detail}
 
 
 # A decoder_error detail keeps this many characters of the exception's text: enough for the

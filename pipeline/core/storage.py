@@ -30,7 +30,7 @@ from typing import TypeVar
 from apache_beam.io.filesystem import BeamIOError
 from apache_beam.io.filesystems import FileSystems
 
-from pipeline.core import beam_compat
+from pipeline.core import beam_compat, names
 from pipeline.core.errors import ERROR_PREFIX
 
 __all__ = [
@@ -352,7 +352,8 @@ def read_bytes(path: str, attempts: int = MAX_ATTEMPTS) -> bytes:
     """
 
     def _read() -> bytes:
-        with FileSystems.open(path, compression_type="uncompressed") as f:
+        # A local name that is not UTF-8 travels escaped (pipeline/core/names.py).
+        with FileSystems.open(names.local_path(path), compression_type="uncompressed") as f:
             return f.read()
 
     try:
@@ -365,8 +366,8 @@ def read_bytes(path: str, attempts: int = MAX_ATTEMPTS) -> bytes:
 
 
 def is_local(path: str) -> bool:
-    """True for a path on this machine's filesystem (no `scheme://`)."""
-    return FileSystems.get_scheme(path) is None
+    """True for a path on this machine's filesystem (no `scheme://`, or an escaped local name)."""
+    return path.startswith(names.ESCAPED_PREFIX) or FileSystems.get_scheme(path) is None
 
 
 def read_many(

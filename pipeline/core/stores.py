@@ -57,6 +57,14 @@ class Store:
         with self.open(uri) as f:
             return f.read()
 
+    def write_bytes(self, uri: str, data: bytes) -> None:
+        """Write a small object whole (the reader's version lease, pipeline/core/leases.py)."""
+        raise NotImplementedError
+
+    def delete(self, uri: str) -> None:
+        """Delete an object; one that is already gone is not an error."""
+        raise NotImplementedError
+
     def load_dataset_info(self, data_dir: str) -> dict:
         """dataset_info.json of `data_dir`, checked (schema.DatasetInfoError otherwise)."""
         path = data_dir.rstrip("/") + "/" + schema.DATASET_INFO
@@ -96,6 +104,30 @@ class _TensorFlowStore(Store):
 
     def load_dataset_info(self, data_dir: str) -> dict:
         return schema.load_dataset_info(data_dir)
+
+    def write_bytes(self, uri: str, data: bytes) -> None:
+        if "://" in uri:  # gs://: an object appears whole once its upload completes
+            with tf.io.gfile.GFile(uri, "wb") as f:
+                f.write(data)
+            return
+        import os
+        import secrets
+
+        os.makedirs(os.path.dirname(uri), exist_ok=True)
+        tmp = f"{uri}.tmp-{secrets.token_hex(4)}"  # a reader of the folder sees old or new
+        try:
+            with open(tmp, "wb") as f:
+                f.write(data)
+            os.replace(tmp, uri)
+        finally:
+            if os.path.exists(tmp):
+                os.remove(tmp)
+
+    def delete(self, uri: str) -> None:
+        try:
+            tf.io.gfile.remove(uri)
+        except tf.errors.NotFoundError:
+            pass
 
 
 def _split_s3(uri: str) -> tuple[str, str]:
@@ -151,6 +183,14 @@ class _S3Store(Store):
 
     def walk(self, folder: str) -> list[str]:
         return list(self._list(folder, ""))
+
+    def write_bytes(self, uri: str, data: bytes) -> None:
+        bucket, key = _split_s3(uri)
+        self._client.put_object(Bucket=bucket, Key=key, Body=data)
+
+    def delete(self, uri: str) -> None:
+        bucket, key = _split_s3(uri)
+        self._client.delete_object(Bucket=bucket, Key=key)  # no error when already gone
 
     def exists(self, uri: str) -> bool:
         from botocore.exceptions import ClientError
@@ -211,6 +251,19 @@ class _BeamStore(Store):
 
     def exists(self, uri: str) -> bool:
         return self._fs.exists(uri)
+
+    def write_bytes(self, uri: str, data: bytes) -> None:
+        with self._fs.create(uri, mime_type="application/json") as f:
+            f.write(data)
+
+    def delete(self, uri: str) -> None:
+        from apache_beam.io.filesystem import BeamIOError
+
+        try:
+            self._fs.delete([uri])
+        except BeamIOError:
+            if self._fs.exists(uri):
+                raise
 
 
 def open_store(data_dir: str, s3_endpoint_url: str | None = None, beam: bool = False) -> Store:

@@ -7,6 +7,9 @@ Layout of a versioned `--output ROOT`:
         version.json               written when the run starts: marks the folder as a version
         files.jsonl.gz             per-file index (path, sha256, split, label, shard)
         changes.json               what changed against the version LATEST named before it
+        .imgrec/published.json     when LATEST moved to this version (so: when the one before
+                                   it was superseded; `--keep_for` counts from there)
+        .imgrec/leases/*.json      running readers' leases (pipeline/core/leases.py)
 
 A reader resolves ROOT through LATEST once, at start, and keeps reading that version's folder;
 a new version is written beside it and LATEST changes only after the new one is complete.
@@ -44,6 +47,7 @@ __all__ = [
     "write_pointer",
     "publish",
     "prune",
+    "PUBLISHED",
     "reuse_source",
 ]
 
@@ -55,6 +59,7 @@ CHANGES = "changes.json"
 # every store's listing, with no parsing.
 _VERSION_FORMAT = "v%Y%m%dT%H%M%SZ"
 VERSION_RE = re.compile(r"^v\d{8}T\d{6}Z$")
+PUBLISHED = ".imgrec/published.json"
 
 
 class VersionError(ValueError):
@@ -312,32 +317,52 @@ def publish(root: str, name: str) -> tuple[bool, str | None]:
     Returns:
         (whether LATEST now names `name` because of this call, what it named before).
     """
+    from pipeline.core import retention, storage
+
     previous = read_latest(root)
     if previous is not None and previous >= name:
         return False, previous
+    # Written just before the pointer moves: `--keep_for` counts the superseded version's
+    # time from here (off by the pointer write's duration at most).
+    storage.write_bytes_atomic(
+        _join(_join(root, name), PUBLISHED),
+        retention.published_record(),
+        mime_type="application/json",
+    )
     write_pointer(root, name)
     return True, previous
 
 
-def prune(root: str, keep: int, latest: str) -> list[str]:
-    """Delete old versions, keeping `latest` and the `keep - 1` newest complete ones before it.
+def prune(
+    root: str,
+    keep: int,
+    latest: str,
+    keep_for_s: float = 0.0,
+    now: float | None = None,
+) -> list[str]:
+    """Delete old versions, keeping `latest` and the `keep - 1` newest complete ones before it,
+    and every version a reader holds a lease on or `keep_for_s` has not yet let go.
 
     Never deleted: the version LATEST names, and any version newer than it (a run still
     writing). Unfinished versions older than the oldest kept one are abandoned runs and go too.
+    A version kept for a lease or `--keep_for` goes on a later run.
 
     Returns:
         The names deleted, oldest first.
     """
+    from pipeline.core import retention
+
     if keep < 1:
         return []
-    older = [n for n in list_versions(root) if n < latest]
+    names = list_versions(root)
+    older = [n for n in names if n < latest]
     finished = [n for n in older if is_finished(root, n)]
-    kept = sorted(finished, reverse=True)[: keep - 1]
-    oldest_kept = min([latest, *kept])
-    doomed = [n for n in older if n not in kept and (n in finished or n < oldest_kept)]
+    doomed = retention.plan_prune(older, finished, latest, keep)
+    held = retention.retention_holds(root, doomed, names, latest, keep_for_s, now, finished)
     for name in doomed:
-        _delete_version(_join(root, name))
-    return doomed
+        if name not in held:
+            _delete_version(_join(root, name))
+    return [n for n in doomed if n not in held]
 
 
 def _delete_version(folder: str) -> None:

@@ -370,9 +370,7 @@ def test_keras_fit_finishes_on_both_workers(cluster_run):
 def test_a_worker_that_loses_its_data_stops_and_so_does_its_peer(converted, tmp_path):
     """Worker 1's copy of the split loses half of each shard once its dataset is made: it
     fails naming a shard, and worker 0, waiting in a collective for it, fails too instead of
-    hanging. (Shards that vanish instead hang the reader itself, on main too:
-    `TFRecordDataset(missing).ignore_errors()` retries the open forever; issue 30's fail-fast
-    reader is changing that path.)"""
+    hanging."""
     local, _ = converted
     plans = []
     for i in (0, 1):

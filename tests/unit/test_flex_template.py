@@ -36,6 +36,7 @@ EXAMPLES = {
     "dedupe": ["true", "false"],
     "no_analyze": ["true", "false"],
     "keep_versions": ["0", "7"],
+    "keep_for": ["0", "36h", "7d"],
     "splits": ["train=0.9,validation=0.1", "train=0.8,validation=0.1,test=0.1"],
 }
 

@@ -416,7 +416,13 @@ def test_a_no_change_rerun_is_made_from_the_previous_version_without_beam(corpus
     assert snapshot(v2) == snapshot(v1)
     _assert_copied_exactly(v1, v2, {"shards_copied": _nonempty_shards(v1)})
     # Every file of v1 is in v2; those that are not rewritten are the same bytes.
-    own = {schema.DATASET_INFO, versions.CHANGES, versions.VERSION_MARKER, "report.html"}
+    own = {
+        schema.DATASET_INFO,
+        versions.CHANGES,
+        versions.VERSION_MARKER,
+        "report.html",
+        versions.PUBLISHED,
+    }
     files = sorted(
         os.path.relpath(os.path.join(d, n), v1) for d, _, names in os.walk(v1) for n in names
     )
@@ -507,7 +513,16 @@ def test_no_change_reruns_prune_like_pipeline_runs(corpus, tmp_path):
     version before it (the one it was made from may be pruned next)."""
     src, _ = corpus
     root = str(tmp_path / "root")
-    args = [*_input(src), "--output", root, "--versioned", "--keep_versions", "2"]
+    args = [
+        *_input(src),
+        "--output",
+        root,
+        "--versioned",
+        "--keep_versions",
+        "2",
+        "--keep_for",
+        "0",
+    ]
     _cli(*args)
     first = os.path.join(root, versions.read_latest(root))
     expected = snapshot(first)

@@ -68,9 +68,9 @@ def test_conversion_resume_and_versions_in_folders_named_with_brackets(tmp_path)
     # Versions under a bracketed root are listed, published and pruned.
     root = str(tmp_path / "root [a]")
     args = ["convert", "--input", pattern, "--output", root, "--versioned", *COMMON]
-    in_process(*args, "--keep_versions", "1")
+    in_process(*args, "--keep_versions", "1", "--keep_for", "0")
     v1 = versions.read_latest(root)
-    in_process(*args, "--keep_versions", "1", "--full")
+    in_process(*args, "--keep_versions", "1", "--keep_for", "0", "--full")
     v2 = versions.read_latest(root)
     assert v2 != v1 and versions.list_versions(root) == [v2]
     assert os.path.exists(os.path.join(root, v2, schema.DATASET_INFO))

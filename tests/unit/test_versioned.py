@@ -8,6 +8,7 @@ command line in a fresh process, as a scheduler would (marked e2e).
 from __future__ import annotations
 
 import datetime
+import gc
 import gzip
 import json
 import os
@@ -255,6 +256,12 @@ def test_versions_changes_reader_verify_inspect_and_pruning(corpus, tmp_path):
     assert all(s.path.startswith(str(root / v1) + "/") for s in shards)
     ds = make_dataset(str(root), "train", 1, image_size=16)
     assert sum(1 for _ in ds) == n_train
+    # A live dataset holds a lease on v1 (docs/scheduling.md): let it go, so the prune below
+    # may delete v1.
+    assert len(os.listdir(root / v1 / ".imgrec" / "leases")) == 1
+    del ds
+    gc.collect()
+    assert os.listdir(root / v1 / ".imgrec" / "leases") == []
     assert "OK" in _ok(imgrec("verify", str(root), "--no_decode")).stdout
     assert "OK" in _ok(imgrec("verify", str(root / v1), "--no_decode")).stdout
     shown = _ok(imgrec("inspect", str(root))).stdout
@@ -279,7 +286,11 @@ def test_versions_changes_reader_verify_inspect_and_pruning(corpus, tmp_path):
     bad.write_bytes(images[11].read_bytes())
     rows[3][0].write_bytes(broken[1].read_bytes())
     m2 = _write_manifest(tmp_path / "m2.csv", [*rows2, (added, "dog"), (bad, "cat")])
-    second = _ok(convert("--manifest", str(m2), "--output", str(root), "--keep_versions", "2"))
+    second = _ok(
+        convert(
+            "--manifest", str(m2), "--output", str(root), "--keep_versions", "2", "--keep_for", "0"
+        )
+    )
     v2 = _latest(root)
     assert v2 > v1 and _version_dirs(root) == [v1, v2]
     c2 = json.loads((root / v2 / versions.CHANGES).read_text())
@@ -300,7 +311,11 @@ def test_versions_changes_reader_verify_inspect_and_pruning(corpus, tmp_path):
     assert c2["classes"]["relabeled"] == {"previous": 0, "current": 1, "delta": 1}
 
     # A third run of the same input: no change, same shards; --keep_versions 2 prunes v1.
-    third = _ok(convert("--manifest", str(m2), "--output", str(root), "--keep_versions", "2"))
+    third = _ok(
+        convert(
+            "--manifest", str(m2), "--output", str(root), "--keep_versions", "2", "--keep_for", "0"
+        )
+    )
     v3 = _latest(root)
     assert "changes: no change" in third.stdout
     assert _version_dirs(root) == [v2, v3]
@@ -380,7 +395,7 @@ def test_versioned_runs_on_s3(s3, corpus, beam_filesystems_s3):
     v1 = s3.get(s3.uri(dest, "flowers/LATEST")).decode().strip()
     extra = sorted(corpus.rglob("*.jpg"))[0]
     s3.put(s3.uri(source, "in/new/extra.jpg"), extra.read_bytes() + b"\0")
-    proc = _ok(convert(*args, "--keep_versions", "1"))
+    proc = _ok(convert(*args, "--keep_versions", "1", "--keep_for", "0"))
     v2 = s3.get(s3.uri(dest, "flowers/LATEST")).decode().strip()
     assert v2 > v1 and "changes: +1 added" in proc.stdout
     keys = s3.keys(dest, "flowers/")

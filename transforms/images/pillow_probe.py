@@ -8,6 +8,7 @@ import struct
 import numpy as np
 
 from pipeline.core.rejects import Rejected
+from transforms.images import bmp_repair
 from transforms.images.headers import (
     _ORIENTATION_TRANSPOSE,
     _exif_orientation,
@@ -177,6 +178,8 @@ def _probe_other(data: bytes, opts: CheckOptions) -> tuple[str, _Header]:
             f"TensorFlow does not decode {fmt.upper()}; pass --transcode png or "
             "--transcode jpeg to store it re-encoded",
         )
+    if fmt == "bmp":  # layouts TensorFlow decodes and Pillow refuses, rewritten; else as is
+        data = bmp_repair.for_pillow(data, opts.max_pixels)
     if fmt in _IN_PROCESS:
         im = _pillow_open(data, _PIL_PLUGINS[fmt])
         if im is None:

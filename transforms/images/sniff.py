@@ -92,8 +92,9 @@ def _undecodable_image(data: bytes) -> str | None:
 
 
 # BMP info-header sizes: 12 core (OS/2 v1), 40 v3, 52/56 v3 + RGB(A) masks, 64 OS/2 v2, 108 v4,
-# 124 v5. A "BM" file with any other size is no BMP any decoder here reads.
-_BMP_HEADER_SIZES = (12, 40, 52, 56, 64, 108, 124)
+# 124 v5, and the shorter OS/2 v2 headers (16 to 60 bytes, which TensorFlow decodes and
+# bmp_repair widens for Pillow). A "BM" file with any other size is no BMP any decoder reads.
+_BMP_HEADER_SIZES = (12, *range(16, 65, 4), 108, 124)
 
 
 def _is_bmp(d: bytes) -> bool:

@@ -16,7 +16,13 @@ from transforms.images.pillow_probe import (
     _pillow_open,
 )
 
-__all__ = ["TRANSCODE_REASONS"]
+__all__ = ["JPEG_BACKGROUND", "TRANSCODE_REASONS"]
+
+# --transcode jpeg: the colour a non-JPEG source's transparency is composited onto (JPEG has no
+# alpha). White, as browsers and most converters show transparent photos; TensorFlow's own
+# decode_image(channels=3) instead drops alpha and shows whatever colour the transparent pixels
+# happen to hold (often black), which a JPEG-only pipeline never sees.
+JPEG_BACKGROUND = (255, 255, 255)
 
 
 # Why the stored bytes differ from the source (image/transcode_reason, comma-joined in this order).
@@ -26,6 +32,9 @@ TRANSCODE_REASONS = {
     "pixels are stored as lossless PNG (by default; --transcode jpeg stores JPEG)",
     "webp_to_png": "a WebP with alpha or animation: tf.io.decode_image(channels=3) refuses those, "
     "so its (first frame's) pixels are stored as lossless PNG",
+    "png_to_jpeg": "a PNG under --transcode jpeg: stored as an RGB JPEG (alpha composited onto "
+    "JPEG_BACKGROUND) that JPEG-only readers decode",
+    "gif_to_jpeg": "a GIF under --transcode jpeg: its first frame stored as an RGB JPEG",
     "animated_first_frame": "an animated or multi-frame source; its first frame is stored",
     "exif_orientation": "EXIF says the pixels are stored rotated/flipped; TensorFlow ignores EXIF, "
     "so the upright pixels are stored (--apply_exif_orientation)",
@@ -43,12 +52,16 @@ def _transcode_reasons(fmt: str, h: _Header, opts: CheckOptions) -> list[str]:
     reasons = []
     if fmt not in STORED_FORMATS:
         # _probe_other already rejected what these options do not keep (--transcode none, ...).
-        if fmt == "webp" and h.frames == 1 and h.webp_as_is:
+        if opts.transcode == "jpeg":
+            reasons.append("unsupported_format")  # BMP, WebP (also a still one), TIFF, ...
+        elif fmt == "webp" and h.frames == 1 and h.webp_as_is:
             pass  # decode_image(channels=3) reads a still WebP without alpha: stored as is
-        elif fmt in _TF_DECODABLE_OTHER and opts.transcode != "jpeg":
+        elif fmt in _TF_DECODABLE_OTHER:
             reasons.append(f"{fmt}_to_png")
         else:
             reasons.append("unsupported_format")
+    elif fmt != "jpeg" and opts.transcode == "jpeg":
+        reasons.append(f"{fmt}_to_jpeg")  # JPEG-only readers (decode_jpeg) fail on PNG and GIF
     if h.frames > 1:
         if opts.animated == "reject":
             raise Rejected(
@@ -79,14 +92,14 @@ def _transcode(
     if "max_side" in reasons:
         _, size = _max_side_plan(image.width, image.height, opts.max_side, "")
         image = image.resize(size, getattr(Image.Resampling, opts.resize_filter.upper()))
-    if fmt == "jpeg":
+    if fmt == "jpeg" or opts.transcode == "jpeg":
         target = "jpeg"
-    elif fmt in STORED_FORMATS or (fmt in _TF_DECODABLE_OTHER and opts.transcode != "jpeg"):
+    elif fmt in STORED_FORMATS or fmt in _TF_DECODABLE_OTHER:
         target = "png"  # lossless: BMP is uncompressed; WebP with alpha or animation
     else:
         target = opts.transcode
-    if target == "jpeg" and image.mode in ("LA", "RGBA"):
-        image = image.convert(image.mode[:-1])  # JPEG has no alpha; TF's channels=3 drops it too
+    if target == "jpeg" and fmt != "jpeg":
+        image = _jpeg_ready(image)
     if icc and not _icc_matches(icc, image.mode):
         icc = None
     out = io.BytesIO()
@@ -96,6 +109,18 @@ def _transcode(
     else:
         image.save(out, "PNG", compress_level=6, **extra)
     return out.getvalue(), target, _MODE_CHANNELS[image.mode]
+
+
+def _jpeg_ready(image):
+    """A non-JPEG source's pixels for a JPEG re-encode: RGB, transparency composited onto
+    JPEG_BACKGROUND (JPEG has no alpha; gray and palette sources become RGB too, so every
+    --transcode jpeg record decodes to 3 channels however the reader asks)."""
+    from PIL import Image
+
+    if image.mode in ("LA", "RGBA"):
+        backdrop = Image.new("RGBA", image.size, (*JPEG_BACKGROUND, 255))
+        image = Image.alpha_composite(backdrop, image.convert("RGBA"))
+    return image.convert("RGB")
 
 
 def _max_side_plan(width: int, height: int, max_side: int, fmt: str) -> tuple[int, tuple[int, int]]:

@@ -1,0 +1,111 @@
+"""A reader on gs:// or s3:// whose version is deleted under it stops with an error naming a
+shard, in training and evaluation, instead of spinning forever (issue 30; local disk:
+tests/unit/test_reader_vanishing.py)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from pipeline.core import versions
+from pipeline.demo import build_corpus
+from tests.e2e.test_version_leases import _STARTUP_S, Place, _convert
+from tests.runs import ROOT, ok, tf_script
+from tests.servers import wait_until
+
+
+@pytest.fixture
+def source(tmp_path) -> Path:
+    src = tmp_path / "photos"
+    build_corpus(str(src), num_images=24, broken=False)
+    return src
+
+
+# A reader whose version is deleted under it: training or evaluation (repeated, so that it
+# would run forever), until iteration fails; prints the error's last line.
+_DOOMED = """
+import os, sys, time
+from pipeline.reader import make_dataset
+root, progress, training = sys.argv[1], sys.argv[2], sys.argv[3] == "train"
+ds = make_dataset(root, "train", global_batch_size=2, training=training, repeat=True,
+                  image_size=(32, 32), seed=1)
+n = 0
+try:
+    for _ in ds:
+        n += 1
+        with open(progress, "w") as f:
+            f.write(str(n))
+        time.sleep(0.02)
+except Exception as e:
+    print("FAILED", type(e).__name__, str(e).replace("\\n", " ")[:2000], flush=True)
+    sys.exit(3)
+"""
+
+
+@pytest.mark.parametrize("mode", ["train", "eval"])
+def test_gcs_reader_fails_naming_a_shard_when_its_version_is_deleted(
+    tmp_path, source, gcs, tensorflow_gcs_env, beam_filesystems, mode
+):
+    from apache_beam.io.filesystems import FileSystems
+
+    root = gcs.uri(gcs.new_bucket("doomed"), "root")
+    ok(_convert(Place(root, [], {}, gcs), source))
+    version = versions.read_latest(root)
+    env = dict(os.environ, PYTHONPATH=str(ROOT), TF_CPP_MIN_LOG_LEVEL="2", **tensorflow_gcs_env)
+    progress = tmp_path / "progress"
+    proc = subprocess.Popen(
+        tf_script(_DOOMED, root, str(progress), mode),
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        assert wait_until(lambda: progress.exists() or proc.poll() is not None, _STARTUP_S, 0.2)
+        assert proc.poll() is None
+        gone = [m.path for m in FileSystems.match([f"{root}/{version}/**"])[0].metadata_list]
+        FileSystems.delete(gone)
+        deleted = time.monotonic()
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 3, out[-3000:]
+    failed = [line for line in out.splitlines() if line.startswith("FAILED")][-1]
+    assert f"imgrec reader: shard {root}/{version}/train/train-0000" in failed
+    assert f"if version {version} was pruned (--keep_versions) or removed" in failed
+    assert time.monotonic() - deleted < 60, "failed within seconds, not after a hang"
+
+
+@pytest.mark.parametrize("training", [True, False])
+def test_s3_reader_fails_naming_a_shard_when_its_version_is_deleted(
+    tmp_path, source, s3, beam_filesystems, training
+):
+    """s3:// is read through the shard cache: a shard whose object is gone fails its download,
+    naming it (shards already in the cache are read from there)."""
+    import tensorflow as tf
+    from apache_beam.io.filesystems import FileSystems
+
+    from pipeline import reader
+
+    root = s3.uri(s3.new_bucket("doomed"), "root")
+    ok(_convert(Place(root, s3.beam_args, {}, s3), source))
+    version = versions.read_latest(root)
+    ds = reader.make_dataset(
+        root, "train", 2, training=training, repeat=True, image_size=(32, 32),
+        cache_dir=str(tmp_path / "cache"), s3_endpoint_url=s3.relay.url, lease=False,
+    )  # fmt: skip
+    gone = [m.path for m in FileSystems.match([f"{root}/{version}/**"])[0].metadata_list]
+    FileSystems.delete(gone)
+    started = time.monotonic()
+    with pytest.raises(tf.errors.OpError) as raised:
+        for _ in ds:
+            assert time.monotonic() - started < 120, "still reading a deleted version"
+    message = raised.value.message
+    assert f"shard {root}/{version}/train/train-0000" in message
+    assert "is missing from the store" in message

@@ -1,0 +1,228 @@
+"""Training on a versioned root while the schedule reruns and prunes it (issue 30): a running
+reader's lease keeps its version through `--keep_versions 1` runs, the version goes once the
+reader exits, and a lease left by a reader killed with SIGKILL stops counting once it expires.
+Local disk, the GCS emulator and moto's S3; readers are real processes (their exit removes the
+lease, their kill -9 does not)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from pipeline.core import leases, schema, versions
+from pipeline.demo import build_corpus
+from tests.runs import ROOT, cli, in_process, ok, tf_script
+from tests.servers import wait_until
+
+# A training job on the root: reads LATEST's version in a loop, writes its batch count to a file,
+# stops when a file named like it plus ".stop" appears (a normal exit: the lease goes).
+_TRAINER = """
+import os, sys, time
+from pipeline.core import leases
+leases.DEFAULT_TTL_S = float(sys.argv[3])
+from pipeline.reader import make_dataset
+root, progress = sys.argv[1], sys.argv[2]
+ds = make_dataset(root, "train", global_batch_size=2, training=True, image_size=(32, 32), seed=1)
+n = 0
+for _ in ds:
+    n += 1
+    with open(progress + ".tmp", "w") as f:
+        f.write(str(n))
+    os.replace(progress + ".tmp", progress)
+    if os.path.exists(progress + ".stop"):
+        break
+    time.sleep(0.02)  # a training step; keeps this process off the shared cores
+print("read", n, "batches")
+"""
+_STARTUP_S = 180  # a fresh TensorFlow import and the first batch on a loaded 2-core box
+_ARGS = ["--no_analyze", "--target_shard_mb", "0.01", "--workers", "1", "--no_report"]
+
+
+@dataclasses.dataclass
+class Place:
+    """Where the versioned root lives, and how to look at it without imgrec."""
+
+    root: str
+    beam_args: list[str]
+    env: dict[str, str]
+    store: object | None = None  # tests.servers store for buckets
+    # TensorFlow's GCS uploads do not get through the test's googleapis.com front (reads do:
+    # "Could not resolve host: www.googleapis.com" on the upload), so on gs:// the reader's lease
+    # write fails, which it says once and reads on (checked), and the test writes the same
+    # lease object for it, removing it when the reader exits, as the reader would.
+    stand_in_leases: bool = False
+
+    def names(self) -> list[str]:
+        """Version folders that hold a dataset_info.json."""
+        if self.store is None:
+            return sorted(
+                n
+                for n in os.listdir(self.root)
+                if versions.is_version_name(n)
+                and os.path.exists(os.path.join(self.root, n, schema.DATASET_INFO))
+            )
+        bucket, _, prefix = self.root.partition("://")[2].partition("/")
+        keys = self.store.keys(bucket, prefix + "/")
+        return sorted({k.split("/")[-2] for k in keys if k.endswith("/" + schema.DATASET_INFO)})
+
+    def lease_files(self, name: str) -> list[str]:
+        if self.store is None:
+            folder = leases.lease_folder(os.path.join(self.root, name))
+            return sorted(os.listdir(folder)) if os.path.isdir(folder) else []
+        bucket, _, prefix = self.root.partition("://")[2].partition("/")
+        keys = self.store.keys(bucket, f"{prefix}/{name}/{leases.LEASE_FOLDER}/")
+        return [k.rpartition("/")[2] for k in keys if k.endswith(".json")]
+
+    def latest(self) -> str:
+        return versions.read_latest(self.root)
+
+    def put_stand_in_lease(self, name: str, pid: int, ttl_s: float) -> str | None:
+        """The lease the reader `pid` would write on version `name`; its URI (None locally)."""
+        if not self.stand_in_leases:
+            return None
+        now = time.time()
+        body = {"host": "trainer", "pid": pid, "acquired_unix": now, "expires_unix": now + ttl_s}
+        uri = f"{self.root}/{name}/{leases.LEASE_FOLDER}/trainer-{pid}-stand-in.json"
+        self.store.put(uri, json.dumps(body).encode())
+        return uri
+
+    def remove_stand_in_lease(self, uri: str | None) -> None:
+        if uri is not None:
+            from apache_beam.io.filesystems import FileSystems
+
+            FileSystems.delete([uri])
+
+
+def _convert(place: Place, src: Path, *extra: str):
+    return in_process(
+        "convert", "--input", f"{src}/**", "--output", place.root, "--versioned",
+        *_ARGS, *place.beam_args, *extra,
+    )  # fmt: skip
+
+
+def _start_trainer(place: Place, work: Path, tag: str, ttl_s: float) -> tuple:
+    progress = work / f"progress-{tag}"
+    log = open(work / f"trainer-{tag}.log", "w")  # noqa: SIM115 - closed by the caller's wait
+    proc = subprocess.Popen(
+        tf_script(_TRAINER, place.root, str(progress), str(ttl_s)),
+        cwd=ROOT,
+        env=place.env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    started = wait_until(lambda: progress.exists() or proc.poll() is not None, _STARTUP_S, 0.2)
+    assert started and proc.poll() is None, (work / f"trainer-{tag}.log").read_text()[-3000:]
+    return proc, progress, log
+
+
+def _batches(progress: Path) -> int:
+    return int(progress.read_text() or 0)
+
+
+def _scenario(place: Place, work: Path, src: Path) -> None:
+    v1 = place.latest()
+    trainer, progress, log = _start_trainer(place, work, "a", 600)
+    stand_in = place.put_stand_in_lease(v1, trainer.pid, 600)
+    try:
+        assert len(place.lease_files(v1)) == 1, (work / "trainer-a.log").read_text()[-3000:]
+        # Two scheduled runs that prune to one version: a no-change rerun (made from v1 without
+        # the pipeline), then one with a new file (the pipeline).
+        second = ok(_convert(place, src, "--keep_versions", "1", "--keep_for", "0"))
+        v2 = place.latest()
+        assert f"kept        {v1}: held by 1 reader(s)" in second.stdout
+        assert place.names() == [v1, v2]
+        assert place.lease_files(v2) == []  # v1's lease is not carried into the copy
+        shutil.copy(sorted(src.rglob("*.jpg"))[0], src / "cat" / "added-later.jpg")
+        before = _batches(progress)
+        third = ok(_convert(place, src, "--keep_versions", "1", "--keep_for", "0"))
+        v3 = place.latest()
+        assert "changes: +1 added" in third.stdout
+        assert place.names() == [v1, v3], "v2 pruned, v1 held"
+        # The job kept reading v1 through both runs.
+        assert wait_until(lambda: _batches(progress) > before + 5, 60, 0.2)
+        assert trainer.poll() is None
+        (work / "progress-a.stop").write_text("")
+        assert trainer.wait(120) == 0, (work / "trainer-a.log").read_text()[-3000:]
+        place.remove_stand_in_lease(stand_in)
+        if place.stand_in_leases:
+            said = (work / "trainer-a.log").read_text().count("cannot write the lease")
+            assert said == 1, "a refused lease write is said once, and reading goes on"
+    finally:
+        if trainer.poll() is None:
+            trainer.kill()
+        log.close()
+    assert place.lease_files(v1) == [], "the lease goes when the reader exits"
+    ok(_convert(place, src, "--keep_versions", "1", "--keep_for", "0"))
+    v4 = place.latest()
+    assert place.names() == [v4], "the next run prunes v1 once its reader is gone"
+
+    # A reader killed with SIGKILL leaves its lease behind: it holds v4 until it expires.
+    ttl = 45.0
+    killed, _, log = _start_trainer(place, work, "b", ttl)
+    place.put_stand_in_lease(v4, killed.pid, ttl)
+    killed.send_signal(signal.SIGKILL)
+    killed.wait(30)
+    log.close()
+    assert len(place.lease_files(v4)) == 1
+    fifth = ok(_convert(place, src, "--keep_versions", "1", "--keep_for", "0"))
+    v5 = place.latest()
+    assert f"kept        {v4}: held by 1 reader(s)" in fifth.stdout
+    assert place.names() == [v4, v5]
+    version_dir = versions._join(place.root, v4)  # noqa: SLF001 - the root's own join
+    assert wait_until(lambda: not leases.live_leases(version_dir), ttl + 15, 1.0)
+    ok(_convert(place, src, "--keep_versions", "1", "--keep_for", "0"))
+    assert place.names() == [place.latest()], "an expired lease holds nothing"
+
+
+@pytest.fixture
+def source(tmp_path) -> Path:
+    src = tmp_path / "photos"
+    build_corpus(str(src), num_images=24, broken=False)
+    return src
+
+
+def test_local_reader_keeps_its_version_through_pruning_runs(tmp_path, source):
+    root = str(tmp_path / "root")
+    # The first version with the default options, as a user's first run makes it.
+    ok(cli("convert", "--input", f"{source}/**", "--output", root, "--versioned"))
+    env = dict(os.environ, PYTHONPATH=str(ROOT), TF_CPP_MIN_LOG_LEVEL="2")
+    _scenario(Place(root, [], env), tmp_path, source)
+
+
+def test_gcs_reader_keeps_its_version_through_pruning_runs(
+    tmp_path, source, gcs, tensorflow_gcs_env, beam_filesystems
+):
+    place = Place(
+        gcs.uri(gcs.new_bucket("leases"), "root"),
+        [],
+        dict(os.environ, PYTHONPATH=str(ROOT), TF_CPP_MIN_LOG_LEVEL="2", **tensorflow_gcs_env),
+        gcs,
+        stand_in_leases=True,
+    )
+    ok(_convert(place, source))
+    _scenario(place, tmp_path, source)
+
+
+def test_s3_reader_keeps_its_version_through_pruning_runs(tmp_path, source, s3, beam_filesystems):
+    place = Place(
+        s3.uri(s3.new_bucket("leases"), "root"),
+        s3.beam_args,
+        dict(
+            os.environ,
+            PYTHONPATH=str(ROOT),
+            TF_CPP_MIN_LOG_LEVEL="2",
+            AWS_ENDPOINT_URL_S3=s3.relay.url,
+            TMPDIR=str(tmp_path),  # the shard cache of this test's own
+        ),
+        s3,
+    )
+    ok(_convert(place, source))
+    _scenario(place, tmp_path, source)
