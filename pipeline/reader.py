@@ -26,7 +26,7 @@ from pipeline.reader_files import load_split as _load_split
 from pipeline.reader_files import median_jpeg_min_side as _median_jpeg_min_side
 from pipeline.reader_files import resolve_version as _resolve_version
 from pipeline.reader_files import typical_min_side as _typical_min_side
-from pipeline.reader_shares import epoch_parts, records_per_epoch
+from pipeline.reader_shares import pipeline_records
 
 __all__ = ["ShardFile", "evaluation_images", "make_dataset", "split_files", "steps_per_epoch"]
 
@@ -406,7 +406,21 @@ def _pipeline_dataset(
         if ctx
         else config.global_batch_size
     )
-    records = _pipeline_records(config, num_pipelines, pipeline_id)
+    file_seed = config.seed
+    if file_seed is None and num_pipelines > 1:
+        file_seed = _SHARED_FILE_SEED
+    records = pipeline_records(
+        config,
+        num_pipelines,
+        pipeline_id,
+        read_shard=lambda path, compression, expected, check_counts: _read_shard(
+            path, compression, expected, check_counts, config.data_dir
+        ),
+        file_seed=_sub_seed(file_seed, 0),
+        record_seed=_sub_seed(config.seed, 1, pipeline_id),
+        crop_seed=_sub_seed(config.seed, 2, pipeline_id),
+        max_parallel_shards=_MAX_PARALLEL_SHARDS,
+    )
     if config.postprocess is None:
         # Batch the serialized records, then parse and decode a whole batch per call: one tf.data
         # function call per image measured ~40 us of CPU on top of the work (~10% of a 450x400
@@ -433,104 +447,6 @@ def _pipeline_dataset(
         )
     batches = batches.prefetch(AUTOTUNE)
     return batches.with_options(_options(config, multi_device))
-
-
-def _pipeline_records(config: _Config, num_pipelines: int, pipeline_id: int) -> tf.data.Dataset:
-    """Serialized records of one input pipeline, epoch after epoch (with seeds in training).
-
-    Each epoch, the split's records in that epoch's file order are cut into one contiguous range
-    per input pipeline (pipeline/reader_shares.py): together the pipelines read every record
-    once per epoch, and in training each yields exactly `records_per_epoch` of its range, the
-    same on every worker, so `steps_per_epoch(...)` steps are one epoch on every worker. The
-    record shuffle runs within an epoch: its buffer refills at each epoch's start, the price of
-    never showing a record twice in one epoch (a buffer spanning epochs did).
-    """
-    shards = config.shards
-    num_shards = len(shards)
-    check_counts = all(s.num_examples >= 0 for s in shards)
-    if not check_counts and num_pipelines > 1:
-        unknown = next(s.path for s in shards if s.num_examples < 0)
-        raise ValueError(
-            f"{unknown} has no num_examples in dataset_info.json: {num_pipelines} input "
-            "pipelines cannot share the split without overlap; re-run the conversion"
-        )
-    paths = tf.constant([s.path for s in shards], tf.string)
-    compressions = tf.constant([s.compression for s in shards], tf.string)
-    expected = tf.constant([s.num_examples for s in shards], tf.int64)
-    # Unknown counts (one pipeline only): every shard read whole.
-    counts = expected if check_counts else tf.fill([num_shards], tf.constant(2**40, tf.int64))
-    quota = records_per_epoch(
-        config.num_examples, config.global_batch_size, num_pipelines, config.training
-    )
-    if quota == 0:  # else every epoch is empty and a repeating pipeline never yields a batch
-        raise ValueError(
-            f"training on {config.num_examples} examples with global_batch_size "
-            f"{config.global_batch_size}: not one full batch per epoch; lower the batch size"
-        )
-    shuffle_files = config.training and not config.cache
-    reshuffle = config.training
-    per_pipeline = max(1, config.num_examples // num_pipelines)
-    shuffle_records = min(config.shuffle_records, per_pipeline)
-    record_seed = _sub_seed(config.seed, 1, pipeline_id)
-
-    file_seed = config.seed
-    if file_seed is None and num_pipelines > 1:
-        file_seed = _SHARED_FILE_SEED
-    # One key per epoch draws its file order: the same keys on every worker (same seed), new
-    # keys each time the dataset is iterated again (a second `repeat=False` pass reshuffles).
-    keys = tf.data.Dataset.random(seed=_sub_seed(file_seed, 0), rerandomize_each_iteration=True)
-    if not config.repeat or config.cache:
-        keys = keys.take(1)
-
-    def read(path, compression, expected_records, skip, take):
-        records = _read_shard(path, compression, expected_records, check_counts, config.data_dir)
-        # A range inside a shard: skip reads past the records before it; take stops reading.
-        return records.skip(skip).take(take)
-
-    if config.local_copies is not None:
-        read = config.local_copies.after_download(read)
-
-    def epoch_records(key: tf.Tensor) -> tf.data.Dataset:
-        parts = epoch_parts(counts, key if shuffle_files else None, num_pipelines, pipeline_id)
-        # (path, compression, records in the shard, records to skip, records to read)
-        files = parts.map(
-            lambda i, skip, take: (paths[i], compressions[i], expected[i], skip, take)
-        )
-        if config.local_copies is not None:
-            # Downloads start a few files ahead; each shard is read from its verified local copy.
-            files = config.local_copies.localize(files)
-        records = files.interleave(
-            read,
-            cycle_length=max(1, min(_MAX_PARALLEL_SHARDS, -(-num_shards // num_pipelines) + 1)),
-            block_length=1,
-            num_parallel_calls=AUTOTUNE,
-        )
-        if reshuffle and not config.cache:
-            seed = None if record_seed is None else tf.math.floormod(key + record_seed, 2**31 - 1)
-            records = records.shuffle(shuffle_records, seed=seed).take(quota)
-        return records
-
-    records = keys.flat_map(epoch_records)
-    if config.cache:
-        records = records.cache()
-        if reshuffle:
-            records = records.shuffle(
-                shuffle_records, seed=record_seed, reshuffle_each_iteration=True
-            )
-            # Read the whole cached range every epoch (a partly read cache is dropped), keep
-            # the epoch's quota.
-            records = (
-                records.enumerate().filter(lambda i, _: i < quota).map(lambda _, record: record)
-            )
-        if config.repeat:
-            records = records.repeat()
-    if config.training:
-        # A [2] seed per record for the stateless crop and flip: reproducible with `seed`.
-        seeds = tf.data.Dataset.random(
-            seed=_sub_seed(config.seed, 2, pipeline_id), rerandomize_each_iteration=True
-        ).batch(2)
-        records = tf.data.Dataset.zip((records, seeds))
-    return records
 
 
 def _options(config: _Config, multi_device: bool) -> tf.data.Options:
