@@ -17,6 +17,13 @@ pools (all cores; `--threads K` pins every tf.data pipeline to K private threads
                           the converter stores images larger than 256)
 Pipelines are timed round-robin, `--repeats` rounds, the median reported; each pass reads every
 image once. A warm-up pass per pipeline is not timed.
+
+    python bench/read.py --multiworker         # images/s per worker, clusters of 1 and 2
+
+`--multiworker` instead starts MultiWorkerMirroredStrategy clusters of 1 and 2 worker processes
+on 127.0.0.1 (one TF_CONFIG each, CPU collectives), each worker iterating
+`make_dataset(..., strategy=..., training=True)` of the same shards: after `--warmup_steps`,
+`--steps` global batches are timed per worker. Prints images/s per worker and for the cluster.
 """
 
 from __future__ import annotations
@@ -97,17 +104,27 @@ def main(argv=None) -> int:
         help="private tf.data threads for every pipeline (0: TF defaults, all cores)",
     )
     ap.add_argument("--only", default="", help="comma-separated pipeline names to run")
+    ap.add_argument(
+        "--multiworker",
+        action="store_true",
+        help="images/s per worker of MultiWorkerMirroredStrategy clusters of 1 and 2 workers",
+    )
+    ap.add_argument("--steps", type=int, default=20, help="--multiworker: timed global batches")
+    ap.add_argument("--warmup_steps", type=int, default=5, help="--multiworker: untimed")
     ap.add_argument("--json", default="")
     args = ap.parse_args(argv)
+
+    n = args.num_images
+    cdir, summary = corpus(n, args.seed)
+    data_dir = _converted(cdir, n, ["--workers", "2"], "w2")
+    if args.multiworker:
+        return _multiworker(args, data_dir)
 
     import tensorflow as tf
 
     from pipeline.reader import make_dataset
 
-    n = args.num_images
-    cdir, summary = corpus(n, args.seed)
     healthy_dir = clean_view(cdir, summary)
-    data_dir = _converted(cdir, n, ["--workers", "2"], "w2")
     small_dir = _converted(cdir, n, ["--workers", "2", "--max_side", "256"], "maxside256")
     small_side = _largest_side(small_dir, "train")
     size = (args.size, args.size)
@@ -277,6 +294,91 @@ def main(argv=None) -> int:
                 f,
                 indent=1,
             )
+    return 0
+
+
+# One worker of a cluster: (images this worker delivered, seconds) for `steps` global batches.
+_WORKER = """
+import json, sys, time
+import tensorflow as tf
+from pipeline.reader import make_dataset
+data_dir, batch, size, warmup, steps = sys.argv[1], *map(int, sys.argv[2:6])
+strategy = tf.distribute.MultiWorkerMirroredStrategy()
+ds = make_dataset(data_dir, "train", batch, strategy=strategy, training=True,
+                  image_size=(size, size), seed=1)
+it = iter(ds)
+def local_images(step):
+    return sum(int(t.shape[0]) for t in strategy.experimental_local_results(step[0]))
+for _ in range(warmup):
+    local_images(next(it))
+t0, c0 = time.perf_counter(), time.process_time()
+images = sum(local_images(next(it)) for _ in range(steps))
+print("RESULT " + json.dumps({"images": images, "secs": time.perf_counter() - t0,
+                               "cpu": time.process_time() - c0}), flush=True)
+"""
+
+
+def _multiworker(args, data_dir: str) -> int:
+    """Clusters of 1 and 2 workers on loopback: images/s per worker (a table)."""
+    import socket
+    import subprocess
+
+    def free_port() -> int:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            return sock.getsockname()[1]
+
+    rows = []
+    for workers in (1, 2):
+        ports = [free_port() for _ in range(workers)]
+        cluster = {"worker": [f"127.0.0.1:{p}" for p in ports]}
+        procs = []
+        for i in range(workers):
+            env = dict(
+                os.environ,
+                TF_CONFIG=json.dumps({"cluster": cluster, "task": {"type": "worker", "index": i}}),
+                TF_CPP_MIN_LOG_LEVEL="2",
+                CUDA_VISIBLE_DEVICES="",
+                PYTHONPATH=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+            )
+            argv = [PY, "-c", _WORKER, data_dir, str(args.batch), str(args.size)]
+            argv += [str(args.warmup_steps), str(args.steps)]
+            procs.append(
+                subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            )
+        results = []
+        try:
+            for proc in procs:
+                out, err = proc.communicate(timeout=900)
+                lines = [ln for ln in out.decode().splitlines() if ln.startswith("RESULT ")]
+                if proc.returncode or not lines:
+                    raise SystemExit(f"worker failed ({proc.returncode}):\n{err.decode()[-2000:]}")
+                results.append(json.loads(lines[-1][len("RESULT ") :]))
+        finally:
+            for proc in procs:
+                if proc.poll() is None:
+                    proc.kill()
+        per_worker = [r["images"] / r["secs"] for r in results]
+        cpu_us = [r["cpu"] / r["images"] * 1e6 for r in results]
+        rows.append(
+            [
+                workers,
+                " / ".join(f"{v:.0f}" for v in per_worker),
+                f"{sum(per_worker):.0f}",
+                " / ".join(f"{v:.0f}" for v in cpu_us),
+            ]
+        )
+        print(f"{workers} worker(s): {rows[-1][1]} img/s per worker; {load_average()}", flush=True)
+    table = print_table(
+        f"Multi-worker read, {args.num_images}-image corpus, {args.size}², global batch "
+        f"{args.batch}, training, {args.steps} timed steps after {args.warmup_steps} "
+        f"({load_average()})",
+        ["workers", "img/s per worker", "img/s cluster", "CPU µs/img per worker"],
+        rows,
+    )
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"rows": rows, "table": table}, f, indent=1)
     return 0
 
 

@@ -1,4 +1,4 @@
-"""Example: train a small Keras model with MirroredStrategy on a converted imgrec dataset."""
+"""Example: train a small Keras model on a converted imgrec dataset with MirroredStrategy, or as one worker of a MultiWorkerMirroredStrategy cluster when TF_CONFIG is set."""
 
 from __future__ import annotations
 
@@ -6,15 +6,27 @@ import argparse
 import os
 import sys
 
-__all__ = ["build_model", "main"]
+__all__ = ["build_model", "fit", "main", "multi_worker_strategy"]
 
 # Runnable as `python examples/train_mirrored.py` from the repository root without installing.
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def build_model(image_size: tuple[int, int], num_classes: int):
-    """A small convnet taking uint8 images: scaling to [0, 1] runs on the accelerator."""
-    import keras
+# Multi-worker: seconds a collective (gradient all-reduce, the end-of-data check) may wait for
+# a peer before failing. A worker that died is also noticed by TensorFlow's coordination
+# service (heartbeats, ~30 s on loopback here); this bounds every other stall. Longer than the
+# slowest step, including the first (tracing) and the shard cache's first downloads.
+_COLLECTIVE_TIMEOUT_S = 300
+
+
+def build_model(image_size: tuple[int, int], num_classes: int, keras=None):
+    """A small convnet taking uint8 images: scaling to [0, 1] runs on the accelerator.
+
+    `keras`: the Keras module to build with (default Keras 3; tf_keras under
+    MultiWorkerMirroredStrategy, see `main`).
+    """
+    if keras is None:
+        import keras
 
     return keras.Sequential(
         [
@@ -40,6 +52,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument(
+        "--collective_timeout",
+        type=float,
+        default=_COLLECTIVE_TIMEOUT_S,
+        help="multi-worker (TF_CONFIG set): seconds a collective waits for a peer before failing",
+    )
+    parser.add_argument(
         "--cpu_replicas",
         type=int,
         default=2,
@@ -47,67 +65,115 @@ def main(argv: list[str] | None = None) -> int:
         "still has several replicas (the same code then runs unchanged on GPUs)",
     )
     args = parser.parse_args(argv)
-    if args.cpu_replicas > 1:
+    multi_worker = bool(os.environ.get("TF_CONFIG"))
+    if args.cpu_replicas > 1 or multi_worker:
         # On CPU, TF 2.21's oneDNN Conv2D fails on an empty per-replica batch ("input depth must
         # be evenly divisible by filter depth"), which the last evaluation step hands a replica
-        # when fewer examples than replicas remain. Plain TF kernels handle it; GPUs never use
-        # oneDNN. Must be set before TensorFlow is imported.
+        # (or a worker) when fewer examples than replicas remain. Plain TF kernels handle it;
+        # GPUs never use oneDNN. Must be set before TensorFlow is imported.
         os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
 
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")  # TF's C++ INFO lines drown the progress bar
     import tensorflow as tf
 
-    gpus = tf.config.list_physical_devices("GPU")
-    if not gpus and args.cpu_replicas > 1:
-        # Must happen before TensorFlow initialises its devices.
-        cpu = tf.config.list_physical_devices("CPU")[0]
-        tf.config.set_logical_device_configuration(
-            cpu, [tf.config.LogicalDeviceConfiguration()] * args.cpu_replicas
-        )
-    import keras
+    if multi_worker:
+        strategy = multi_worker_strategy(args.collective_timeout)
+        # Keras 3's fit fails under MultiWorkerMirroredStrategy (keras-team/keras#20585);
+        # tf_keras (Keras 2, installed with TensorFlow Transform) runs it.
+        import tf_keras as keras
+    else:
+        gpus = tf.config.list_physical_devices("GPU")
+        if not gpus and args.cpu_replicas > 1:
+            # Must happen before TensorFlow initialises its devices.
+            cpu = tf.config.list_physical_devices("CPU")[0]
+            tf.config.set_logical_device_configuration(
+                cpu, [tf.config.LogicalDeviceConfiguration()] * args.cpu_replicas
+            )
+        import keras
 
+        devices = None if gpus else [d.name for d in tf.config.list_logical_devices("CPU")]
+        strategy = tf.distribute.MirroredStrategy(devices)
+    print(f"replicas in sync: {strategy.num_replicas_in_sync}")
+    fit(
+        strategy,
+        keras,
+        args.data_dir,
+        train_split=args.train_split,
+        eval_split=args.eval_split,
+        batch_size=args.batch_size,
+        image_size=args.image_size,
+        epochs=args.epochs,
+        seed=args.seed,
+    )
+    return 0
+
+
+def multi_worker_strategy(collective_timeout_s: float = _COLLECTIVE_TIMEOUT_S):
+    """MultiWorkerMirroredStrategy from TF_CONFIG, collectives failing after `collective_timeout_s`
+    instead of waiting forever for a peer that is gone."""
+    import tensorflow as tf
+
+    options = tf.distribute.experimental.CommunicationOptions(timeout_seconds=collective_timeout_s)
+    return tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
+
+
+def fit(
+    strategy,
+    keras,
+    data_dir: str,
+    *,
+    train_split: str = "train",
+    eval_split: str = "validation",
+    batch_size: int = 32,
+    image_size: int = 128,
+    epochs: int = 2,
+    seed: int | None = None,
+):
+    """Build the input pipelines and the model under `strategy`, fit; returns Keras' History.
+
+    `batch_size` is global: each step, every replica of every worker takes
+    `batch_size / strategy.num_replicas_in_sync` examples. Every worker runs the same call.
+    """
     from pipeline.core import schema
     from pipeline.reader import make_dataset, steps_per_epoch
 
-    devices = None if gpus else [d.name for d in tf.config.list_logical_devices("CPU")]
-    strategy = tf.distribute.MirroredStrategy(devices)
-    print(f"replicas in sync: {strategy.num_replicas_in_sync}")
-
-    info = schema.load_dataset_info(args.data_dir)
+    info = schema.load_dataset_info(data_dir)
     num_classes = len(info["label_names"])
-    size = (args.image_size, args.image_size)
+    size = (image_size, image_size)
 
     train = make_dataset(
-        args.data_dir,
-        args.train_split,
-        global_batch_size=args.batch_size,
+        data_dir,
+        train_split,
+        global_batch_size=batch_size,
         strategy=strategy,
         training=True,
         image_size=size,
-        seed=args.seed,
+        seed=seed,
     )
-    train_steps = steps_per_epoch(args.data_dir, args.train_split, args.batch_size)
+    # Exact, and the same on every worker: each input pipeline yields this many steps per epoch.
+    train_steps = steps_per_epoch(data_dir, train_split, batch_size)
     fit_kwargs = {}
-    if args.eval_split:
+    if eval_split:
         fit_kwargs["validation_data"] = make_dataset(
-            args.data_dir,
-            args.eval_split,
-            args.batch_size,
-            strategy=strategy,
-            image_size=size,
+            data_dir, eval_split, batch_size, strategy=strategy, image_size=size
         )
-        # No validation_steps: with it Keras keeps one iterator across epochs and the finite
-        # evaluation split runs dry after the first epoch; without, each epoch reads it once.
+        if keras.__version__.startswith("2."):
+            # tf_keras needs the steps of a distributed dataset. Exact on every worker: each
+            # reads ceil(n / workers) records at most, in batches of batch_size / workers.
+            fit_kwargs["validation_steps"] = steps_per_epoch(
+                data_dir, eval_split, batch_size, drop_remainder=False
+            )
+        # Keras 3: no validation_steps, with it Keras keeps one iterator across epochs and the
+        # finite evaluation split runs dry after the first epoch; without, each epoch reads it.
 
     with strategy.scope():
-        model = build_model(size, num_classes)
+        model = build_model(size, num_classes, keras)
         model.compile(
             optimizer=keras.optimizers.Adam(1e-3),
             loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
             metrics=["accuracy"],
         )
-    model.fit(train, epochs=args.epochs, steps_per_epoch=train_steps, **fit_kwargs)
-    return 0
+    return model.fit(train, epochs=epochs, steps_per_epoch=train_steps, **fit_kwargs)
 
 
 if __name__ == "__main__":

@@ -26,6 +26,7 @@ from pipeline.reader_files import load_split as _load_split
 from pipeline.reader_files import median_jpeg_min_side as _median_jpeg_min_side
 from pipeline.reader_files import resolve_version as _resolve_version
 from pipeline.reader_files import typical_min_side as _typical_min_side
+from pipeline.reader_shares import pipeline_records
 
 __all__ = ["ShardFile", "evaluation_images", "make_dataset", "split_files", "steps_per_epoch"]
 
@@ -66,7 +67,7 @@ _CACHE_RAM_FRACTION = 0.25
 # on ~450x400 photos the per-image ratio switch costs 0.69 -> 0.79, so it stays off there.
 _DCT_MIN_SCALE = 2
 
-# Workers must agree on the per-epoch file order to split files without overlap; with seed=None
+# Workers must agree on the per-epoch file order to split records without overlap; with seed=None
 # and several input pipelines this shared seed is used for the file order only.
 _SHARED_FILE_SEED = 20240611
 # Spreads one user seed over independent streams (file order, record shuffle, augmentation).
@@ -141,9 +142,10 @@ def make_dataset(
     """The input pipeline of a converted split, batched per replica and prefetched.
 
     Files come from dataset_info.json. In training the file order is reshuffled every epoch with
-    a seed all workers share, files are split between input pipelines, shards are read in
-    parallel, serialized records are shuffled, then decoded with a random-resized crop and a
-    random flip. In evaluation the order is fixed and images get a centre crop. Images are
+    a seed all workers share, each input pipeline reads an equal contiguous range of the
+    epoch's records (exactly `steps_per_epoch` steps' worth: pipeline/reader_shares.py), shards
+    are read in parallel, serialized records are shuffled within the epoch, then decoded with a
+    random-resized crop and a random flip. In evaluation the order is fixed and images get a centre crop. Images are
     resized to `image_size` and returned as uint8: normalise on the accelerator.
 
     Every storage mode reads the same way (docs/storage_modes.md): JPEG/PNG/GIF records are
@@ -404,67 +406,21 @@ def _pipeline_dataset(
         if ctx
         else config.global_batch_size
     )
-    shards = config.shards
-    # Split whole files between pipelines when there are enough; otherwise every pipeline reads
-    # every file in the same order and keeps every n-th record.
-    shard_files = num_pipelines > 1 and len(shards) >= num_pipelines
-    shard_records = num_pipelines > 1 and not shard_files
-    files_per_pipeline = len(shards) // num_pipelines if shard_files else len(shards)
-
-    # (path, compression, expected records)
-    files = tf.data.Dataset.from_tensor_slices(
-        (
-            [s.path for s in shards],
-            [s.compression for s in shards],
-            tf.constant([s.num_examples for s in shards], tf.int64),
-        )
+    file_seed = config.seed
+    if file_seed is None and num_pipelines > 1:
+        file_seed = _SHARED_FILE_SEED
+    records = pipeline_records(
+        config,
+        num_pipelines,
+        pipeline_id,
+        read_shard=lambda path, compression, expected, check_counts: _read_shard(
+            path, compression, expected, check_counts, config.data_dir
+        ),
+        file_seed=_sub_seed(file_seed, 0),
+        record_seed=_sub_seed(config.seed, 1, pipeline_id),
+        crop_seed=_sub_seed(config.seed, 2, pipeline_id),
+        max_parallel_shards=_MAX_PARALLEL_SHARDS,
     )
-    if config.training:
-        file_seed = config.seed
-        if file_seed is None and num_pipelines > 1:
-            file_seed = _SHARED_FILE_SEED
-        # Same seed on every worker: each epoch's order is one permutation, split without overlap.
-        files = files.shuffle(
-            len(shards), seed=_sub_seed(file_seed, 0), reshuffle_each_iteration=True
-        )
-    if shard_files:
-        files = files.shard(num_pipelines, pipeline_id)
-    if config.repeat and not config.cache:
-        files = files.repeat()  # Repeat names, not records: no drain between epochs.
-    check_counts = all(s.num_examples >= 0 for s in shards)
-
-    def read(path, compression, expected):
-        return _read_shard(path, compression, expected, check_counts, config.data_dir)
-
-    if config.local_copies is not None:
-        # Downloads start a few files ahead; each shard is read from its verified local copy.
-        files = config.local_copies.localize(files)
-        read = config.local_copies.after_download(read)
-    records = files.interleave(
-        read,
-        cycle_length=max(1, min(_MAX_PARALLEL_SHARDS, files_per_pipeline)),
-        block_length=1,
-        num_parallel_calls=AUTOTUNE,
-        deterministic=True if shard_records else None,
-    )
-    if shard_records:
-        records = records.shard(num_pipelines, pipeline_id)
-    if config.cache:
-        records = records.cache()
-        if config.repeat:
-            records = records.repeat()
-    if config.training:
-        per_pipeline = max(1, config.num_examples // num_pipelines)
-        records = records.shuffle(
-            min(config.shuffle_records, per_pipeline),
-            seed=_sub_seed(config.seed, 1, pipeline_id),
-            reshuffle_each_iteration=True,
-        )
-        # A [2] seed per record for the stateless crop and flip: reproducible with `seed`.
-        seeds = tf.data.Dataset.random(
-            seed=_sub_seed(config.seed, 2, pipeline_id), rerandomize_each_iteration=True
-        ).batch(2)
-        records = tf.data.Dataset.zip((records, seeds))
     if config.postprocess is None:
         # Batch the serialized records, then parse and decode a whole batch per call: one tf.data
         # function call per image measured ~40 us of CPU on top of the work (~10% of a 450x400
@@ -497,8 +453,8 @@ def _options(config: _Config, multi_device: bool) -> tf.data.Options:
     """tf.data options, each set on purpose."""
     options = tf.data.Options()
     options.deterministic = config.deterministic
-    # We shard by file ourselves (per InputContext); auto-sharding would shard again, or warn
-    # that the source is unshardable.
+    # We split records between pipelines ourselves (per InputContext); auto-sharding would
+    # shard again, or warn that the source is unshardable.
     options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
     # Parallelism comes from many images at once (parallel map); per-op thread pools only add
     # contention. TF official models' image readers set the same.

@@ -114,7 +114,7 @@ def test_per_file_image_logic_imports_only_the_core_and_itself_and_no_beam():
 
 # The reader (training side) and the Beam-free modules it is split into.
 READER = ("pipeline/reader.py", "pipeline/reader_files.py", "pipeline/reader_decode.py",
-          "pipeline/reader_crops.py")  # fmt: skip
+          "pipeline/reader_crops.py", "pipeline/reader_shares.py")  # fmt: skip
 READER_MODULES = tuple(p[: -len(".py")].replace("/", ".") for p in READER)
 
 

@@ -388,9 +388,10 @@ def test_each_input_pipeline_downloads_only_the_shards_it_reads(s3rec, datasets,
             s3_endpoint_url=datasets["endpoint"],
         )
         seen[pipeline_id] = [f.decode() for _, _, x in ds for f in x[schema.FILENAME].numpy()]
+        # 4 shards of 15: each pipeline's half of the 60 records is two whole shards.
         mine = [
             f"/{bucket_path}/{schema.shard_name('train', i, 4)}"
-            for i in (pipeline_id, pipeline_id + 2)
+            for i in (2 * pipeline_id, 2 * pipeline_id + 1)
         ]
         assert sorted(s3rec.shard_gets()) == mine
         assert s3rec.shard_samples() == [f"/{bucket_path}/{schema.shard_name('train', 0, 4)}"]
