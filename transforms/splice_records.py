@@ -1,0 +1,260 @@
+"""Splice: an unchanged file's record taken from the previous version's shard (ranged read, CRC checked), not its source."""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import hashlib
+import io
+import json
+import logging
+
+from apache_beam.io.filesystems import FileSystems
+from apache_beam.metrics import Metrics
+
+from pipeline.core import schema, storage
+from pipeline.core.beam_compat import read_record
+
+__all__ = [
+    "RECORDS_KEY",
+    "SETTINGS_KEY",
+    "FALLBACK_REASONS",
+    "PreviousRecords",
+    "Spliced",
+    "index_entry",
+    "record_settings",
+    "splice_lines",
+]
+
+_log = logging.getLogger(__name__)
+
+# A shard marker (.imgrec/shards/<shard>.json) lists where each record of its shard sits under
+# this key, one entry per record in shard order (see index_entry), and under SETTINGS_KEY the
+# digest of what decides a record's bytes besides its file (record_settings). The marker is
+# written after the shard is renamed into place and is itself written atomically, so a listed
+# offset always points into a complete shard.
+RECORDS_KEY = "records"
+SETTINGS_KEY = "record_settings"
+_PATH, _SHA256, _TRANSCODE, _LABEL, _LABEL_ID, _OFFSET, _LENGTH, _FORMAT, _STORED_TRANSCODE = range(
+    9
+)
+
+# Two wanted records of one previous shard closer than this are fetched by one read (the bytes
+# between them read and dropped): on a bucket a GET's latency (~10-50 ms) costs more than 1 MB
+# of transfer, and locally one sequential read beats many seeks.
+_COALESCE_GAP_BYTES = 1 << 20
+# ... but one read holds at most this much (bounded memory per writer thread).
+_MAX_READ_BYTES = 64 << 20
+# TFRecord framing: 8-byte length + 4-byte masked crc32c before the data, 4-byte crc after.
+_FRAME_OVERHEAD = 16
+
+# Why records of unchanged files were read from source after all (counter suffix -> text of
+# the summary line). Each counts records, except where it says shards.
+FALLBACK_REASONS = {
+    "gzip": "--compression gzip shards cannot be read by byte range",
+    "no_index": "the previous version records no record offsets (written by an older imgrec)",
+    "settings": "the previous version was written with other options or software",
+    "missing": "a previous shard is missing or unreadable",
+    "crc": "a previous shard failed its record CRC check (damaged)",
+}
+
+
+def record_settings(check_options, store: str, compression: str, software: dict) -> str:
+    """sha256 of what decides a record's bytes (and offsets) besides its file, path and label:
+    the check options, --store, --compression and the writer's software (writer_software)."""
+    settings = (check_options, store, compression, sorted(software.items()))
+    return hashlib.sha256(repr(settings).encode()).hexdigest()
+
+
+def index_entry(record: dict, label_id: int, offset: int, length: int, fmt: str, transcode: str):
+    """One record's line in its shard marker: what it was made from, and where it sits."""
+    return [
+        record["path"], record["sha256"], record["transcode"], record["label"], label_id,
+        offset, length, fmt, transcode,
+    ]  # fmt: skip
+
+
+@dataclasses.dataclass(frozen=True)
+class Spliced:
+    """A record taken from the previous version: `framed` (the whole TFRecord frame, copied as
+    it is) or `example` (a serialized Example rebuilt from the previous record's image bytes)."""
+
+    framed: bytes | None
+    example: bytes | None
+    format: str
+    transcode: str  # image/transcode_reason (the source's reasons and the --store one)
+
+
+class PreviousRecords:
+    """The previous version's record locations, loaded once per worker on first use."""
+
+    def __init__(self, previous: str, settings: str, compression: str):
+        self._previous = previous
+        self._settings = settings
+        self._compression = compression
+        self._index: dict | None = None  # path -> (shard file, entry)
+        self._refused: collections.Counter = collections.Counter()  # reason -> shards
+        self._spliced = Metrics.counter("imgrec", "records_spliced")
+        self._rebuilt = Metrics.counter("imgrec", "records_rebuilt")
+
+    def _load(self) -> dict:
+        if self._index is not None:
+            return self._index
+        self._index = {}
+        if self._compression != "uncompressed":
+            self._refuse("gzip", 1)
+            return self._index
+        # (Imported here: write_shards imports this module.)
+        from transforms.write_shards import plan_marker_path, read_shard_info
+
+        info = json.loads(storage.read_bytes(storage.join(self._previous, schema.DATASET_INFO)))
+        for split, entry in info["splits"].items():
+            shards = entry["shards"]
+            for shard in shards:
+                if not shard["num_examples"]:
+                    continue
+                marker = read_shard_info(
+                    plan_marker_path(self._previous, split, shard["index"], len(shards))
+                )
+                if not marker or RECORDS_KEY not in marker:
+                    self._refuse("no_index", 1)
+                    continue
+                if marker.get(SETTINGS_KEY) != self._settings:
+                    self._refuse("settings", 1)
+                    continue
+                if marker["shard"].get("sha256") != shard["sha256"]:
+                    self._refuse("settings", 1)
+                    continue
+                for rec in marker[RECORDS_KEY]:
+                    self._index[rec[_PATH]] = (shard["file"], rec)
+        return self._index
+
+    def _refuse(self, reason: str, count: int) -> None:
+        Metrics.counter("imgrec", f"splice_refused_{reason}").inc(count)
+
+    def fetch(self, records: list[dict], label_ids: dict) -> list[Spliced | None]:
+        """For each writer record (in shard order): its record from the previous version, or
+        None to read its source (a new or changed file, or the previous shard cannot serve)."""
+        index = self._load()
+        found: list[Spliced | None] = [None] * len(records)
+        wanted = collections.defaultdict(list)  # previous shard file -> [(entry, position)]
+        for i, record in enumerate(records):
+            hit = index.get(record["path"])
+            if hit is None:
+                continue
+            shard_file, entry = hit
+            if entry[_SHA256] != record["sha256"] or entry[_TRANSCODE] != record["transcode"]:
+                continue  # the file changed: its source is read
+            wanted[shard_file].append((entry, i))
+        for shard_file, items in wanted.items():
+            frames = self._read_frames(shard_file, sorted(e[_OFFSET] for e, _ in items), items)
+            if frames is None:
+                continue
+            for entry, i in items:
+                framed = frames[entry[_OFFSET]]
+                record = records[i]
+                label_id = label_ids.get(record["label"], -1)
+                if entry[_LABEL] == record["label"] and entry[_LABEL_ID] == label_id:
+                    found[i] = Spliced(framed, None, entry[_FORMAT], entry[_STORED_TRANSCODE])
+                    self._spliced.inc()
+                else:  # the label (or its id) is the run's: rebuild from the image bytes
+                    example = _relabel(framed[12:-4], record["label"], label_id)
+                    found[i] = Spliced(None, example, entry[_FORMAT], entry[_STORED_TRANSCODE])
+                    self._rebuilt.inc()
+        return found
+
+    def _read_frames(self, shard_file: str, offsets: list[int], items) -> dict | None:
+        """{offset: framed bytes} of the records at `offsets` of the previous shard, each
+        frame's length and data CRCs checked; None (counted, logged) if the shard cannot serve."""
+        lengths = {e[_OFFSET]: e[_LENGTH] for e, _ in items}
+        path = storage.join(self._previous, shard_file)
+        spans = []  # [start, end) byte ranges, each one read
+        for off in offsets:
+            end = off + lengths[off]
+            if (
+                spans
+                and off - spans[-1][1] <= _COALESCE_GAP_BYTES
+                and end - spans[-1][0] <= _MAX_READ_BYTES
+            ):
+                spans[-1][1] = max(spans[-1][1], end)
+            else:
+                spans.append([off, end])
+        frames = {}
+        try:
+            with FileSystems.open(path, compression_type="uncompressed") as f:
+                for start, end in spans:
+                    f.seek(start)
+                    buf = f.read(end - start)
+                    for off in offsets:
+                        if start <= off < end:
+                            frame = buf[off - start : off - start + lengths[off]]
+                            _check_frame(frame)
+                            frames[off] = frame
+        except ValueError as e:
+            self._give_up("crc", shard_file, len(items), e)
+            return None
+        except Exception as e:  # noqa: BLE001 - any read failure: the sources are read instead
+            if isinstance(e, storage.StoreOutageError):
+                raise
+            self._give_up("missing", shard_file, len(items), e)
+            return None
+        return frames
+
+    def _give_up(self, reason: str, shard_file: str, count: int, e: BaseException) -> None:
+        self._refuse(reason, count)
+        _log.warning(
+            "imgrec: %s of %s cannot serve its %d records (%s: %s); reading their sources",
+            shard_file, self._previous, count, type(e).__name__, str(e)[:200],
+        )  # fmt: skip
+
+
+def _check_frame(frame: bytes) -> None:
+    """Raise ValueError unless `frame` is exactly one TFRecord frame whose CRCs match."""
+    f = io.BytesIO(frame)
+    data = read_record(f)
+    if data is None or len(data) + _FRAME_OVERHEAD != len(frame):
+        raise ValueError(f"a {len(frame)}-byte frame is not one whole TFRecord")
+
+
+def _relabel(data: bytes, label_text: str, label_id: int) -> bytes:
+    """The Example `data` with another label, serialized as the writer serializes it."""
+    from tensorflow.core.example import example_pb2
+
+    feature = example_pb2.Example.FromString(data).features.feature
+
+    def b(key: str) -> bytes:
+        return feature[key].bytes_list.value[0]
+
+    def i(key: str) -> int:
+        return feature[key].int64_list.value[0]
+
+    return schema.make_example(
+        encoded=b(schema.ENCODED),
+        image_format=b(schema.FORMAT).decode(),
+        height=i(schema.HEIGHT),
+        width=i(schema.WIDTH),
+        channels=i(schema.CHANNELS),
+        label=label_id,
+        label_text=label_text,
+        filename=b(schema.FILENAME).decode(),
+        sha256=b(schema.SHA256).decode(),
+        transcoded_from=b(schema.TRANSCODED_FROM).decode(),
+        transcode_reason=b(schema.TRANSCODE_REASON).decode(),
+    )
+
+
+def splice_lines(counts: dict[str, int]) -> list[str]:
+    """The summary's lines about spliced records, from the job's imgrec counters."""
+    spliced, rebuilt = counts.get("records_spliced", 0), counts.get("records_rebuilt", 0)
+    lines = []
+    if spliced or rebuilt:
+        lines.append(
+            f"  spliced     {spliced + rebuilt:>7}   records from the previous version's shards "
+            f"(sources not read), {rebuilt} rebuilt with this run's label ids"
+        )
+    for reason, text in FALLBACK_REASONS.items():
+        n = counts.get(f"splice_refused_{reason}", 0)
+        if n:
+            what = "records" if reason in ("missing", "crc") else "shards"
+            lines.append(f"  read again  {n:>7}   {what}' sources: {text}")
+    return lines
