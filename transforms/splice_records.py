@@ -101,7 +101,7 @@ class PreviousRecords:
         if self._index is not None:
             return self._index
         self._index = {}
-        if self._compression != "uncompressed":
+        if self._compression == "gzip":
             self._refuse("gzip", 1)
             return self._index
         # (Imported here: write_shards imports this module.)
@@ -110,11 +110,11 @@ class PreviousRecords:
         info = json.loads(storage.read_bytes(storage.join(self._previous, schema.DATASET_INFO)))
         for split, entry in info["splits"].items():
             shards = entry["shards"]
-            for shard in shards:
+            for index, shard in enumerate(shards):  # listed in index order (describe)
                 if not shard["num_examples"]:
                     continue
                 marker = read_shard_info(
-                    plan_marker_path(self._previous, split, shard["index"], len(shards))
+                    plan_marker_path(self._previous, split, index, len(shards))
                 )
                 if not marker or RECORDS_KEY not in marker:
                     self._refuse("no_index", 1)
@@ -122,7 +122,10 @@ class PreviousRecords:
                 if marker.get(SETTINGS_KEY) != self._settings:
                     self._refuse("settings", 1)
                     continue
-                if marker["shard"].get("sha256") != shard["sha256"]:
+                if (
+                    marker["shard"].get("file") != shard["file"]
+                    or marker["shard"].get("sha256") != shard["sha256"]
+                ):
                     self._refuse("settings", 1)
                     continue
                 for rec in marker[RECORDS_KEY]:
@@ -188,7 +191,7 @@ class PreviousRecords:
                     for off in offsets:
                         if start <= off < end:
                             frame = buf[off - start : off - start + lengths[off]]
-                            _check_frame(frame)
+                            _check_frame(frame, off)
                             frames[off] = frame
         except ValueError as e:
             self._give_up("crc", shard_file, len(items), e)
@@ -208,12 +211,14 @@ class PreviousRecords:
         )  # fmt: skip
 
 
-def _check_frame(frame: bytes) -> None:
+def _check_frame(frame: bytes, offset: int) -> None:
     """Raise ValueError unless `frame` is exactly one TFRecord frame whose CRCs match."""
-    f = io.BytesIO(frame)
-    data = read_record(f)
+    try:
+        data = read_record(io.BytesIO(frame))
+    except ValueError as e:  # Beam's text ends with a hex dump of the frame: left out
+        raise ValueError(f"the record at byte {offset}: {str(e).partition(':')[0]}") from None
     if data is None or len(data) + _FRAME_OVERHEAD != len(frame):
-        raise ValueError(f"a {len(frame)}-byte frame is not one whole TFRecord")
+        raise ValueError(f"the {len(frame)} bytes at byte {offset} are not one whole record")
 
 
 def _relabel(data: bytes, label_text: str, label_id: int) -> bytes:
