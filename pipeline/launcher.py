@@ -563,31 +563,13 @@ def run_convert(argv: list[str]) -> int:
             reused = versions.reuse_line(config, result)
             if reused:
                 print(reused)
-            for line in _splice_lines(config, result):
+            from transforms.splice_records import splice_lines
+
+            for line in splice_lines(config, result):  # records taken from the previous version
                 print(line)
         if not options.view_as(ConvertOptions).no_report:
             _write_report(config.output)
     return 0
-
-
-def _splice_lines(config, result) -> list[str]:
-    """After a versioned rerun: the records taken from the previous version's shards, and why
-    any unchanged file's source was read after all (transforms/splice_records.py)."""
-    if config.full or not config.previous_version:
-        return []
-    from apache_beam.metrics.metric import MetricsFilter
-
-    from transforms.splice_records import splice_lines
-
-    counts: dict[str, int] = {}
-    try:
-        found = result.metrics().query(MetricsFilter().with_namespace("imgrec"))["counters"]
-    except (AttributeError, NotImplementedError, KeyError):  # a runner without metrics
-        return []
-    for c in found:
-        value = c.committed if c.committed is not None else c.attempted
-        counts[c.key.metric.name] = counts.get(c.key.metric.name, 0) + (value or 0)
-    return splice_lines(counts)
 
 
 def _write_report(output: str) -> None:

@@ -248,9 +248,23 @@ def _relabel(data: bytes, label_text: str, label_id: int) -> bytes:
     )
 
 
-def splice_lines(counts: dict[str, int]) -> list[str]:
-    """The summary's lines about spliced records, from the job's imgrec counters."""
-    spliced, rebuilt = counts.get("records_spliced", 0), counts.get("records_rebuilt", 0)
+def splice_lines(config, result) -> list[str]:
+    """After a versioned rerun: the summary's lines about records taken from the previous
+    version's shards, and why any unchanged file's source was read after all (from the job's
+    imgrec counters); none for a first or --full run."""
+    if config.full or not config.previous_version:
+        return []
+    from apache_beam.metrics.metric import MetricsFilter
+
+    counts: dict[str, int] = collections.Counter()
+    try:
+        found = result.metrics().query(MetricsFilter().with_namespace("imgrec"))["counters"]
+    except (AttributeError, NotImplementedError, KeyError):  # a runner without metrics
+        return []
+    for c in found:
+        value = c.committed if c.committed is not None else c.attempted
+        counts[c.key.metric.name] += value or 0
+    spliced, rebuilt = counts["records_spliced"], counts["records_rebuilt"]
     lines = []
     if spliced or rebuilt:
         lines.append(
@@ -258,8 +272,8 @@ def splice_lines(counts: dict[str, int]) -> list[str]:
             f"(sources not read), {rebuilt} rebuilt with this run's label ids"
         )
     for reason, text in FALLBACK_REASONS.items():
-        n = counts.get(f"splice_refused_{reason}", 0)
-        if n:
-            what = "records" if reason in ("missing", "crc") else "shards"
-            lines.append(f"  read again  {n:>7}   {what}' sources: {text}")
+        if counts[f"splice_refused_{reason}"]:
+            what = "records" if reason in ("missing", "crc") else "previous shards"
+            n = counts[f"splice_refused_{reason}"]
+            lines.append(f"  read again  {n:>7}   {what} from source: {text}")
     return lines
