@@ -275,5 +275,5 @@ def splice_lines(config, result) -> list[str]:
         if counts[f"splice_refused_{reason}"]:
             what = "records" if reason in ("missing", "crc") else "previous shards"
             n = counts[f"splice_refused_{reason}"]
-            lines.append(f"  read again  {n:>7}   {what} from source: {text}")
+            lines.append(f"  not spliced {n:>7}   {what} read from source: {text}")
     return lines

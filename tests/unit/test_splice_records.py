@@ -216,7 +216,7 @@ def test_bucket_rerun_gets_only_added_and_replaced_sources(store, tmp_path):
     proc = _cli(*args, "--output", root, "--versioned")
     gets = _object_gets(list(store.relay.requests), "photos/")
     assert sorted(set(gets)) == sorted([*added, replaced]), proc.stdout
-    assert "spliced" in proc.stdout and "read again" not in proc.stdout, proc.stdout
+    assert "  spliced " in proc.stdout and "not spliced" not in proc.stdout, proc.stdout
     v1, v2 = sorted(
         k.split("/")[1] for k in store.keys(bucket, "flowers/") if k.endswith("/version.json")
     )
