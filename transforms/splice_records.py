@@ -8,6 +8,7 @@ import hashlib
 import io
 import json
 import logging
+import threading
 
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
@@ -48,8 +49,13 @@ _MAX_READ_BYTES = 64 << 20
 # TFRecord framing: 8-byte length + 4-byte masked crc32c before the data, 4-byte crc after.
 _FRAME_OVERHEAD = 16
 
+# Each process reads the previous version's record index once (one GET per shard marker), not
+# once per shard it writes: (previous, settings, compression) -> PreviousRecords._read_index().
+_LOADED: dict[tuple, tuple[dict, str | None]] = {}
+_LOCK = threading.Lock()
+
 # Why records of unchanged files were read from source after all (counter suffix -> text of
-# the summary line). Each counts records, except where it says shards.
+# the summary line), counted per record.
 FALLBACK_REASONS = {
     "gzip": "--compression gzip shards cannot be read by byte range",
     "no_index": "the previous version records no record offsets (written by an older imgrec)",
@@ -92,45 +98,46 @@ class PreviousRecords:
         self._previous = previous
         self._settings = settings
         self._compression = compression
-        self._index: dict | None = None  # path -> (shard file, entry)
-        self._refused: collections.Counter = collections.Counter()  # reason -> shards
         self._spliced = Metrics.counter("imgrec", "records_spliced")
         self._rebuilt = Metrics.counter("imgrec", "records_rebuilt")
 
-    def _load(self) -> dict:
-        if self._index is not None:
-            return self._index
-        self._index = {}
+    def _load(self) -> tuple[dict, str | None]:
+        """(path -> (shard file or None, entry, refusal reason or None), the reason no record
+        of the previous version can serve, if one holds for all), cached per process."""
+        key = (self._previous, self._settings, self._compression)
+        with _LOCK:
+            if key not in _LOADED:
+                _LOADED[key] = self._read_index()
+            return _LOADED[key]
+
+    def _read_index(self) -> tuple[dict, str | None]:
         if self._compression == "gzip":
-            self._refuse("gzip", 1)
-            return self._index
+            return {}, "gzip"
         # (Imported here: write_shards imports this module.)
         from transforms.write_shards import plan_marker_path, read_shard_info
 
+        index, blanket = {}, None
         info = json.loads(storage.read_bytes(storage.join(self._previous, schema.DATASET_INFO)))
         for split, entry in info["splits"].items():
             shards = entry["shards"]
-            for index, shard in enumerate(shards):  # listed in index order (describe)
+            for i, shard in enumerate(shards):  # listed in index order (describe)
                 if not shard["num_examples"]:
                     continue
-                marker = read_shard_info(
-                    plan_marker_path(self._previous, split, index, len(shards))
-                )
+                marker = read_shard_info(plan_marker_path(self._previous, split, i, len(shards)))
                 if not marker or RECORDS_KEY not in marker:
-                    self._refuse("no_index", 1)
+                    blanket = "no_index"  # its files are unknown: any file may be one of them
                     continue
-                if marker.get(SETTINGS_KEY) != self._settings:
-                    self._refuse("settings", 1)
-                    continue
-                if (
-                    marker["shard"].get("file") != shard["file"]
-                    or marker["shard"].get("sha256") != shard["sha256"]
-                ):
-                    self._refuse("settings", 1)
-                    continue
+                usable = (
+                    marker.get(SETTINGS_KEY) == self._settings
+                    and marker["shard"].get("file") == shard["file"]
+                    and marker["shard"].get("sha256") == shard["sha256"]
+                )
                 for rec in marker[RECORDS_KEY]:
-                    self._index[rec[_PATH]] = (shard["file"], rec)
-        return self._index
+                    if usable:
+                        index[rec[_PATH]] = (shard["file"], rec, None)
+                    else:
+                        index[rec[_PATH]] = (None, rec, "settings")
+        return index, blanket
 
     def _refuse(self, reason: str, count: int) -> None:
         Metrics.counter("imgrec", f"splice_refused_{reason}").inc(count)
@@ -138,16 +145,21 @@ class PreviousRecords:
     def fetch(self, records: list[dict], label_ids: dict) -> list[Spliced | None]:
         """For each writer record (in shard order): its record from the previous version, or
         None to read its source (a new or changed file, or the previous shard cannot serve)."""
-        index = self._load()
+        index, blanket = self._load()
         found: list[Spliced | None] = [None] * len(records)
         wanted = collections.defaultdict(list)  # previous shard file -> [(entry, position)]
         for i, record in enumerate(records):
             hit = index.get(record["path"])
             if hit is None:
+                if blanket:  # (a new file counts here too: the previous index cannot tell)
+                    self._refuse(blanket, 1)
                 continue
-            shard_file, entry = hit
+            shard_file, entry, refused = hit
             if entry[_SHA256] != record["sha256"] or entry[_TRANSCODE] != record["transcode"]:
                 continue  # the file changed: its source is read
+            if refused:
+                self._refuse(refused, 1)
+                continue
             wanted[shard_file].append((entry, i))
         for shard_file, items in wanted.items():
             frames = self._read_frames(shard_file, sorted(e[_OFFSET] for e, _ in items), items)
@@ -273,7 +285,6 @@ def splice_lines(config, result) -> list[str]:
         )
     for reason, text in FALLBACK_REASONS.items():
         if counts[f"splice_refused_{reason}"]:
-            what = "records" if reason in ("missing", "crc") else "previous shards"
             n = counts[f"splice_refused_{reason}"]
-            lines.append(f"  not spliced {n:>7}   {what} read from source: {text}")
+            lines.append(f"  not spliced {n:>7}   records read from source: {text}")
     return lines
