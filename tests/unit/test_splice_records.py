@@ -232,3 +232,24 @@ def test_bucket_rerun_gets_only_added_and_replaced_sources(store, tmp_path):
             (local / rel).parent.mkdir(parents=True, exist_ok=True)
             (local / rel).write_bytes(store.get(store.uri(bucket, key)))
     assert snapshot(str(local)) == snapshot(fresh)
+
+
+def test_spliced_records_keep_the_dali_index_exact(corpus, tmp_path, source_reads):
+    """--dali_index: a shard written from spliced records has the index a fresh run writes."""
+    src, _ = corpus
+    root = str(tmp_path / "root")
+    _run([*_input(src), "--output", root, "--dali_index"], versioned=True)
+    added, changed = _add_remove_change(src, tmp_path)
+    second, c2 = _run([*_input(src), "--output", root, "--dali_index"], versioned=True)
+    fresh = str(tmp_path / "fresh")
+    _run([*_input(src), "--output", fresh, "--dali_index"], versioned=False)
+    assert c2["records_spliced"] == c2["written"] - len(added) - len(changed)
+    assert snapshot(second) == snapshot(fresh)
+    indexes = sorted(glob.glob(os.path.join(fresh, "*", "*.idx")))
+    assert indexes
+    for path in indexes:
+        with (
+            open(path, "rb") as f,
+            open(os.path.join(second, os.path.relpath(path, fresh)), "rb") as g,
+        ):
+            assert f.read() == g.read(), path
