@@ -14,7 +14,13 @@ import pytest
 
 from pipeline.core import schema, storage
 from pipeline.demo import build_corpus
-from tests.unit.test_incremental import _cli, _input, _rewrite_same_size, _run, snapshot
+from tests.unit.test_incremental import (
+    _in_process_default,
+    _input,
+    _rewrite_same_size,
+    _run,
+    snapshot,
+)
 
 
 @pytest.fixture
@@ -189,7 +195,8 @@ def _object_gets(requests: list[tuple[str, str]], prefix: str) -> list[str]:
 def test_bucket_rerun_gets_only_added_and_replaced_sources(store, tmp_path):
     """Input and versioned root on a bucket: after adding ~5 % and replacing ~3 % of the
     photos, the rerun's GETs on source objects (counted by the relay in front of the server)
-    name only the added and replaced ones; the version equals a from-scratch conversion."""
+    name only the added and replaced ones; the version equals a from-scratch conversion.
+    Default options (analysis, report) but for test-sized shards."""
     src = tmp_path / "corpus"
     build_corpus(str(src), num_images=40, seed=6, long_side=(48, 72), broken=False)
     bucket = store.new_bucket("splice")
@@ -198,7 +205,7 @@ def test_bucket_rerun_gets_only_added_and_replaced_sources(store, tmp_path):
         store.put(store.uri(bucket, "photos/" + name), (src / name).read_bytes())
     root = store.uri(bucket, "flowers")
     args = ["--input", store.uri(bucket, "photos/*/*.jpg"), *store.beam_args]
-    _cli(*args, "--output", root, "--versioned")
+    _in_process_default(*args, "--output", root, "--versioned")
 
     extra = tmp_path / "extra"
     build_corpus(str(extra), num_images=2, seed=77, long_side=(48, 72), broken=False)
@@ -213,7 +220,7 @@ def test_bucket_rerun_gets_only_added_and_replaced_sources(store, tmp_path):
     store.put(store.uri(bucket, replaced), bytes(data))
 
     store.relay.requests.clear()
-    proc = _cli(*args, "--output", root, "--versioned")
+    proc = _in_process_default(*args, "--output", root, "--versioned")
     gets = _object_gets(list(store.relay.requests), "photos/")
     assert sorted(set(gets)) == sorted([*added, replaced]), proc.stdout
     assert "  spliced " in proc.stdout and "not spliced" not in proc.stdout, proc.stdout
@@ -224,7 +231,7 @@ def test_bucket_rerun_gets_only_added_and_replaced_sources(store, tmp_path):
     assert shard_gets, "the previous version's shards were read by range"
 
     fresh = str(tmp_path / "fresh")
-    _cli(*args, "--output", fresh)
+    _in_process_default(*args, "--output", fresh)
     local = tmp_path / "v2"
     for key in store.keys(bucket, f"flowers/{v2}/"):
         rel = key.split("/", 2)[2]
