@@ -261,7 +261,12 @@ class _WriteShardFn(beam.DoFn):
             storage.write_bytes_atomic(final, b"")
             return True
         tmp = storage.temp_sibling(final)
-        _copy_file(storage.join(self._previous, rel), tmp)
+        source = storage.join(self._previous, rel)
+        if not storage.exists(source):  # deleted by hand: written anew, not a failed job
+            self._copy_refused.inc()
+            _log.warning("imgrec: %s is missing; writing the shard anew", source)
+            return False
+        _copy_file(source, tmp)
         found = _file_digest(tmp)
         if found != (num_bytes, sha256):
             storage.delete_quietly([tmp])

@@ -260,3 +260,26 @@ def test_spliced_records_keep_the_dali_index_exact(corpus, tmp_path, source_read
             open(os.path.join(second, os.path.relpath(path, fresh)), "rb") as g,
         ):
             assert f.read() == g.read(), path
+
+
+def test_a_missing_previous_shard_is_read_from_source(corpus, tmp_path, source_reads):
+    """A previous shard deleted by hand: neither copied nor spliced; its files are read from
+    source, the summary counts them, and the version still equals the previous one."""
+    src, _ = corpus
+    root = str(tmp_path / "root")
+    first, _ = _run([*_input(src), "--output", root], versioned=True)
+    expected = snapshot(first)
+    victim = sorted(
+        p for p in glob.glob(os.path.join(first, "*", "*.tfrecord")) if os.path.getsize(p)
+    )[0]
+    marker = os.path.join(
+        first, ".imgrec", "shards", os.path.basename(victim)[: -len(".tfrecord")] + ".json"
+    )
+    with open(marker) as f:
+        victim_paths = {r[0] for r in json.load(f)["records"]}
+    os.remove(victim)
+    source_reads.clear()
+    second, c2 = _run([*_input(src), "--output", root], versioned=True)
+    assert set(source_reads) - _rejected(first) == victim_paths
+    assert c2["splice_refused_missing"] == len(victim_paths)
+    assert snapshot(second) == expected
