@@ -36,6 +36,7 @@ import glob
 import hashlib
 import json
 import os
+import re
 import shutil
 import statistics
 import sys
@@ -133,6 +134,40 @@ def _sequence(src: str, extra: str, work: str, num_add: int, num_change: int) ->
     }  # fmt: skip
 
 
+def _shards(folder: str) -> dict[str, tuple[str, int]]:
+    with open(os.path.join(folder, "dataset_info.json")) as f:
+        info = json.load(f)
+    return {
+        sh["file"]: (sh["sha256"], sh["num_examples"])
+        for split in info["splits"].values()
+        for sh in split["shards"]
+    }
+
+
+def _source_reads(v1: str, v2: str, stdout: str) -> dict[str, int]:
+    """Source files read by the first run and by the rerun that made `v2` from `v1` (its
+    summary `stdout`): the inspection reads every new or changed file (changes.json), the
+    writer every record that was neither spliced from a previous shard (the summary's
+    "spliced" line) nor in a whole copied shard."""
+    first, second = _shards(v1), _shards(v2)
+    written = sum(n for _, n in second.values())
+    copied = sum(n for name, (sha, n) in second.items() if n and first.get(name, ("",))[0] == sha)
+    with open(os.path.join(v2, "changes.json")) as f:
+        change = json.load(f)
+    inspected = sum(change.get(k, {}).get("count", 0) for k in ("added", "changed"))
+    found = re.search(r"^  spliced +(\d+) ", stdout, re.M)
+    spliced = int(found[1]) if found else 0
+    from_source = written - copied - spliced
+    return {
+        "first": 2 * sum(n for _, n in first.values()),
+        "rerun": inspected + from_source,
+        "inspected": inspected,
+        "written_from_source": from_source,
+        "spliced": spliced,
+        "copied": copied,
+    }
+
+
 def _median(runs: list, key: str) -> float:
     return statistics.median(r[key] for r in runs)
 
@@ -209,6 +244,13 @@ def main() -> None:
     for name, run in (("+5%/1% rerun", last["incremental"]), ("no-change rerun", last["same"])):
         lines = [ln for ln in run["stdout"].splitlines() if "reused" in ln or "converted" in ln]
         print(f"{name}: " + " | ".join(ln.strip() for ln in lines))
+    reads = _source_reads(last["v1"], v2, last["incremental"]["stdout"])
+    print(
+        f"source files read (one GET each on a bucket): first run {reads['first']} "
+        f"(inspect + write), +5%/1% rerun {reads['rerun']} (inspect {reads['inspected']}, "
+        f"write {reads['written_from_source']}; {reads['spliced']} records spliced from the "
+        f"previous shards, {reads['copied']} in whole copied shards)"
+    )
     print(f"changes (+5%/1% rerun): {headline2}")
     print(f"changes (no-change rerun): {headline}")
     print(f"no-change shards equal the previous version's: {_snapshot(v3) == _snapshot(v2)}")

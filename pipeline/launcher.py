@@ -573,6 +573,10 @@ def run_convert(argv: list[str]) -> int:
             kept = retention.retention_line(root, config.keep_versions, config.keep_for_s)
             if kept:  # versions --keep_versions let go that a reader or --keep_for still holds
                 print(kept)
+            from transforms.splice_records import splice_lines
+
+            for line in splice_lines(config, result):  # records taken from the previous version
+                print(line)
         if not options.view_as(ConvertOptions).no_report:
             _write_report(config.output)
     return 0

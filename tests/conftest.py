@@ -76,6 +76,7 @@ _SLOWEST_FIRST = (
     "e2e/test_dask.py",
     "e2e/test_quiet_progress.py",
     "unit/test_resume.py",
+    "unit/test_splice_records.py",
     "e2e/test_cloud_analyze.py",
     "unit/test_convert.py",
     "unit/test_storage.py",

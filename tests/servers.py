@@ -34,6 +34,7 @@ import contextlib
 import dataclasses
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -169,6 +170,10 @@ def _accept(
             time.sleep(0.01)
 
 
+# An HTTP/1.1 request line at the start of a line: method, target.
+_REQUEST_LINE = re.compile(rb"(?:^|\r\n)(GET|HEAD|POST|PUT|PATCH|DELETE) (\S+) HTTP/1\.[01]\r\n")
+
+
 class Relay:
     """A TCP relay in front of a server, with switches that make the server look faulty.
 
@@ -194,6 +199,7 @@ class Relay:
         self.uploaded = 0  # bytes relayed client -> server since the last cut_after()
         self.injected = 0  # HTTP error answers sent so far
         self.accepted = 0  # connections relayed so far
+        self.requests: list[tuple[str, str]] = []  # (method, target) of each HTTP request relayed
         self.up()
 
     @property
@@ -335,6 +341,8 @@ class Relay:
                 data = data or src.recv(1 << 16)
                 if not data:
                     break
+                if up:
+                    self._note_requests(data)
                 if up and self._count_upload(len(data)):
                     with self._lock:
                         down_for, self._cut_down_for = self._cut_down_for, None
@@ -355,6 +363,15 @@ class Relay:
             for s in (src, dst):
                 with contextlib.suppress(OSError):
                     s.close()
+
+    def _note_requests(self, data: bytes) -> None:
+        """Log the request lines in client bytes (a request's head arrives in one piece: the
+        clients send it with one write; an upload body that happened to hold one would add a
+        line, never hide one)."""
+        found = [(m[1].decode(), m[2].decode()) for m in _REQUEST_LINE.finditer(data)]
+        if found:
+            with self._lock:
+                self.requests.extend(found)
 
     def _count_upload(self, n: int) -> bool:
         """Count uploaded bytes; True when a pending cut_after() is due."""

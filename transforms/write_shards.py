@@ -9,6 +9,7 @@ from __future__ import annotations
 import collections
 import errno
 import hashlib
+import io
 import json
 import logging
 import os
@@ -27,6 +28,13 @@ from transforms.images.check import ImageInfo
 from transforms.images.store_modes import PIXELS_REASON, StoredImage, store_image
 from transforms.keys import int_hash
 from transforms.plan_shards import WRITER_FIELDS, writer_record
+from transforms.splice_records import (
+    RECORDS_KEY,
+    SETTINGS_KEY,
+    PreviousRecords,
+    index_entry,
+    record_settings,
+)
 
 __all__ = ["GzipSink", "WriteShards", "plan_marker_path", "read_shard_info", "writer_software"]
 
@@ -185,6 +193,14 @@ class _WriteShardFn(beam.DoFn):
     def setup(self):
         self._software = writer_software()
         self._previous_shards = None  # {relname: dataset_info shard entry}, read on first use
+        self._record_settings = record_settings(
+            self._opts, self._store, self._compression, self._software
+        )
+        self._splicer = None
+        if self._previous:  # unchanged files' records come from its shards (splice_records)
+            self._splicer = PreviousRecords(
+                self._previous, self._record_settings, self._compression
+            )
 
     def _recorded_shards(self) -> dict:
         """The previous version's shard entries from its dataset_info.json, by file name."""
@@ -233,6 +249,8 @@ class _WriteShardFn(beam.DoFn):
         for rel, num_bytes, sha256 in files:
             if not self._copy_checked(rel, num_bytes, sha256):
                 return None
+        # The same bytes: the previous marker's record offsets hold for the copy too.
+        self._copied_records = previous.get(RECORDS_KEY)
         return info
 
     def _copy_checked(self, rel: str, num_bytes: int, sha256: str) -> bool:
@@ -243,7 +261,12 @@ class _WriteShardFn(beam.DoFn):
             storage.write_bytes_atomic(final, b"")
             return True
         tmp = storage.temp_sibling(final)
-        _copy_file(storage.join(self._previous, rel), tmp)
+        source = storage.join(self._previous, rel)
+        if not storage.exists(source):  # deleted by hand: written anew, not a failed job
+            self._copy_refused.inc()
+            _log.warning("imgrec: %s is missing; writing the shard anew", source)
+            return False
+        _copy_file(source, tmp)
         found = _file_digest(tmp)
         if found != (num_bytes, sha256):
             storage.delete_quietly([tmp])
@@ -257,15 +280,26 @@ class _WriteShardFn(beam.DoFn):
         storage.rename(tmp, final)
         return True
 
-    def _prefetched(self, entries):
-        """Yield (record, bytes, error detail) in order, `read_concurrency` reads in flight."""
-        reads = storage.read_many((e[_PATH] for e in entries), self._concurrency)
-        for entry, (_, result) in zip(entries, reads, strict=True):
-            record = writer_record(entry)
+    def _prefetched(self, entries, label_ids):
+        """Yield (record, bytes, error detail, Spliced or None) in order, `read_concurrency`
+        reads in flight; a record spliced from the previous version reads no source."""
+        records = [writer_record(e) for e in entries]
+        spliced = [None] * len(records)
+        if self._splicer is not None:
+            spliced = self._splicer.fetch(records, label_ids)
+        reads = storage.read_many(
+            (r["path"] for r, s in zip(records, spliced, strict=True) if s is None),
+            self._concurrency,
+        )
+        for record, splice in zip(records, spliced, strict=True):
+            if splice is not None:
+                yield record, None, None, splice
+                continue
+            _, result = next(reads)
             if isinstance(result, storage.ReadError):
-                yield record, None, result.detail
+                yield record, None, result.detail, None
             else:
-                yield record, result, None
+                yield record, result, None, None
 
     def _stored_bytes(self, record: dict, data: bytes) -> StoredImage:
         """What to write for one file under --store, re-checked against inspection.
@@ -326,9 +360,10 @@ class _WriteShardFn(beam.DoFn):
 
         if self._previous:
             shard_id = (split, index, num_shards)
+            self._copied_records = None
             copied = self._copy_previous(relname, plan_digest, shard_id, len(entries))
             if copied is not None:
-                self._write_marker(marker, plan_digest, copied)
+                self._write_marker(marker, plan_digest, copied, self._copied_records)
                 self._copied.inc()
                 yield copied
                 return
@@ -339,10 +374,33 @@ class _WriteShardFn(beam.DoFn):
         formats = collections.Counter()  # records per image/format (the summary's JPEG warning)
         labels = collections.Counter()  # examples per label text: exact class counts for free
         idx_lines = []  # --dali_index: one line per record, at its offset in the (uncompressed) shard
+        located = []  # each record's index_entry: where the next run finds it (splice_records)
         out = _HashingWriter(tmp)
         sink = GzipSink(out) if self._compression == "gzip" else out
         try:
-            for record, data, error in self._prefetched(entries):
+            for record, data, error, splice in self._prefetched(entries, label_ids):
+                if splice is not None:  # the previous version's record: no source read
+                    frame = splice.framed
+                    if frame is None:  # rebuilt (this run's label id): framed as any record
+                        frame = io.BytesIO()
+                        write_record(frame, splice.example)
+                        frame = frame.getvalue()
+                    label_id = label_ids.get(record["label"], -1)
+                    located.append(
+                        index_entry(
+                            record, label_id, out.num_bytes, len(frame), splice.format,
+                            splice.transcode,
+                        )
+                    )  # fmt: skip
+                    if self._dali_index:
+                        idx_lines.append(dali_index.index_line(out.num_bytes, len(frame) - 16))
+                    sink.write(frame)
+                    for why in filter(None, splice.transcode.split(",")):
+                        transcoded[why] += 1
+                    num_examples += 1
+                    formats[splice.format] += 1
+                    labels[record["label"]] += 1
+                    continue
                 reason = "unreadable"
                 if error is None:
                     try:
@@ -384,6 +442,12 @@ class _WriteShardFn(beam.DoFn):
                 )
                 if self._dali_index:
                     idx_lines.append(dali_index.index_line(out.num_bytes, len(example)))
+                located.append(
+                    index_entry(
+                        record, label_ids.get(record["label"], -1), out.num_bytes,
+                        len(example) + dali_index.RECORD_OVERHEAD, stored.format, transcode,
+                    )
+                )  # fmt: skip
                 write_record(sink, example)
                 num_examples += 1
                 formats[stored.format] += 1
@@ -420,14 +484,19 @@ class _WriteShardFn(beam.DoFn):
             "label_counts": dict(sorted(labels.items())),
             **extra,
         }
-        self._write_marker(marker, plan_digest, info)
+        self._write_marker(marker, plan_digest, info, located)
         self._written.inc(num_examples)
         self._written_bytes.inc(out.num_bytes)
         self._shards.inc()
         yield info
 
-    def _write_marker(self, marker: str, plan_digest: str, info: dict) -> None:
+    def _write_marker(
+        self, marker: str, plan_digest: str, info: dict, records: list | None = None
+    ) -> None:
         body = {"plan_digest": plan_digest, "shard": info, "software": self._software}
+        if records is not None:
+            body[SETTINGS_KEY] = self._record_settings
+            body[RECORDS_KEY] = records
         storage.write_bytes_atomic(marker, json.dumps(body).encode())
 
 
