@@ -233,8 +233,7 @@ def latest_version(store, root: str) -> str | None:
 def list_lines(patterns: list[str]) -> list[str | None]:
     """The digest lines of the listing `transforms.list_images` would make of `patterns`."""
     from pipeline.core.names import local_path
-    from transforms.list_images import match_bucket
-    from transforms.match_local import match_local
+    from transforms.match_local import match_bucket, match_local
 
     lines: list[str | None] = []
     seen: set[str] = set()

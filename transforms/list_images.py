@@ -7,7 +7,6 @@ import io
 import json
 import os
 import posixpath
-import re
 
 import apache_beam as beam
 from apache_beam import pvalue
@@ -17,7 +16,7 @@ from apache_beam.metrics import Metrics
 from pipeline.core import names
 from pipeline.core.rejects import make_reject
 from transforms.keys import assign_split
-from transforms.match_local import has_glob, match_local, translate_glob
+from transforms.match_local import match_bucket, match_local
 
 __all__ = [
     "ListImages",
@@ -117,23 +116,6 @@ def read_manifest_rows(manifest: str):
 # batch instead of per file. 64 files is ~2-3 s of inspection work per batch on one core,
 # enough batches to balance workers from a few thousand files up.
 LIST_BATCH = 64
-
-
-def match_bucket(pattern: str) -> list:
-    """FileSystems.match of a bucket `pattern`, with match_local's reading of `*` and `?`.
-
-    Beam's `*` and `?` do not match a backslash, on buckets too, where it is an ordinary
-    character of an object name: `gs://b/p/*/*` silently left out `cat/back\\slash.jpg`. Beam
-    lists every object under the pattern's literal prefix and filters them with its regex; this
-    lists the same objects (the prefix + `**`, whose `.*` matches anything) and filters with
-    match_local.translate_glob.
-    """
-    if not has_glob(pattern):
-        return FileSystems.match([pattern])[0].metadata_list
-    cut = min(i for i, c in enumerate(pattern) if c in _GLOB_CHARS)
-    wanted = re.compile(translate_glob(pattern))
-    listed = FileSystems.match([pattern[:cut] + "**"])[0].metadata_list
-    return [m for m in listed if wanted.match(m.path)]
 
 
 def _key(path: str, root: str) -> str:

@@ -5,7 +5,8 @@ lookup fails), a folder it cannot open (os.walk ignores the error), a folder who
 the pattern (`x.jpg/`) and every file below a symlinked folder. This walker lists the same files
 and says what happened to the rest, so the listing accounts for everything the pattern matched.
 
-Beam-free: the listing DoFn in transforms/list_images.py calls it.
+Beam-free (bucket listings import FileSystems when called): the listing DoFn in
+transforms/list_images.py and the no-change rerun (pipeline/rerun_stores.py) call it.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from collections.abc import Iterator
 
 from pipeline.core.names import from_local
 
-__all__ = ["LocalEntry", "match_local", "translate_glob", "has_glob"]
+__all__ = ["LocalEntry", "match_bucket", "match_local", "translate_glob", "has_glob"]
 
 _GLOB_CHARS = "*?["
 # On POSIX a backslash is an ordinary character of a name; only Windows separates with it.
@@ -208,3 +209,22 @@ def _match_local(pattern: str) -> Iterator[LocalEntry]:
         return
     base = root if root.endswith(tuple(_SEPS)) else root + os.sep
     yield from walk(base, [], frozenset())
+
+
+def match_bucket(pattern: str) -> list:
+    """FileSystems.match of a bucket `pattern`, with match_local's reading of `*` and `?`.
+
+    Beam's `*` and `?` do not match a backslash, on buckets too, where it is an ordinary
+    character of an object name: `gs://b/p/*/*` silently left out `cat/back\\slash.jpg`. Beam
+    lists every object under the pattern's literal prefix and filters them with its regex; this
+    lists the same objects (the prefix + `**`, whose `.*` matches anything) and filters with
+    match_local.translate_glob.
+    """
+    from apache_beam.io.filesystems import FileSystems  # Bucket listings only.
+
+    if not has_glob(pattern):
+        return FileSystems.match([pattern])[0].metadata_list
+    cut = min(i for i, c in enumerate(pattern) if c in _GLOB_CHARS)
+    wanted = re.compile(translate_glob(pattern))
+    listed = FileSystems.match([pattern[:cut] + "**"])[0].metadata_list
+    return [m for m in listed if wanted.match(m.path)]
