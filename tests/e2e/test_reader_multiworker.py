@@ -92,6 +92,11 @@ _WORKER = textwrap.dedent(
                           batch_size=plan["batch"], image_size=plan["size"], epochs=2, seed=1)
             result["history"] = {k: [float(x) for x in v] for k, v in history.history.items()}
         else:
+            if check["kind"] == "train":
+                # Epochs are counted in steps: with deterministic=False (training's default)
+                # parallel stages may hand out a batch of the next epoch before the last of this
+                # one under load (docs/reader.md), which would read as a duplicate here.
+                kwargs.setdefault("deterministic", True)
             ds = reader.make_dataset(data_dir, split, plan["batch"], strategy=strategy,
                                      image_size=plan["size"], extra_features=[schema.FILENAME],
                                      training=check["kind"] == "train", **kwargs)
