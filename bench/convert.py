@@ -2,6 +2,7 @@
 
     python bench/convert.py                       # smoke: 300 images (+ 30 for start-up)
     python bench/convert.py --num_images 12000 --repeats 3    # the real run (docs/benchmarks.md)
+    python bench/convert.py --fixed_cost 1,12000,48000 --repeats 2  # fixed cost (README table)
 
 HEADLINE (what a user waits for): whole process, wall clock, default options, round-robin,
 median of --repeats, each command a fresh process from interpreter start to exit:
@@ -32,6 +33,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from bench import _fixed_cost  # noqa: E402
 from bench._common import (  # noqa: E402
     WORK,
     corpus,
@@ -383,6 +385,13 @@ def main(argv=None) -> int:
         "--components", type=int, default=400, help="images for the per-step µs table (0: skip)"
     )
     ap.add_argument("--json", default="", help="also write every measurement here")
+    ap.add_argument(
+        "--fixed_cost",
+        default="",
+        help="only the fixed-cost rows (bench/_fixed_cost.py) for these comma-separated sizes: "
+        "imgrec default vs plain loop vs loop on both cores, best of --repeats",
+    )
+    ap.add_argument("--aside", action="store_true", help="--fixed_cost: also the old TFT path")
     ap.add_argument("--_child", nargs="+", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
 
@@ -393,12 +402,20 @@ def main(argv=None) -> int:
             "novalidate": _child_novalidate,
             "ceiling": _child_ceiling,
             "components": _child_components,
+            "loop2": _fixed_cost.child_loop2,
         }[mode]
         if mode == "components":
             rest[-1] = int(rest[-1])
         print(json.dumps(fn(*rest)))
         return 0
 
+    if args.fixed_cost:
+        sizes = [int(n) for n in args.fixed_cost.split(",")]
+        table, walls = _fixed_cost.run(sizes, args.repeats, args.seed, args.aside)
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump({"table": table, "runs": walls}, f, indent=1)
+        return 0
     n_big = args.num_images
     n_small = args.small or max(30, n_big // 10)
     big_dir, big_sum = corpus(n_big, args.seed)

@@ -58,6 +58,18 @@ def _add_progress(listing, inspection, written, rejected, deduped) -> None:
     _ = deduped["duplicates"] | "ProgressDuplicates" >> CountProgress("duplicates")
 
 
+def _analysis_handoff(options: PipelineOptions) -> str | None:
+    """The started analysis process's hand-off folder, if this job can use it
+    (pipeline/analysis_process.py): a runner on this machine, TFT's scratch in the temp dir."""
+    runner = str(options.view_as(StandardOptions).runner or "DirectRunner")
+    if runner not in _LOCAL_RUNNERS:
+        return None
+    from pipeline import analysis_process
+    from transforms.analyze import scratch_root
+
+    return analysis_process.claim(scratch_root(options))
+
+
 def add_convert(
     p: beam.Pipeline, config: ConvertConfig, provenance: dict, rerun_key: str | None = None
 ) -> beam.PCollection:
@@ -115,24 +127,26 @@ def add_convert(
     written = planned["groups"] | "Write" >> WriteShards(config, planned["plan"], label_names)
 
     if config.analyze:
-        from transforms.analyze import AnalyzeDataset  # TFT import only when it is used.
-
         # A dry run only builds the job: keep TFT's scratch folder local, not in --temp_location.
         dry_run = bool(p.options.view_as(TestOptions).dry_run)
-        temp_dir = tempfile.mkdtemp(prefix="imgrec-dry-run-") if dry_run else None
         train = config.train_split
-        statistics = (
-            unique
-            # InspectedImage of the training split: only it feeds the statistics.
-            | "TrainImages" >> beam.FlatMap(lambda batch: [r for r in batch if r["split"] == train])
-            | "Analyze"
-            >> AnalyzeDataset(
-                config.output,
-                label_names=label_names,
-                train_split=config.train_split,
-                temp_dir=temp_dir,
-            )
+        # InspectedImage of the training split: only it feeds the statistics.
+        train_images = unique | "TrainImages" >> beam.FlatMap(
+            lambda batch: [r for r in batch if r["split"] == train]
         )
+        handoff = None if dry_run else _analysis_handoff(p.options)
+        if handoff:  # TFT runs in the analysis process started with the command
+            from transforms.analyze_aside import AnalyzeAside
+
+            analyze = AnalyzeAside(config.output, label_names, handoff, train)
+        else:
+            from transforms.analyze import AnalyzeDataset  # TFT import only when it is used.
+
+            temp_dir = tempfile.mkdtemp(prefix="imgrec-dry-run-") if dry_run else None
+            analyze = AnalyzeDataset(
+                config.output, label_names=label_names, train_split=train, temp_dir=temp_dir
+            )
+        statistics = train_images | "Analyze" >> analyze
     else:
         statistics = p | "NoStatistics" >> beam.Create([None])
 

@@ -201,9 +201,18 @@ def _dispatch(argv: list[str]) -> int:
         status = try_fast_rerun(rest)
         if status is not None:
             return status
-        from pipeline.launcher import run_convert
+        from pipeline import analysis_process
 
-        return run_convert(rest)
+        # TFT's import, tracing and analysis in a process of their own, started before the
+        # launcher imports Beam (pipeline/analysis_process.py); stopped when the command ends.
+        if analysis_process.wanted(rest):
+            analysis_process.start()
+        try:
+            from pipeline.launcher import run_convert
+
+            return run_convert(rest)
+        finally:
+            analysis_process.stop()
     if command == "versions":
         from pipeline.core import startup
         from pipeline.versions_report import main as versions_main

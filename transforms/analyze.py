@@ -25,6 +25,7 @@ __all__ = [
     "UNKNOWN_LABEL_ID",
     "AnalyzeDataset",
     "EXPORT_DIRS",
+    "export_to_scratch",
     "SizeQuantilesFn",
     "normalize_layer",
     "publish_export",
@@ -542,8 +543,6 @@ class AnalyzeDataset(beam.PTransform):
         self._train_split = train_split
 
     def expand(self, images):
-        import tensorflow_transform.beam as tft_beam
-
         names = self._label_names
         deferred = isinstance(names, beam.PCollection)
         static_names = None if names is None or deferred else [str(n) for n in names]
@@ -556,23 +555,9 @@ class AnalyzeDataset(beam.PTransform):
         train = images | "KeepTrainSplit" >> beam.Filter(
             lambda item: item.get("split", split) == split
         )
-        # Image sides, exact and cheap in plain Beam: no TFT analyzer stages for them.
-        sizes = train | "SizeQuantiles" >> beam.CombineGlobally(SizeQuantilesFn())
-        batches = (
-            train
-            | "Batch" >> beam.BatchElements(min_batch_size=_MIN_BATCH, max_batch_size=_MAX_BATCH)
-            # [InspectedImage] -> pa.RecordBatch of per-image features
-            | "ToRecordBatch" >> beam.Map(_to_record_batch)
+        exported, sizes = export_to_scratch(
+            train, names if deferred else static_names, temp_dir, export_dir
         )
-        preprocessing_fn = _make_preprocessing_fn(names if deferred else static_names)
-        with tft_beam.Context(temp_dir=temp_dir):
-            # (saved model dir, deferred metadata) of the transform with analyzer results baked in
-            transform_fn = (batches, _tensor_adapter_config()) | "Analyze" >> (
-                tft_beam.AnalyzeDataset(preprocessing_fn)
-            )
-            exported = transform_fn | "WriteTransformFnToScratch" >> (
-                tft_beam.WriteTransformFn(export_dir)
-            )
         side = {"size_quantiles": beam.pvalue.AsSingleton(sizes)}
         if deferred:
             side["label_names"] = beam.pvalue.AsSingleton(names)
@@ -580,3 +565,36 @@ class AnalyzeDataset(beam.PTransform):
         return exported | "PublishTransformFn" >> beam.ParDo(
             _PublishFn(self._output_dir, export_dir, temp_dir, split, static_names), **side
         )
+
+
+def export_to_scratch(
+    train: beam.PCollection,
+    label_names: Sequence[str] | beam.PCollection | None,
+    temp_dir: str,
+    export_dir: str,
+) -> tuple[beam.PCollection, beam.PCollection]:
+    """TFT's analysis of `train` (InspectedImage), exported to `export_dir`, nothing published.
+
+    `AnalyzeDataset` and the analysis process beside a local run (pipeline/analysis_process.py)
+    share it; building it traces the preprocessing_fn. Returns (one None once the export is
+    written, the size-quantiles dict)."""
+    import tensorflow_transform.beam as tft_beam
+
+    # Image sides, exact and cheap in plain Beam: no TFT analyzer stages for them.
+    sizes = train | "SizeQuantiles" >> beam.CombineGlobally(SizeQuantilesFn())
+    batches = (
+        train
+        | "Batch" >> beam.BatchElements(min_batch_size=_MIN_BATCH, max_batch_size=_MAX_BATCH)
+        # [InspectedImage] -> pa.RecordBatch of per-image features
+        | "ToRecordBatch" >> beam.Map(_to_record_batch)
+    )
+    preprocessing_fn = _make_preprocessing_fn(label_names)
+    with tft_beam.Context(temp_dir=temp_dir):
+        # (saved model dir, deferred metadata) of the transform with analyzer results baked in
+        transform_fn = (batches, _tensor_adapter_config()) | "Analyze" >> (
+            tft_beam.AnalyzeDataset(preprocessing_fn)
+        )
+        exported = transform_fn | "WriteTransformFnToScratch" >> (
+            tft_beam.WriteTransformFn(export_dir)
+        )
+    return exported, sizes

@@ -1,0 +1,201 @@
+"""The analysis process: tensorflow-transform imported, traced and run beside a local conversion.
+
+`imgrec convert` starts it (`start`) before it imports Beam, when the command line asks for a
+local run with analysis; the job's `transforms.analyze_aside.AnalyzeAside` hands it the training
+rows. Until then it imports TensorFlow, Beam and TFT and builds its small pipeline (tracing the
+preprocessing_fn), on the core the job is not yet using; then it waits for the request, runs
+the analysis and export (`transforms.analyze.export_to_scratch`), reads the statistics back and
+answers. Measured (docs/benchmarks.md, "Fixed cost"): the launcher no longer imports TFT nor
+traces before the first image, and the job has no TFT stages of its own.
+
+A run that turns out not to analyse here (--no_analyze in a --config, a remote runner, a local
+--temp_location for TFT's scratch, a dry run, a fast rerun) stops it (`stop`); so does the end
+of every convert command. The process exits by itself once its parent has gone.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+__all__ = ["DISABLE_ENV", "claim", "start", "stop", "wanted"]
+
+# IMGREC_ANALYSIS_PROCESS=0 keeps TFT in the job's own stages (bench/convert.py --aside, A/B).
+DISABLE_ENV = "IMGREC_ANALYSIS_PROCESS"
+
+_PREFIX = "imgrec-analysis-"
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# Set by start(): (the process, its hand-off folder); claim() hands the folder to one job.
+_started: tuple[subprocess.Popen, str] | None = None
+# Options that decide, from the command line alone, that no local analysis will run.
+_NOT_HERE = ("--no_analyze", "--dry_run", "--help", "-h")
+_LOCAL_RUNNER_NAMES = ("directrunner", "direct", "bundlebaseddirectrunner")
+
+
+def wanted(argv: list[str]) -> bool:
+    """Whether `imgrec convert argv` will analyse on this machine (read from argv alone).
+
+    A `--config` may still turn analysis off; `claim` then finds no use for the process.
+    """
+    if os.environ.get(DISABLE_ENV) == "0":
+        return False
+    if any(a == flag or a.startswith(flag + "=") for a in argv for flag in _NOT_HERE):
+        return False
+    for i, a in enumerate(argv):
+        if a == "--runner" and i + 1 < len(argv):
+            return argv[i + 1].lower() in _LOCAL_RUNNER_NAMES
+        if a.startswith("--runner="):
+            return a.split("=", 1)[1].lower() in _LOCAL_RUNNER_NAMES
+    return True
+
+
+def start() -> None:
+    """Start the analysis process (once); it imports and traces while the launcher goes on."""
+    global _started
+    if _started is not None:
+        return
+    handoff = tempfile.mkdtemp(prefix=_PREFIX)
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [_ROOT, env.get("PYTHONPATH")]))
+    process = subprocess.Popen(
+        [sys.executable, "-m", "pipeline.analysis_process", handoff, str(os.getpid())],
+        stdin=subprocess.DEVNULL,
+        env=env,
+        cwd=_ROOT,
+    )
+    from transforms.analyze_aside import PID_FILE
+
+    with open(os.path.join(handoff, PID_FILE), "w", encoding="ascii") as f:
+        f.write(str(process.pid))
+    _started = (process, handoff)
+    atexit.register(stop)
+
+
+def claim(scratch: str) -> str | None:
+    """The hand-off folder of the started process, for the one job that will use it.
+
+    None when there is none, or when TFT's scratch would not be the system temp dir it was
+    started in (a local --temp_location): the job then analyses in its own stages.
+    """
+    if _started is None or os.path.realpath(scratch) != os.path.realpath(tempfile.gettempdir()):
+        return None
+    return _started[1]
+
+
+def stop() -> None:
+    """End the process (if it still runs) and remove its hand-off folder."""
+    global _started
+    if _started is None:
+        return
+    process, handoff = _started
+    _started = None
+    if process.poll() is None:
+        process.kill()
+    process.wait()
+    shutil.rmtree(handoff, ignore_errors=True)
+
+
+# ----------------------------------------------------------------------------- the process
+def _wait_request(handoff: str, parent: int) -> dict:
+    """Block until the job's request arrives; exit quietly if the launcher has gone."""
+    import json
+
+    from transforms.analyze_aside import REQUEST, wait_for_file
+
+    try:
+        wait_for_file(handoff, (REQUEST,), parent)
+    except RuntimeError:  # the launcher ended (or was killed) without needing the analysis
+        os._exit(0)
+    with open(os.path.join(handoff, REQUEST), encoding="utf-8") as f:
+        return json.load(f)
+
+
+def _read_rows(request: dict, handoff: str):
+    import pickle
+
+    from transforms.analyze_aside import row_item
+
+    for name in request["parts"]:
+        with open(os.path.join(handoff, name), "rb") as f:
+            rows = pickle.load(f)
+        yield from (row_item(row) for row in rows)
+
+
+def _answer(unused_done, handoff: str, request: dict, sizes: dict) -> None:
+    """Read the statistics from the scratch export and answer the job (or say why not)."""
+    from transforms.analyze import read_statistics
+    from transforms.analyze_aside import EXPORT_SUBDIR, FAILED, STATISTICS, write_json_atomic
+
+    export = os.path.join(handoff, EXPORT_SUBDIR)
+    try:
+        stats = read_statistics(export, request["train_split"], request["label_names"], sizes)
+    except ValueError as e:  # an empty split: the job fails with these words
+        write_json_atomic(os.path.join(handoff, FAILED), {"message": str(e)})
+        return
+    write_json_atomic(os.path.join(handoff, STATISTICS), stats)
+
+
+def _main(handoff: str, parent: int) -> None:
+    from pipeline.core import startup
+
+    startup.defer_keras()
+    with startup.without_gc():
+        import apache_beam as beam
+        from apache_beam.options.pipeline_options import PipelineOptions
+
+        from pipeline.core import beam_compat
+        from transforms.analyze import export_to_scratch
+
+        options = PipelineOptions(
+            ["--direct_num_workers=1", "--direct_running_mode=in_memory"], save_main_session=False
+        )
+        p = beam.Pipeline(runner=beam_compat.DirectRunner(), options=options)
+        request = (
+            p
+            | "Start" >> beam.Create([None])
+            | "WaitForRequest" >> beam.Map(lambda _: _wait_request(handoff, parent))
+        )
+        items = request | "ReadRows" >> beam.FlatMap(_read_rows, handoff)
+        names = request | "LabelNames" >> beam.Map(lambda r: r["label_names"])
+        from transforms.analyze_aside import EXPORT_SUBDIR, TFT_SUBDIR
+
+        exported, sizes = export_to_scratch(
+            items, names, os.path.join(handoff, TFT_SUBDIR), os.path.join(handoff, EXPORT_SUBDIR)
+        )
+        _ = exported | "Answer" >> beam.Map(
+            _answer,
+            handoff,
+            request=beam.pvalue.AsSingleton(request),
+            sizes=beam.pvalue.AsSingleton(sizes),
+        )
+    p.run().wait_until_finish()
+
+
+def process_main(argv: list[str]) -> None:
+    """`python -m pipeline.analysis_process HANDOFF PARENT_PID`: the process's whole life."""
+    handoff, parent = argv[0], int(argv[1])
+    try:
+        _main(handoff, parent)
+    except BaseException as e:  # noqa: BLE001 - the job waits for an answer: give it one
+        from transforms.analyze_aside import FAILED, write_json_atomic
+
+        text = [line for line in str(e).splitlines() if line.strip()]
+        write_json_atomic(
+            os.path.join(handoff, FAILED),
+            {"message": f"analysis failed: {type(e).__name__}: {text[-1] if text else ''}"},
+        )
+        raise
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)  # no interpreter teardown of TensorFlow and Beam (as `imgrec` itself)
+
+
+if __name__ == "__main__":
+    # Run as the importable module, not as __main__: Beam pickles the stages' functions by name.
+    from pipeline import analysis_process
+
+    analysis_process.process_main(sys.argv[1:])
