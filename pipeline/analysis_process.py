@@ -1,11 +1,11 @@
 """The analysis process: tensorflow-transform imported, traced and run beside a local conversion.
 
-`imgrec convert` starts it (`start`) before it imports Beam, when the command line asks for a
-local run with analysis; the job's `transforms.analyze_aside.AnalyzeAside` hands it the training
-rows. Until then it imports TensorFlow, Beam and TFT and builds its small pipeline (tracing the
-preprocessing_fn), on the core the job is not yet using; then it waits for the request, runs
-the analysis and export (`transforms.analyze.export_to_scratch`), reads the statistics back and
-answers. Measured (docs/benchmarks.md, "Fixed cost"): the launcher no longer imports TFT nor
+`imgrec convert` forks it (`start`) as soon as Beam and TensorFlow are imported, before the
+launcher parses anything, when the command line asks for a local run with analysis; the job's
+`transforms.analyze_aside.AnalyzeAside` hands it the training rows. Until then it imports TFT
+(and Keras 2) and builds its small pipeline (tracing the preprocessing_fn), on the core the job
+is not yet using; then it waits for the request, runs the analysis and export
+(`transforms.analyze.export_to_scratch`), reads the statistics back and answers. Measured (docs/benchmarks.md, "Fixed cost"): the launcher no longer imports TFT nor
 traces before the first image, and the job has no TFT stages of its own.
 
 A run that turns out not to analyse here (--no_analyze in a --config, a remote runner, a local
@@ -16,9 +16,10 @@ of every convert command. The process exits by itself once its parent has gone.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import shutil
-import subprocess
+import signal
 import sys
 import tempfile
 
@@ -28,9 +29,8 @@ __all__ = ["DISABLE_ENV", "claim", "start", "stop", "wanted"]
 DISABLE_ENV = "IMGREC_ANALYSIS_PROCESS"
 
 _PREFIX = "imgrec-analysis-"
-_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-# Set by start(): (the process, its hand-off folder); claim() hands the folder to one job.
-_started: tuple[subprocess.Popen, str] | None = None
+# Set by start(): (the process id, its hand-off folder); claim() hands the folder to one job.
+_started: tuple[int, str] | None = None
 # Options that decide, from the command line alone, that no local analysis will run.
 _NOT_HERE = ("--no_analyze", "--dry_run", "--help", "-h")
 _LOCAL_RUNNER_NAMES = ("directrunner", "direct", "bundlebaseddirectrunner")
@@ -54,24 +54,37 @@ def wanted(argv: list[str]) -> bool:
 
 
 def start() -> None:
-    """Start the analysis process (once); it imports and traces while the launcher goes on."""
+    """Fork the analysis process (once) after importing what both processes use.
+
+    Beam and TensorFlow are imported here, once, and the child inherits them (a fresh process
+    would import them again: ~3 s of CPU on this machine, docs/benchmarks.md). Forking is safe
+    only before TensorFlow has run anything (its thread pools would not exist in the child), so
+    a process that imported TensorFlow before (a library caller, a test) starts none and the
+    job analyses in its own stages, as does any system without fork.
+    """
     global _started
-    if _started is not None:
+    if _started is not None or sys.platform != "linux" or "tensorflow" in sys.modules:
         return
+    import apache_beam  # noqa: F401 - the job's and TFT's, imported once for both processes
+    import tensorflow  # noqa: F401
+
     handoff = tempfile.mkdtemp(prefix=_PREFIX)
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [_ROOT, env.get("PYTHONPATH")]))
-    process = subprocess.Popen(
-        [sys.executable, "-m", "pipeline.analysis_process", handoff, str(os.getpid())],
-        stdin=subprocess.DEVNULL,
-        env=env,
-        cwd=_ROOT,
-    )
+    parent = os.getpid()
+    pid = os.fork()
+    if pid == 0:  # the analysis process: never returns into the command's code
+        status = 1
+        try:
+            _run(handoff, parent)
+            status = 0
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(status)
     from transforms.analyze_aside import PID_FILE
 
     with open(os.path.join(handoff, PID_FILE), "w", encoding="ascii") as f:
-        f.write(str(process.pid))
-    _started = (process, handoff)
+        f.write(str(pid))
+    _started = (pid, handoff)
     atexit.register(stop)
 
 
@@ -91,11 +104,12 @@ def stop() -> None:
     global _started
     if _started is None:
         return
-    process, handoff = _started
+    pid, handoff = _started
     _started = None
-    if process.poll() is None:
-        process.kill()
-    process.wait()
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)  # done already, or no longer needed
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(pid, 0)
     shutil.rmtree(handoff, ignore_errors=True)
 
 
@@ -175,9 +189,8 @@ def _main(handoff: str, parent: int) -> None:
     p.run().wait_until_finish()
 
 
-def process_main(argv: list[str]) -> None:
-    """`python -m pipeline.analysis_process HANDOFF PARENT_PID`: the process's whole life."""
-    handoff, parent = argv[0], int(argv[1])
+def _run(handoff: str, parent: int) -> None:
+    """The analysis process's whole life; any failure is written as the job's answer."""
     try:
         _main(handoff, parent)
     except BaseException as e:  # noqa: BLE001 - the job waits for an answer: give it one
@@ -189,13 +202,3 @@ def process_main(argv: list[str]) -> None:
             {"message": f"analysis failed: {type(e).__name__}: {text[-1] if text else ''}"},
         )
         raise
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)  # no interpreter teardown of TensorFlow and Beam (as `imgrec` itself)
-
-
-if __name__ == "__main__":
-    # Run as the importable module, not as __main__: Beam pickles the stages' functions by name.
-    from pipeline import analysis_process
-
-    analysis_process.process_main(sys.argv[1:])
