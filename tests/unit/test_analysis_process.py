@@ -1,0 +1,119 @@
+"""The analysis process (pipeline/analysis_process.py): when it starts, which job uses it, and that
+the dataset is byte for byte the one TFT makes inside the job."""
+
+from __future__ import annotations
+
+import glob
+import hashlib
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from pipeline import analysis_process
+from pipeline.core import schema
+from pipeline.demo import build_corpus
+from tests.runs import ROOT, cli_env
+
+
+@pytest.mark.parametrize(
+    "argv, expected",
+    [
+        (["--input", "x/*.jpg", "--output", "o"], True),
+        (["--input", "x/*.jpg", "--output", "o", "--runner", "DirectRunner"], True),
+        (["--input", "x/*.jpg", "--output", "o", "--no_analyze"], False),
+        (["--input", "x/*.jpg", "--output", "o", "--dry_run"], False),
+        (["--input", "x/*.jpg", "--output", "o", "--runner", "DataflowRunner"], False),
+        (["--input", "x/*.jpg", "--output", "o", "--runner=DaskRunner"], False),
+        (["--help"], False),
+    ],
+)
+def test_started_only_for_a_local_run_that_analyses(argv, expected, monkeypatch):
+    monkeypatch.delenv(analysis_process.DISABLE_ENV, raising=False)
+    assert analysis_process.wanted(argv) is expected
+
+
+def test_switched_off_by_the_environment(monkeypatch):
+    monkeypatch.setenv(analysis_process.DISABLE_ENV, "0")
+    assert analysis_process.wanted(["--input", "x/*.jpg", "--output", "o"]) is False
+
+
+def test_no_fork_once_tensorflow_is_loaded(tmp_path):
+    """A library caller (this test process has TensorFlow) gets none: forking after TensorFlow
+    ran would leave the child without its thread pools. The job then analyses in its stages."""
+    import tensorflow  # noqa: F401
+
+    analysis_process.start()
+    assert analysis_process._started is None
+    assert analysis_process.claim(str(tmp_path)) is None
+
+
+# A fresh interpreter: the first conversion forks the analysis process (TensorFlow not loaded
+# yet), the second finds TensorFlow loaded and analyses in the job's own stages. It prints, per
+# run, the hand-off folder the builder claimed (None: in-job) and whether anything is left.
+_TWO_RUNS = """
+import json, os, sys, tempfile
+from pipeline import analysis_process, builder, cli
+
+claimed = []
+original = builder._analysis_handoff
+builder._analysis_handoff = lambda options: claimed.append(original(options)) or claimed[-1]
+src, out1, out2 = sys.argv[1:4]
+cli.start_program()
+for out in (out1, out2):
+    status = cli.main(["convert", "--input", src + "/*/*.jpg", "--output", out,
+                       "--splits", "train=0.8,validation=0.2"])
+    assert status == 0, status
+left = [n for n in os.listdir(tempfile.gettempdir()) if n.startswith("imgrec-")]
+print(json.dumps({"claimed": claimed, "left": left, "started": analysis_process._started}))
+"""
+
+
+def _digests(out: str) -> dict[str, str]:
+    files = sorted(glob.glob(os.path.join(out, "*", "*.tfrecord")))
+    return {
+        os.path.relpath(f, out): hashlib.sha256(open(f, "rb").read()).hexdigest() for f in files
+    }
+
+
+def _info(out: str) -> dict:
+    with open(os.path.join(out, schema.DATASET_INFO)) as f:
+        info = json.load(f)
+    info.pop("provenance")  # start/finish times and argv differ run to run
+    return info
+
+
+def test_same_dataset_with_and_without_the_process(tmp_path):
+    src = str(tmp_path / "src")
+    build_corpus(src, num_images=24, seed=3, long_side=(64, 96), broken=False)
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    out1, out2 = str(tmp_path / "process"), str(tmp_path / "in-job")
+    proc = subprocess.run(
+        [sys.executable, "-c", _TWO_RUNS, src, out1, out2],
+        env=cli_env(TMPDIR=str(tmp)),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    facts = json.loads(proc.stdout.strip().splitlines()[-1])
+    first, second = facts["claimed"]
+    assert first and os.path.basename(first).startswith("imgrec-analysis-")
+    assert second is None  # TensorFlow was loaded by the first run: TFT ran in the job
+    assert facts["started"] is None and facts["left"] == []  # stopped, scratch removed
+    assert _digests(out1) == _digests(out2) and _digests(out1)
+    info1, info2 = _info(out1), _info(out2)
+    assert info1["statistics"]["num_images"] > 0
+    assert info1 == info2
+    for sub in ("transform_fn", "transformed_metadata"):
+        files1 = sorted(
+            os.path.relpath(p, out1) for p in glob.glob(f"{out1}/{sub}/**", recursive=True)
+        )
+        files2 = sorted(
+            os.path.relpath(p, out2) for p in glob.glob(f"{out2}/{sub}/**", recursive=True)
+        )
+        assert files1 == files2
