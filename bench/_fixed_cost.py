@@ -8,7 +8,8 @@ then again. Commands:
   loop on both cores  the same loop in a multiprocessing.Pool(2), each process its own half of
                       the files and its own TFRecord file (the parent imports no TensorFlow)
   imgrec              `python -m pipeline convert --input ... --output ...`
-  imgrec (old path)   --aside: the same with IMGREC_ANALYSIS_PROCESS=0, TFT in the job's stages
+  --aside adds: imgrec with IMGREC_ANALYSIS_PROCESS=0 (TFT in the job's stages, the old path)
+                and, above 1 file, imgrec --workers 2 (two worker processes)
 Size 1 is one photo (a corpus of 1 healthy image, no odd files).
 """
 
@@ -95,6 +96,8 @@ def _commands(corpus_dir: str, size: int, aside: bool) -> list[tuple[str, list[s
         ("plain loop", [PY, _BENCH, "--_child", "loop", corpus_dir, out + "-loop"], {}),
         ("loop on both cores", [PY, _BENCH, "--_child", "loop2", corpus_dir, out + "-loop2"], {}),
     ]
+    if aside and 1 < size < 20_000:  # two processes: the mode the default does not choose here
+        rows.append(("imgrec --workers 2", imgrec + [out + "-w2", "--workers", "2"], {}))
     if aside:
         rows.append(
             (
