@@ -68,7 +68,10 @@ def start() -> None:
     import apache_beam  # noqa: F401 - the job's and TFT's, imported once for both processes
     import tensorflow  # noqa: F401
 
-    handoff = tempfile.mkdtemp(prefix=_PREFIX)
+    try:
+        handoff = tempfile.mkdtemp(prefix=_PREFIX)
+    except OSError:  # an unwritable temp dir: the preflight names it (TFT's scratch is there)
+        return
     parent = os.getpid()
     pid = os.fork()
     if pid == 0:  # the analysis process: never returns into the command's code
