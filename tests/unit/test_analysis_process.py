@@ -117,3 +117,20 @@ def test_same_dataset_with_and_without_the_process(tmp_path):
             os.path.relpath(p, out2) for p in glob.glob(f"{out2}/{sub}/**", recursive=True)
         )
         assert files1 == files2
+
+
+def test_a_wait_ends_when_the_other_side_died(tmp_path):
+    """The job's wait for the answer fails with a message, not forever, once the analysis
+    process has exited without answering (reaped, or a zombie its parent has not waited for)."""
+    from transforms.analyze_aside import STATISTICS, wait_for_file
+
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0)
+    with pytest.raises(RuntimeError, match=r"ended without an answer.*--no_analyze"):
+        wait_for_file(str(tmp_path), (STATISTICS,), pid)  # a zombie: not reaped yet
+    os.waitpid(pid, 0)
+    with pytest.raises(RuntimeError, match=r"ended without an answer"):
+        wait_for_file(str(tmp_path), (STATISTICS,), pid)  # gone
+    (tmp_path / STATISTICS).write_text("{}")
+    assert wait_for_file(str(tmp_path), (STATISTICS,), pid) == STATISTICS  # answered, then died
