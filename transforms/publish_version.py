@@ -88,12 +88,15 @@ class WriteFileIndex(beam.PTransform):
             storage.write_bytes_atomic(path, changes.index_bytes(rows), "application/gzip")
             return path
 
+        # One key, not CombineGlobally: that would hand the whole list to its default-value
+        # step as a side input, which Beam's state cache weighs object by object (1.7 s of CPU
+        # for 12,600 rows). No shard, no row, no output: _PublishFn writes the empty index.
         return (
             groups
-            | "IndexRows" >> beam.Map(_index_rows)
-            # [row] per shard
-            | "AllRows" >> beam.CombineGlobally(_ConcatFn())
-            | "WriteIndex" >> beam.Map(write)
+            # (None, [row]) per shard
+            | "IndexRows" >> beam.Map(lambda group: (None, _index_rows(group)))
+            | "AllRows" >> beam.CombinePerKey(_ConcatFn())
+            | "WriteIndex" >> beam.MapTuple(lambda _, rows: write(rows))
         )
 
 
@@ -195,7 +198,13 @@ class _PublishFn(beam.DoFn):
         self._rerun_key = rerun_key
 
     def process(self, info, index_path, listing=None):
-        del index_path  # A side input only so that the index is written before this runs.
+        # A side input so that the index is written before this runs; None: no file was planned.
+        if index_path is None:
+            storage.write_bytes_atomic(
+                storage.join(self._folder, versions.FILE_INDEX),
+                changes.index_bytes([]),
+                "application/gzip",
+            )
         root, name = versions.split_version_dir(self._folder)
         check_version(self._folder, info)
         previous = versions.read_latest(root)
@@ -245,7 +254,7 @@ class PublishVersion(beam.PTransform):
         self._rerun_key = rerun_key
 
     def expand(self, described):
-        side = {"index_path": pvalue.AsSingleton(self._index_written)}
+        side = {"index_path": pvalue.AsSingleton(self._index_written, default_value=None)}
         if self._listing is not None:
             side["listing"] = pvalue.AsSingleton(self._listing)
         return described | "Publish" >> beam.ParDo(

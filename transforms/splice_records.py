@@ -21,10 +21,12 @@ __all__ = [
     "SETTINGS_KEY",
     "FALLBACK_REASONS",
     "PreviousRecords",
+    "STATS_FALLBACK",
     "Spliced",
     "index_entry",
     "record_settings",
     "splice_lines",
+    "statistics_lines",
 ]
 
 _log = logging.getLogger(__name__)
@@ -63,6 +65,13 @@ FALLBACK_REASONS = {
     "missing": "a previous shard is missing or unreadable",
     "crc": "a previous shard failed its record CRC check (damaged)",
 }
+
+
+# Why an unchanged image was decoded again for the statistics.
+STATS_FALLBACK = (
+    "the previous version holds no pixel sums for them (the sample grew: fewer files listed, "
+    "other --stats_* options, or that version was converted with --no_analyze)"
+)
 
 
 def record_settings(check_options, store: str, compression: str, software: dict) -> str:
@@ -287,4 +296,22 @@ def splice_lines(config, result) -> list[str]:
         if counts[f"splice_refused_{reason}"]:
             n = counts[f"splice_refused_{reason}"]
             lines.append(f"  not spliced {n:>7}   records read from source: {text}")
+    return lines + statistics_lines(counts)
+
+
+def statistics_lines(counts) -> list[str]:
+    """The summary's lines about pixel statistics a rerun took from the previous version's
+    per-image sums (transforms/reuse_inspections.py), and about unchanged images it had to read
+    and decode again for them, and why."""
+    lines = []
+    if counts.get("stats_reused"):
+        lines.append(
+            f"  statistics  {counts['stats_reused']:>7}   unchanged images' pixel sums from the "
+            "previous version (not decoded again)"
+        )
+    if counts.get("stats_reinspected"):
+        lines.append(
+            f"  decoded     {counts['stats_reinspected']:>7}   unchanged images read and decoded "
+            f"again for statistics: {STATS_FALLBACK}"
+        )
     return lines

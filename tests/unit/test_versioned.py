@@ -490,3 +490,21 @@ def test_resume_rewrites_a_shard_whose_labels_changed(corpus, tmp_path):
     assert all(labels[str(p)] == ("a", 0) for p in files[1:])
     change = json.loads((root / v2 / versions.CHANGES).read_text())
     assert change["relabeled"]["items"] == [{"path": str(files[0]), "from": "a", "to": "z"}]
+
+
+def test_a_version_without_any_written_file_has_an_empty_file_index(tmp_path):
+    """Every input rejected: no shard was planned, so nothing reaches the file index's combine;
+    publishing writes the empty index, and the next run compares against it."""
+    src = tmp_path / "in" / "cat"
+    src.mkdir(parents=True)
+    for name in ("a.jpg", "b.jpg"):
+        (src / name).write_bytes(b"not an image")
+    root = tmp_path / "root"
+    args = ("convert", "--input", f"{tmp_path / 'in'}/*/*.jpg", "--output", str(root))
+    args += ("--versioned", "--no_analyze", "--workers", "1", "--max_bad_fraction", "1.0")
+    _ok(imgrec(*args))
+    v1 = _latest(root)
+    assert gzip.decompress((root / v1 / versions.FILE_INDEX).read_bytes()) == b""
+    _ok(imgrec(*args, "--full"))
+    change = json.loads((root / _latest(root) / versions.CHANGES).read_text())
+    assert change["headline"] == "no change" and change["previous_version"] == v1
