@@ -14,14 +14,14 @@ import pytest
 
 from pipeline.core import schema, storage
 from pipeline.demo import build_corpus
-from tests.servers import put_corpus
-from tests.unit.test_incremental import (
+from tests.integration.test_incremental import (
     _in_process_default,
     _input,
     _rewrite_same_size,
     _run,
     snapshot,
 )
+from tests.servers import put_corpus
 
 
 @pytest.fixture
