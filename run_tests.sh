@@ -6,9 +6,12 @@
 # one worker (its module fixtures, corpora and servers, are built once), the slowest files first
 # (tests/conftest.py, _SLOWEST_FIRST; --no-loadscope-reorder keeps that order).
 # Extra arguments go to pytest: test paths (default: pytest.ini's testpaths, tests/), options (a
-# later -n wins: `-n 0` runs in this process, for pdb).
+# later -n wins: `-n 0` runs in this process, for pdb). The tiers (tests/conftest.py): tests/unit
+# (no conversion), tests/integration (whole conversions in process), tests/e2e (the real command
+# line, clusters, servers mid-outage), each selected by its marker:
 #   ./run_tests.sh                 everything (what CI runs)
-#   ./run_tests.sh -m "not e2e"    the fast tier (tests/unit, in process)
+#   ./run_tests.sh -m unit         the inner loop: tests/unit, about a minute on 2 cores
+#   ./run_tests.sh -m "not e2e"    unit and integration: everything in the test process
 set -euo pipefail
 cd "$(dirname "$0")"
 source scripts/bootstrap.sh

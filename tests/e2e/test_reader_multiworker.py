@@ -218,10 +218,11 @@ def converted(corpus, tmp_path_factory) -> tuple[str, dict]:
 
 @pytest.fixture(scope="module")
 def versioned(corpus, tmp_path_factory) -> str:
-    """The same corpus with the default options, --versioned: one shard per split, fewer
-    shards than workers (each worker reads part of a shard). Returns the version folder."""
+    """The same corpus with the default shard sizes, --versioned: one shard per split, fewer
+    shards than workers (each worker reads part of a shard). Returns the root. (No statistics
+    or report: the reader reads neither; tests/e2e/test_cli.py runs the defaults.)"""
     root = str(tmp_path_factory.mktemp("mw_versioned") / "root")
-    _convert(corpus, root, "--versioned")
+    _convert(corpus, root, "--versioned", "--no_analyze", "--no_report")
     return root
 
 
