@@ -60,37 +60,36 @@ def pytest_configure(config):
         config.addinivalue_line("markers", f"{name}: {what}")
 
 
-# The files that take longest in a whole run (wall seconds on 2 cores, 3 xdist workers,
-# 2026-12-01: 116, 96, 78, 76, 58, 49), run first, then the longest of the fast tier
-# (`-m "not e2e"`, 2026-12-02: test_convert 36, test_storage 33, test_reader_s3 27 and test_fuzz
-# 22, time-boxed; test_fuzz ran last and alone, 18 s after the other workers had finished).
+# The files that take longest in a whole run, run first (each file's tests in sequence on one
+# xdist worker, seconds summed from `--junitxml`, 2026-12-02, whole suite with 3 workers on 2
+# cores beside three other engineers' runs, load 11: slower than alone, in about the same order).
 # run_tests.sh turns off xdist's own order (most tests per file first, which sent these last, so
 # the run ended with one long file on one worker while the others sat idle); the other files
 # follow in xdist's order. Each file stays on one worker (--dist loadfile), so order is all a
 # file list can change.
 _SLOWEST_FIRST = (
-    # 2026-12-02, beside three other engineers' test runs, when one file held all three:
-    # local 233 s, S3 ~150 s, GCS 535 s (each three conversions and a 45 s lease expiry; the
-    # expiry now runs on local disk only, and each store has its file: three xdist workers).
+    "e2e/test_dask.py",  # 761 s
+    "integration/test_incremental.py",  # 698
+    "e2e/test_reader_multiworker.py",  # 625: four two-process TensorFlow clusters
+    "integration/test_splice_records.py",  # 592
+    "integration/test_odd_names.py",  # 534
+    "e2e/test_cloud.py",  # 533
+    "unit/test_reader.py",  # 477
+    "e2e/test_quiet_progress.py",  # 452
+    "e2e/test_cloud_analyze.py",  # 421
+    "integration/test_convert.py",  # 417
+    "integration/test_resume.py",  # 415
+    "integration/test_store_modes.py",  # 411
+    # A training reader under three conversions each, one file per store (xdist runs them side
+    # by side); the SIGKILL expiry (45 s) on local disk only: 319, 313, 261.
     "e2e/test_version_leases_gcs.py",
     "e2e/test_version_leases.py",
-    # Three two-process TensorFlow clusters and four conversions: 257 s alone (2026-12-02).
-    "e2e/test_reader_multiworker.py",
     "e2e/test_version_leases_s3.py",
-    "e2e/test_cloud.py",
-    # 2026-12-02, alone on 2 busy cores: 155 s in all (the command line 60, both bucket servers
-    # 39), 55 s of it in the fast tier (two default-option conversions 36).
-    "integration/test_odd_names.py",
-    "integration/test_incremental.py",
-    "e2e/test_dask.py",
-    "e2e/test_quiet_progress.py",
-    "integration/test_resume.py",
-    "integration/test_splice_records.py",
-    "e2e/test_cloud_analyze.py",
-    "integration/test_convert.py",
-    "unit/test_storage.py",
-    "unit/test_fuzz.py",
-    "unit/test_reader_s3.py",
+    "e2e/test_reader_vanishing_buckets.py",  # 298
+    "e2e/test_cli.py",  # 255
+    "unit/test_reader_s3.py",  # 223
+    "integration/test_versioned.py",  # 218
+    "unit/test_analyze.py",  # 213
 )
 
 
