@@ -74,7 +74,7 @@ def decode_batch_eagerly(config: DecodeSettings, records: tf.Tensor):
     For a few dozen records outside any tf.data pipeline (the report's eval crops): eagerly,
     tf.map_fn runs each image through AutoGraph's converted call and a Python while loop,
     ~5x the CPU of calling `decode_image` per image (0.27 -> 0.05 s for the report's crops, in
-    process). Same ops per image, so the same pixels (tests/unit/test_report.py compares them
+    process). Same ops per image, so the same pixels (tests/integration/test_report.py compares them
     with make_dataset's).
     """
     if config.training:

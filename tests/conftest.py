@@ -1,20 +1,26 @@
 """Test tiers and shared fixtures.
 
     ./run_tests.sh                 # everything (CI)
-    ./run_tests.sh -m "not e2e"    # the inner loop: tests/unit, in process
+    ./run_tests.sh -m unit         # the inner loop: tests/unit, no conversion (under a minute)
+    ./run_tests.sh -m "not e2e"    # unit and integration: everything in this process
     ./run_tests.sh -m e2e          # only the end-to-end tier
 
-tests/unit/: in-process tests (conversions through `tests.runs.in_process` on one in-memory
-worker, transforms under TestPipeline, the reader on small shards). tests/e2e/: the real command
-line in fresh processes (`tests.runs.cli`: default options end to end, exit statuses, kill -9),
-storage outages mid-run, Dask and Dataflow, packaging; every test there is marked `e2e`. A test
-in a tests/unit file that runs the command line in a fresh process (a kill -9, setpriv), a fresh
-TensorFlow process (MirroredStrategy's logical CPUs, TensorFlow's GCS filesystem), a real browser,
-or a whole conversion on the storage servers carries `@pytest.mark.e2e` itself (these stay beside
-the fast tests of the same feature).
+Three tiers, one folder and one marker each (given here by folder):
+- tests/unit/ (`unit`): no conversion. Pure functions, DoFns and transforms under `TestPipeline`,
+  the reader on shards written by hand.
+- tests/integration/ (`integration`): whole conversions in this process (`tests.runs.in_process`,
+  one in-memory worker), read back and compared: the command's behaviour without its start-up.
+- tests/e2e/ (`e2e`): the real command line in fresh processes (`tests.runs.cli`: default options
+  end to end, exit statuses, kill -9), storage outages mid-run, Dask and Dataflow, TensorFlow
+  clusters, packaging.
+A test in a unit or integration file that needs a fresh process (the command line killed or under
+setpriv, MirroredStrategy's logical CPUs, TensorFlow's GCS filesystem, a real browser) or a whole
+conversion on the storage servers carries `@pytest.mark.e2e` itself: it belongs to the e2e tier
+only (it stays beside the fast tests of the same feature).
 
 Shared helpers: tests/runs.py (running imgrec), tests/servers.py (GCS emulator and S3 server
-fixtures, registered below), tests/hostile.py and tests/format_corpus.py (generated corpora).
+fixtures, registered below; `put_corpus`), tests/hostile.py and tests/format_corpus.py
+(generated corpora).
 """
 
 from __future__ import annotations
@@ -40,48 +46,50 @@ def pytest_runtestloop(session):
 # without an import: one server of each kind for the whole session.
 pytest_plugins = ["tests.servers"]
 
-_E2E_DIR = Path(__file__).resolve().parent / "e2e"
+_TESTS_DIR = Path(__file__).resolve().parent
+TIERS = ("unit", "integration", "e2e")  # tests/<tier>/, each its marker
 
 
 def pytest_configure(config):
-    config.addinivalue_line(
-        "markers",
-        "e2e: end-to-end (the CLI in fresh processes, storage servers mid-outage, Dask, "
-        "packaging); deselect with -m 'not e2e'",
-    )
+    for name, what in (
+        ("unit", "tests/unit: no conversion, in process (the inner loop: -m unit)"),
+        ("integration", "tests/integration: whole conversions in this process"),
+        ("e2e", "end to end: the CLI in fresh processes, storage servers mid-outage, Dask, "
+         "TensorFlow clusters, packaging; deselect with -m 'not e2e'"),
+    ):  # fmt: skip
+        config.addinivalue_line("markers", f"{name}: {what}")
 
 
-# The files that take longest in a whole run (wall seconds on 2 cores, 3 xdist workers,
-# 2026-12-01: 116, 96, 78, 76, 58, 49), run first, then the longest of the fast tier
-# (`-m "not e2e"`, 2026-12-02: test_convert 36, test_storage 33, test_reader_s3 27 and test_fuzz
-# 22, time-boxed; test_fuzz ran last and alone, 18 s after the other workers had finished).
+# The files that take longest in a whole run, run first (each file's tests in sequence on one
+# xdist worker, seconds summed from `--junitxml`, 2026-12-02, whole suite with 3 workers on 2
+# cores beside three other engineers' runs, load 11: slower than alone, in about the same order).
 # run_tests.sh turns off xdist's own order (most tests per file first, which sent these last, so
 # the run ended with one long file on one worker while the others sat idle); the other files
 # follow in xdist's order. Each file stays on one worker (--dist loadfile), so order is all a
 # file list can change.
 _SLOWEST_FIRST = (
-    # 2026-12-02, beside three other engineers' test runs, when one file held all three:
-    # local 233 s, S3 ~150 s, GCS 535 s (each three conversions and a 45 s lease expiry; the
-    # expiry now runs on local disk only, and each store has its file: three xdist workers).
+    "e2e/test_dask.py",  # 761 s
+    "integration/test_incremental.py",  # 698
+    "e2e/test_reader_multiworker.py",  # 625: four two-process TensorFlow clusters
+    "integration/test_splice_records.py",  # 592
+    "integration/test_odd_names.py",  # 534
+    "e2e/test_cloud.py",  # 533
+    "unit/test_reader.py",  # 477
+    "e2e/test_quiet_progress.py",  # 452
+    "e2e/test_cloud_analyze.py",  # 421
+    "integration/test_convert.py",  # 417
+    "integration/test_resume.py",  # 415
+    "integration/test_store_modes.py",  # 411
+    # A training reader under three conversions each, one file per store (xdist runs them side
+    # by side); the SIGKILL expiry (45 s) on local disk only: 319, 313, 261.
     "e2e/test_version_leases_gcs.py",
     "e2e/test_version_leases.py",
-    # Three two-process TensorFlow clusters and four conversions: 257 s alone (2026-12-02).
-    "e2e/test_reader_multiworker.py",
     "e2e/test_version_leases_s3.py",
-    "e2e/test_cloud.py",
-    # 2026-12-02, alone on 2 busy cores: 155 s in all (the command line 60, both bucket servers
-    # 39), 55 s of it in the fast tier (two default-option conversions 36).
-    "unit/test_odd_names.py",
-    "unit/test_incremental.py",
-    "e2e/test_dask.py",
-    "e2e/test_quiet_progress.py",
-    "unit/test_resume.py",
-    "unit/test_splice_records.py",
-    "e2e/test_cloud_analyze.py",
-    "unit/test_convert.py",
-    "unit/test_storage.py",
-    "unit/test_fuzz.py",
-    "unit/test_reader_s3.py",
+    "e2e/test_reader_vanishing_buckets.py",  # 298
+    "e2e/test_cli.py",  # 255
+    "unit/test_reader_s3.py",  # 223
+    "integration/test_versioned.py",  # 218
+    "unit/test_analyze.py",  # 213
 )
 
 
@@ -90,14 +98,22 @@ def _file_rank(name: str, num_tests: int) -> tuple[int, int]:
     return first, -num_tests
 
 
+def _tier(item, name: str) -> str:
+    """The test's tier: e2e if marked so, else its folder's."""
+    if item.get_closest_marker("e2e") is not None:
+        return "e2e"
+    folder = name.partition("/")[0]
+    return folder if folder in TIERS else "unit"
+
+
 def pytest_collection_modifyitems(config, items):
-    tests_dir = _E2E_DIR.parent
     by_file: dict[str, list] = {}
     for item in items:
         path = Path(str(item.path)).resolve()
-        if _E2E_DIR in path.parents:
-            item.add_marker(pytest.mark.e2e)
-        name = path.relative_to(tests_dir).as_posix() if tests_dir in path.parents else str(path)
+        name = path.relative_to(_TESTS_DIR).as_posix() if _TESTS_DIR in path.parents else str(path)
+        tier = _tier(item, name)
+        if item.get_closest_marker(tier) is None:
+            item.add_marker(getattr(pytest.mark, tier))
         by_file.setdefault(name, []).append(item)
     # Stable: the same order in every xdist worker (they must collect identically).
     order = sorted(by_file, key=lambda name: _file_rank(name, len(by_file[name])))

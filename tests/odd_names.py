@@ -1,5 +1,5 @@
 """A corpus of file and folder names nobody thinks of: not UTF-8, newlines, control characters,
-option look-alikes, HTML, names at NAME_MAX, a symlink loop (tests/unit/test_odd_names.py)."""
+option look-alikes, HTML, names at NAME_MAX, a symlink loop (tests/integration/test_odd_names.py)."""
 
 from __future__ import annotations
 

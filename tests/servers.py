@@ -62,6 +62,8 @@ __all__ = [
     "tensorflow_gcs_env",
     "googleapis_front",
     "ProxyTrap",
+    "put_corpus",
+    "wait_until",
 ]
 
 HOST = "127.0.0.1"
@@ -1008,6 +1010,18 @@ def store(request) -> Iterator[_Store]:
     server.relay.heal()
     yield server
     server.relay.heal()  # a test that left the link down must not break the next one
+
+
+def put_corpus(
+    store: _Store, bucket: str, src: str | os.PathLike, prefix: str = "photos/"
+) -> list[str]:
+    """Upload every file under the local folder `src` to `bucket` under `prefix`, keys named by
+    their paths relative to `src` (`/`-separated); returns those relative names, sorted."""
+    src = Path(src)
+    names = sorted(p.relative_to(src).as_posix() for p in src.rglob("*") if p.is_file())
+    for name in names:
+        store.put(store.uri(bucket, prefix + name), (src / name).read_bytes())
+    return names
 
 
 def wait_until(predicate: Callable[[], bool], timeout: float = 30.0, every: float = 0.05) -> bool:

@@ -35,7 +35,9 @@ for _ in ds:
     os.replace(progress + ".tmp", progress)
     if os.path.exists(progress + ".stop"):
         break
-    time.sleep(0.02)  # a training step; keeps this process off the shared cores
+    # A training step: five a second keep this process off the shared cores (the scenario
+    # waits for 5 batches at most; three readers run at once, one per store, for minutes).
+    time.sleep(0.2)
 print("read", n, "batches")
 """
 _STARTUP_S = 180  # a fresh TensorFlow import and the first batch on a loaded 2-core box

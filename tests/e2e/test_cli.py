@@ -2,7 +2,7 @@
 default options end to end (then `verify`, `inspect`, `preview`), exit statuses 0/1/2/3 with one
 `imgrec:` line and other libraries' output kept off the terminal.
 
-tests/unit/test_convert.py checks the conversions themselves in process; this file checks what
+tests/integration/test_convert.py checks the conversions themselves in process; this file checks what
 only a fresh process shows.
 """
 

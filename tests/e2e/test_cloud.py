@@ -25,6 +25,7 @@ import pytest
 from pipeline.core import schema
 from pipeline.demo import build_corpus
 from tests.runs import ROOT, in_process, tf_script
+from tests.servers import put_corpus
 
 # Small images and a tiny shard target: several shards per split from a 2-core-friendly corpus.
 CONVERT_ARGS = [
@@ -159,12 +160,6 @@ def _bucket_reader(store, bucket: str, prefix: str) -> tuple[Callable[[str], byt
     return (lambda name: store.get(store.uri(bucket, prefix + name))), names
 
 
-def upload(store, corpus_dir: Path, bucket: str, prefix: str) -> None:
-    for p in sorted(corpus_dir.rglob("*")):
-        if p.is_file():
-            store.put(store.uri(bucket, prefix + str(p.relative_to(corpus_dir))), p.read_bytes())
-
-
 # ---------------------------------------------------------------------------------------------
 # Conversions
 # ---------------------------------------------------------------------------------------------
@@ -176,7 +171,7 @@ def test_bucket_to_bucket_matches_local_placement(store, corpus, reference):
     bucket runs (two workers, default options, the same placement check)."""
     src, _, listed = corpus
     source, dest = store.new_bucket("src"), store.new_bucket("dst")
-    upload(store, src, source, "photos/")
+    put_corpus(store, source, src, "photos/")
     proc = _ok(
         run_cli(
             "--input",
@@ -214,7 +209,7 @@ def test_local_to_gcs_and_back_to_local_keep_placement(gcs, gcs_dataset, corpus,
     assert placement == reference
 
     source = gcs.new_bucket("src")
-    upload(gcs, src, source, "deep/copy/")
+    put_corpus(gcs, source, src, "deep/copy/")
     out = tmp_path / "ds"
     convert_here("--input", gcs.uri(source, "deep/copy/**"), "--output", str(out))
     placement = check_dataset(
@@ -264,7 +259,7 @@ def test_s3_to_local_with_manifest_in_the_bucket(s3, corpus, reference, tmp_path
     """A JSONL manifest of relative paths next to the images; keys are relative to it."""
     src, _, listed = corpus
     source = s3.new_bucket("src")
-    upload(s3, src, source, "set/")
+    put_corpus(s3, source, src, "set/")
     rows = [
         {"path": str(p.relative_to(src)), "label": p.parent.name}
         for p in sorted(src.rglob("*"))
@@ -288,7 +283,7 @@ def test_clean_corpus_on_s3_writes_empty_reports(s3, tmp_path):
     src = tmp_path / "clean"
     summary = build_corpus(str(src), num_images=5, seed=4, long_side=(40, 60), broken=False)
     source, dest = s3.new_bucket("src"), s3.new_bucket("dst")
-    upload(s3, src, source, "p/")
+    put_corpus(s3, source, src, "p/")
     convert_here("--input", s3.uri(source, "p/**"), "--output", s3.uri(dest, "ds"), *s3.beam_args)
     assert s3.get(s3.uri(dest, "ds/" + schema.REJECTED)) == b""
     assert s3.get(s3.uri(dest, "ds/" + schema.DUPLICATES)) == b""
@@ -303,7 +298,7 @@ def test_clean_corpus_on_s3_writes_empty_reports(s3, tmp_path):
 def test_s3_options_reach_the_preflight_listing(s3, corpus, tmp_path):
     src, _, listed = corpus
     source = s3.new_bucket("src")
-    upload(s3, src, source, "photos/")
+    put_corpus(s3, source, src, "photos/")
     out = tmp_path / "ds"
     _ok(run_cli("--input", s3.uri(source, "photos/*/*.jpg"), "--output", str(out), *s3.beam_args))
     check_dataset(*_local_reader(out), input_root=s3.uri(source, "photos/"), expected_listed=listed)
@@ -350,7 +345,7 @@ def _run_with_outage(store, corpus, stop: Callable[[], None], start: Callable[[]
     """Convert bucket -> bucket with the server taken down for a while in the middle."""
     src, _, listed = corpus
     source, dest = store.new_bucket("src"), store.new_bucket("dst")
-    upload(store, src, source, "photos/")
+    put_corpus(store, source, src, "photos/")
     watcher = _Watcher(store, dest, "ds/")
     watcher.start()
     done = threading.Event()

@@ -29,9 +29,9 @@ from tests.e2e.test_cloud import (
     _ok,
     _records,
     check_dataset,
-    upload,
 )
 from tests.runs import ROOT, in_process
+from tests.servers import put_corpus
 
 # test_cloud_e2e's corpus options without --no_analyze: analysis runs as it does by default.
 ANALYZE_ARGS = [
@@ -118,7 +118,7 @@ def test_bucket_to_bucket_with_default_options_publishes_a_loadable_transform(
     src, listed = corpus
     ref_out, ref_info, ref_placement = local_reference
     source, dest = store.new_bucket("src"), store.new_bucket("dst")
-    upload(store, src, source, "photos/")
+    put_corpus(store, source, src, "photos/")
     proc = _ok(
         run_cli(
             "--input", store.uri(source, "photos/*/*.jpg"),

@@ -29,7 +29,7 @@ import pytest
 from pipeline.core import schema
 from pipeline.demo import build_corpus
 from tests.runs import ROOT, cli_env, in_process, tf_script
-from tests.servers import free_port
+from tests.servers import free_port, put_corpus
 
 pytestmark = pytest.mark.e2e
 
@@ -218,10 +218,11 @@ def converted(corpus, tmp_path_factory) -> tuple[str, dict]:
 
 @pytest.fixture(scope="module")
 def versioned(corpus, tmp_path_factory) -> str:
-    """The same corpus with the default options, --versioned: one shard per split, fewer
-    shards than workers (each worker reads part of a shard). Returns the version folder."""
+    """The same corpus with the default shard sizes, --versioned: one shard per split, fewer
+    shards than workers (each worker reads part of a shard). Returns the root. (No statistics
+    or report: the reader reads neither; tests/e2e/test_cli.py runs the defaults.)"""
     root = str(tmp_path_factory.mktemp("mw_versioned") / "root")
-    _convert(corpus, root, "--versioned")
+    _convert(corpus, root, "--versioned", "--no_analyze", "--no_report")
     return root
 
 
@@ -229,13 +230,9 @@ def versioned(corpus, tmp_path_factory) -> str:
 def on_s3(converted, s3) -> tuple[str, str]:
     """The 8-shard dataset copied to a bucket: (s3:// root, endpoint)."""
     local, _ = converted
-    root = s3.uri(s3.new_bucket(), "ds")
-    for folder, _, files in os.walk(local):
-        for name in files:
-            path = os.path.join(folder, name)
-            rel = os.path.relpath(path, local).replace(os.sep, "/")
-            s3.put(f"{root}/{rel}", Path(path).read_bytes())
-    return root, s3.relay.url
+    bucket = s3.new_bucket()
+    put_corpus(s3, bucket, local, "ds/")
+    return s3.uri(bucket, "ds"), s3.relay.url
 
 
 def _names(info: dict, split: str, data_dir: str) -> list[str]:

@@ -238,45 +238,6 @@ def test_writer_turns_a_failing_re_encode_into_a_reject_and_keeps_the_rest(tmp_p
         )
 
 
-# ----------------------------------------------------------------------------- a real conversion
-def test_a_decoder_that_aborts_costs_one_file_not_the_job(tmp_path, monkeypatch):
-    """`imgrec convert --transcode png` (in process): one TIFF makes its decoder process call os.abort() (the
-    test-only hook); the job finishes, that file is a decoder_error, every other file is kept,
-    and `imgrec verify` passes."""
-    src = tmp_path / "in"
-    for label in ("a", "b"):
-        (src / label).mkdir(parents=True)
-        for i in range(6):
-            data = _encode(_photo(100 + i + 10 * ord(label)), "JPEG")
-            (src / label / f"{i}.jpg").write_bytes(data)
-        (src / label / "page.tiff").write_bytes(_encode(_photo(7 + ord(label)), "TIFF"))
-    marked = src / "a" / "crash.tiff"
-    marked.write_bytes(_encode(_photo(9), "TIFF") + b"IMGREC-ABORT-MARKER")
-    out = tmp_path / "out"
-    # Read by the parent for each call into its decoder process.
-    monkeypatch.setenv(decode_worker.TEST_ABORT_ENV, "IMGREC-ABORT-MARKER")
-    in_process(
-        "convert", "--input", f"{src}/*/*", "--output", str(out), "--transcode", "png",
-        "--no_analyze", "--max_bad_fraction", "0.2",
-    )  # fmt: skip
-    info = json.loads((out / schema.DATASET_INFO).read_text())
-    assert info["num_listed"] == 15
-    assert (info["num_written"], info["num_rejected"], info["num_duplicates"]) == (14, 1, 0)
-    rejected = [json.loads(line) for line in (out / schema.REJECTED).read_text().splitlines()]
-    assert [(r["path"], r["reason"]) for r in rejected] == [(str(marked), "decoder_error")]
-    assert "decoder process died (signal 6)" in rejected[0]["detail"]
-    assert info["rejected_by_reason"] == {"decoder_error": 1}
-    formats = []
-    for shard in glob.glob(str(out / "*" / "*.tfrecord")):
-        for rec in read_records(shard):
-            import tensorflow as tf
-
-            ex = tf.io.parse_single_example(rec, schema.feature_spec())
-            formats.append(ex[schema.TRANSCODED_FROM].numpy().decode())
-    assert sorted(formats).count("tiff") == 2
-    assert "OK" in in_process("verify", str(out)).stdout
-
-
 def test_decoder_error_is_a_documented_reason():
     assert "decoder_error" in REASONS
     assert limits.TRANSCODE_MODES[0] == "auto"

@@ -134,35 +134,6 @@ def test_python_snippets_compile_and_import_what_they_use():
     assert not problems, "\n".join(problems)
 
 
-def _readme_demo_block() -> list[str]:
-    with open(README, encoding="utf-8") as f:
-        text = f.read()
-    block = text.split("<!-- demo-summary")[1].split("```")[1]
-    return [ln for ln in block.strip("\n").splitlines()]
-
-
-def test_readme_demo_summary_matches_a_real_demo_conversion(tmp_path, capsys):
-    """The README's demo output is what `./run_local.sh` prints (timing aside)."""
-    from pipeline.demo import build_corpus
-    from pipeline.launcher import run_convert
-
-    src, out = str(tmp_path / "demo_data" / "photos"), str(tmp_path / "out" / "demo")
-    build_corpus(src, num_images=300)  # run_local.sh's demo corpus
-    capsys.readouterr()
-    status = run_convert(
-        ["--input", f"{src}/*/*.jpg", "--output", out, "--overwrite",
-         "--splits", "train=0.8,validation=0.1,test=0.1", "--workers", "1", "--no_analyze"]
-    )  # fmt: skip
-    assert status == 0
-    printed = capsys.readouterr().out.replace(out, "out/demo").strip("\n").splitlines()
-    readme = _readme_demo_block()
-    assert readme[0] == "imgrec: converting the demo corpus demo_data/photos -> out/demo"
-    timing = re.compile(r"in [\d.]+ s \(\d+ files/s\)")
-    assert [timing.sub("in T", ln) for ln in readme[1:]] == [
-        timing.sub("in T", ln) for ln in printed
-    ]
-
-
 @pytest.mark.parametrize("command", ["inspect", "verify", "preview"])
 def test_run_local_dispatches_every_subcommand(command):
     with open(os.path.join(ROOT, "run_local.sh")) as f:

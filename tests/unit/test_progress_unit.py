@@ -14,6 +14,7 @@ from apache_beam.metrics.metricbase import MetricName
 from pipeline import progress
 from pipeline.core import tallies
 from tests.runs import ROOT as ROOT_PATH
+from tests.servers import wait_until
 
 ROOT = str(ROOT_PATH)
 
@@ -41,7 +42,8 @@ def test_plain_lines_when_not_a_terminal(tmp_path):
     stream = io.StringIO()
     (tmp_path / "1.json").write_text('{"listed": 50, "inspected": 25}')
     with progress.Progress(str(tmp_path), stream, plain_every_s=0.05):
-        time.sleep(0.4)
+        # Several lines, however long a loaded machine keeps the display thread waiting.
+        assert wait_until(lambda: stream.getvalue().count("\n") >= 3, 60)
     lines = stream.getvalue().splitlines()
     assert lines and all(ln.startswith("imgrec: progress: listed 50  inspected 25") for ln in lines)
     assert "ETA" in lines[-1] and "images/s" in lines[-1]
@@ -50,11 +52,13 @@ def test_plain_lines_when_not_a_terminal(tmp_path):
 class _FakeResult:
     def __init__(self, counters):
         self._counters = counters
+        self.queries = 0
 
     def metrics(self):
         return self
 
     def query(self, _filter):
+        self.queries += 1
         return {"counters": self._counters, "distributions": [], "gauges": []}
 
 
@@ -78,8 +82,10 @@ def test_dataflow_counters_are_summed_and_printed_while_waiting():
         "listed 100  inspected 60  written 40  rejected 3  duplicates 0"
     )
     stream = io.StringIO()
+    queried = result.queries
     with progress.poll_remote(result, stream, every_s=0.05):
-        time.sleep(0.3)
+        # Polled three times (not a fixed sleep: a loaded machine may not run the thread).
+        assert wait_until(lambda: result.queries >= queried + 3, 60)
     # Unchanged counters are printed once.
     assert (
         stream.getvalue()

@@ -15,8 +15,8 @@ import sys
 import pytest
 
 from pipeline import quiet
+from tests.integration.test_listing_accounting import _without_dac_override
 from tests.runs import ROOT, cli_env
-from tests.unit.test_listing_accounting import _without_dac_override
 
 
 def test_each_user_has_a_log_folder(monkeypatch, tmp_path):

@@ -1,4 +1,4 @@
-"""pipeline/core/schema.py beyond the names (tests/unit/test_contract.py): the parse spec's
+"""pipeline/core/schema.py beyond the names (tests/integration/test_contract.py): the parse spec's
 defaults and subsets, and dataset_info.json errors that name the path and the fix (mutants
 bench/MUTATION.md found alive)."""
 

@@ -13,9 +13,9 @@ import os
 
 from pipeline.core import schema, storage, versions
 from pipeline.demo import build_corpus
+from tests.integration import test_resume
+from tests.integration.test_resume import convert, interrupt
 from tests.runs import in_process
-from tests.unit import test_resume
-from tests.unit.test_resume import convert, interrupt
 
 COMMON = ("--no_analyze", "--target_shard_mb", "0.02", "--workers", "1")
 

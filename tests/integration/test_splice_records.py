@@ -14,13 +14,14 @@ import pytest
 
 from pipeline.core import schema, storage
 from pipeline.demo import build_corpus
-from tests.unit.test_incremental import (
+from tests.integration.test_incremental import (
     _in_process_default,
     _input,
     _rewrite_same_size,
     _run,
     snapshot,
 )
+from tests.servers import put_corpus
 
 
 @pytest.fixture
@@ -200,9 +201,7 @@ def test_bucket_rerun_gets_only_added_and_replaced_sources(store, tmp_path):
     src = tmp_path / "corpus"
     build_corpus(str(src), num_images=40, seed=6, long_side=(48, 72), broken=False)
     bucket = store.new_bucket("splice")
-    names = sorted(str(p.relative_to(src)) for p in src.rglob("*.jpg"))
-    for name in names:
-        store.put(store.uri(bucket, "photos/" + name), (src / name).read_bytes())
+    names = put_corpus(store, bucket, src)
     root = store.uri(bucket, "flowers")
     args = ["--input", store.uri(bucket, "photos/*/*.jpg"), *store.beam_args]
     _in_process_default(*args, "--output", root, "--versioned")

@@ -23,6 +23,7 @@ from pipeline.demo import build_corpus
 from pipeline.options import ConvertConfig
 from tests.runs import ROOT as ROOT_PATH
 from tests.runs import in_process
+from tests.servers import put_corpus
 
 ROOT = str(ROOT_PATH)
 
@@ -244,9 +245,7 @@ def test_bucket_input_resume_uses_object_update_times(store, tmp_path):
     src = tmp_path / "corpus"
     build_corpus(str(src), num_images=30, seed=6, long_side=(48, 72), broken=False)
     bucket = store.new_bucket("resume")
-    names = sorted(str(p.relative_to(src)) for p in src.rglob("*.jpg"))
-    for name in names:
-        store.put(store.uri(bucket, "photos/" + name), (src / name).read_bytes())
+    names = put_corpus(store, bucket, src)
     pattern = store.uri(bucket, "photos/*/*.jpg")
     out = str(tmp_path / "out")
     args = ["--input", pattern, "--output", out, "--no_analyze", "--target_shard_mb", "0.05"]

@@ -25,6 +25,7 @@ from pipeline.demo import build_corpus
 from pipeline.options import ConvertConfig, OptionError
 from tests.runs import ROOT as ROOT_PATH
 from tests.runs import in_process
+from tests.servers import put_corpus
 
 # Small shards: the 80-image corpus spreads over several, so that a small change leaves some
 # shards' plans unchanged (copied) and changes others (written).
@@ -290,9 +291,7 @@ def test_bucket_root_copies_shards_server_side(store, tmp_path):
     src = tmp_path / "corpus"
     build_corpus(str(src), num_images=30, seed=6, long_side=(48, 72), broken=False)
     bucket = store.new_bucket("incremental")
-    names = sorted(str(p.relative_to(src)) for p in src.rglob("*.jpg"))
-    for name in names:
-        store.put(store.uri(bucket, "photos/" + name), (src / name).read_bytes())
+    names = put_corpus(store, bucket, src)
     root = store.uri(bucket, "flowers")
     args = ["--input", store.uri(bucket, "photos/*/*.jpg"), *store.beam_args]
 

@@ -18,6 +18,9 @@ from pipeline.core import schema
 from pipeline.demo import build_corpus
 from tests.runs import cli_env, read_records, tf_script
 from tests.runs import in_process as run_cli
+from tests.servers import ProxyTrap
+from tests.unit.test_decoder_isolation import _encode, _photo
+from transforms.images import decode_worker
 
 
 def shard_digests(out: str) -> dict[str, str]:
@@ -575,3 +578,56 @@ def test_jpeg_verify_strict_rejects_silently_repaired_jpegs(corpus, tmp_path):
     assert "libjpeg warned while decoding" in damaged_rejects[0]["detail"]
     assert info["num_written"] + info["num_duplicates"] + len(rejects) == len(healthy) + 1
     assert info["num_listed"] == len(healthy) + 1
+
+
+# From tests/unit/test_decoder_isolation.py and tests/unit/test_runner_choice.py: whole conversions.
+def test_a_decoder_that_aborts_costs_one_file_not_the_job(tmp_path, monkeypatch):
+    """`imgrec convert --transcode png` (in process): one TIFF makes its decoder process call os.abort() (the
+    test-only hook); the job finishes, that file is a decoder_error, every other file is kept,
+    and `imgrec verify` passes."""
+    src = tmp_path / "in"
+    for label in ("a", "b"):
+        (src / label).mkdir(parents=True)
+        for i in range(6):
+            data = _encode(_photo(100 + i + 10 * ord(label)), "JPEG")
+            (src / label / f"{i}.jpg").write_bytes(data)
+        (src / label / "page.tiff").write_bytes(_encode(_photo(7 + ord(label)), "TIFF"))
+    marked = src / "a" / "crash.tiff"
+    marked.write_bytes(_encode(_photo(9), "TIFF") + b"IMGREC-ABORT-MARKER")
+    out = tmp_path / "out"
+    # Read by the parent for each call into its decoder process.
+    monkeypatch.setenv(decode_worker.TEST_ABORT_ENV, "IMGREC-ABORT-MARKER")
+    run_cli(
+        "convert", "--input", f"{src}/*/*", "--output", str(out), "--transcode", "png",
+        "--no_analyze", "--max_bad_fraction", "0.2",
+    )  # fmt: skip
+    info = json.loads((out / schema.DATASET_INFO).read_text())
+    assert info["num_listed"] == 15
+    assert (info["num_written"], info["num_rejected"], info["num_duplicates"]) == (14, 1, 0)
+    rejected = [json.loads(line) for line in (out / schema.REJECTED).read_text().splitlines()]
+    assert [(r["path"], r["reason"]) for r in rejected] == [(str(marked), "decoder_error")]
+    assert "decoder process died (signal 6)" in rejected[0]["detail"]
+    assert info["rejected_by_reason"] == {"decoder_error": 1}
+    formats = []
+    for shard in glob.glob(str(out / "*" / "*.tfrecord")):
+        for rec in read_records(shard):
+            import tensorflow as tf
+
+            ex = tf.io.parse_single_example(rec, schema.feature_spec())
+            formats.append(ex[schema.TRANSCODED_FROM].numpy().decode())
+    assert sorted(formats).count("tiff") == 2
+    assert "OK" in run_cli("verify", str(out)).stdout
+
+
+def test_a_default_conversion_reaches_for_no_network(tmp_path, monkeypatch):
+    """Beam 2.77's DirectRunner downloads a Prism binary from github.com first: behind a proxy
+    that never answers the job hung at "listed 0", and online it ran on Prism. A default
+    conversion through a proxy that notes every caller: done, and nobody called out."""
+    src = str(tmp_path / "corpus")
+    build_corpus(src, num_images=6, seed=5, long_side=(32, 48), broken=False)
+    with ProxyTrap() as trap:
+        for name, value in trap.env.items():
+            monkeypatch.setenv(name, value)
+        proc = run_cli("convert", "--input", f"{src}/*/*.jpg", "--output", str(tmp_path / "o"))
+    assert "imgrec: converted" in proc.stdout
+    assert trap.calls == []

@@ -13,6 +13,7 @@ import hashlib
 import io
 import json
 import os
+import re
 
 import numpy as np
 import pytest
@@ -22,7 +23,7 @@ from PIL import Image
 from pipeline import reader
 from pipeline.core import schema
 from pipeline.demo import build_corpus
-from tests.runs import in_process
+from tests.runs import ROOT, in_process
 
 # CONTRACT.md "Example features": key -> the tf.train.Feature list it is stored in.
 CONTRACT_FEATURES = {
@@ -244,3 +245,33 @@ def test_an_example_that_was_not_transcoded_says_so_with_empty_strings():
     assert feature["image/transcoded_from"].bytes_list.value == [b""]
     assert feature["image/transcode_reason"].bytes_list.value == [b""]
     assert feature["image/class/text"].bytes_list.value == [b"cat"]
+
+
+# The README's demo output (moved here from tests/unit/test_docs_links.py: a real conversion).
+def _readme_demo_block() -> list[str]:
+    with open(ROOT / "README.md", encoding="utf-8") as f:
+        text = f.read()
+    block = text.split("<!-- demo-summary")[1].split("```")[1]
+    return [ln for ln in block.strip("\n").splitlines()]
+
+
+def test_readme_demo_summary_matches_a_real_demo_conversion(tmp_path, capsys):
+    """The README's demo output is what `./run_local.sh` prints (timing aside)."""
+    from pipeline.demo import build_corpus
+    from pipeline.launcher import run_convert
+
+    src, out = str(tmp_path / "demo_data" / "photos"), str(tmp_path / "out" / "demo")
+    build_corpus(src, num_images=300)  # run_local.sh's demo corpus
+    capsys.readouterr()
+    status = run_convert(
+        ["--input", f"{src}/*/*.jpg", "--output", out, "--overwrite",
+         "--splits", "train=0.8,validation=0.1,test=0.1", "--workers", "1", "--no_analyze"]
+    )  # fmt: skip
+    assert status == 0
+    printed = capsys.readouterr().out.replace(out, "out/demo").strip("\n").splitlines()
+    readme = _readme_demo_block()
+    assert readme[0] == "imgrec: converting the demo corpus demo_data/photos -> out/demo"
+    timing = re.compile(r"in [\d.]+ s \(\d+ files/s\)")
+    assert [timing.sub("in T", ln) for ln in readme[1:]] == [
+        timing.sub("in T", ln) for ln in printed
+    ]
