@@ -85,6 +85,7 @@ def _info(out: str) -> dict:
     return info
 
 
+@pytest.mark.e2e  # a fresh interpreter (the fork needs TensorFlow not loaded yet), two conversions
 def test_same_dataset_with_and_without_the_process(tmp_path):
     src = str(tmp_path / "src")
     build_corpus(src, num_images=24, seed=3, long_side=(64, 96), broken=False)

@@ -17,8 +17,8 @@ from pipeline.builder import build_pipeline
 from pipeline.core import versions
 from pipeline.demo import build_corpus
 from pipeline.options import ConvertConfig
-from tests.unit.test_incremental import _input, snapshot
-from tests.unit.test_splice_records import _add_remove_change
+from tests.integration.test_incremental import _input, snapshot
+from tests.integration.test_splice_records import _add_remove_change
 from transforms.splice_records import STATS_FALLBACK, statistics_lines
 
 # Analysis on (the default), a statistics cap below the corpus so that the sample is a hash
