@@ -95,7 +95,7 @@ beam=(--project="$project" --region="$region" --temp_location="$temp_location"
 [ -z "$sdk_container_image" ] || beam+=(--sdk_container_image="$sdk_container_image")
 if $dry_run; then
   # Beam's DataflowRunner dry run (TestOptions.dry_run), reporting the job it built.
-  beam+=(--runner=pipeline.dataflow.DryRunDataflowRunner --dry_run=true)
+  beam+=(--runner=pipeline.runners.dataflow.DryRunDataflowRunner --dry_run=true)
 else
   beam+=(--runner=DataflowRunner)
 fi

@@ -12,7 +12,7 @@ import glob
 import os
 import re
 
-from setuptools import setup
+from setuptools import find_packages, setup
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -43,7 +43,9 @@ setup(
     long_description=_read("README.md"),
     long_description_content_type="text/markdown",
     python_requires=">=3.11",
-    packages=["pipeline", "pipeline.core", "transforms", "transforms.images"],
+    packages=find_packages(
+        include=["core", "core.*", "pipeline", "pipeline.*", "transforms", "transforms.*"]
+    ),
     install_requires=_requirements(),
     # Example convert configs (read by the launcher through --config, never by workers).
     data_files=[("share/imgrec/configs", sorted(glob.glob("configs/*.yaml", root_dir=HERE)))],

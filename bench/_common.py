@@ -31,12 +31,12 @@ WORK = os.path.join(REPO, "bench", "_work")  # git-ignored cache of corpora and 
 
 def cli_with_compat_off(*names: str) -> str:
     """`python -c` source running `imgrec ARGS` (its argv: MODE ARGS...). With MODE "off", the
-    named `pipeline.core.beam_compat` fixes are no-ops first, which is Beam's own behaviour;
+    named `core.beam_compat` fixes are no-ops first, which is Beam's own behaviour;
     with "on", imgrec runs as it ships. For A/B runs of one fix in one bench."""
     return f"""
 import sys
 if sys.argv.pop(1) == "off":
-    import pipeline.core.beam_compat as compat
+    import core.beam_compat as compat
     for name in {names!r}:
         setattr(compat, name, lambda: None)
 from pipeline.cli import main
@@ -246,7 +246,7 @@ def print_table(title: str, header: list[str], rows: list[list], file=None) -> s
 
 def eval_config(shards, image_size=(224, 224), batch: int = 64):
     """The reader's evaluation settings for `shards`, for benchmarks that call its stages directly."""
-    from pipeline import reader
+    from pipeline.reader import dataset as reader
 
     return reader._Config(
         shards=shards,

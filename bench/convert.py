@@ -162,8 +162,8 @@ def _child_components(corpus_dir: str, summary_json: str, limit: int) -> dict:
     from apache_beam.io.filesystems import FileSystems
     from PIL import Image
 
-    from pipeline.core import schema, storage
-    from pipeline.core.beam_compat import write_record
+    from core import schema, storage
+    from core.beam_compat import write_record
 
     with open(summary_json) as f:
         summary = json.load(f)

@@ -19,7 +19,7 @@ CHECK (--check, on by default): a from-scratch conversion of the changed input i
 folder, compared byte for byte with the incremental version (shards, rejected.jsonl,
 duplicates.jsonl, dataset_info.json without provenance).
 
-The no-change rerun is served without the pipeline (pipeline/fast_rerun.py: same command line,
+The no-change rerun is served without the pipeline (pipeline/versions/fast_rerun.py: same command line,
 same listing); its line says "the pipeline did not run". --repeats N runs the whole sequence N
 times on fresh roots and reports medians (the ratio column: the median of each sequence's own
 ratio, so that a load spike during one sequence moves one ratio, not a row of another).

@@ -78,8 +78,8 @@ def _converted(corpus_dir: str, n: int, extra: list[str], name: str) -> str:
 def _largest_side(data_dir: str, split: str, limit: int = 200) -> int:
     import tensorflow as tf
 
-    from pipeline.core import schema
-    from pipeline.reader import split_files
+    from core import schema
+    from pipeline.reader.dataset import split_files
 
     _, shards = split_files(data_dir, split)
     spec = schema.feature_spec(keys=(schema.HEIGHT, schema.WIDTH))

@@ -48,7 +48,7 @@ def _moto(root: str):
 
 def _epoch(data_dir: str, **kw) -> tuple[float, float, int]:
     """(seconds to the first batch, images/s after it, images) for one evaluation epoch."""
-    from pipeline import reader
+    from pipeline.reader import dataset as reader
 
     t0 = time.perf_counter()
     ds = reader.make_dataset(data_dir, "train", 64, image_size=(224, 224), **kw)
@@ -64,7 +64,7 @@ def _epoch(data_dir: str, **kw) -> tuple[float, float, int]:
 
 def _download_rate(store, data_dir: str, split_info: dict) -> float:
     """MB/s copying every shard of the split into an empty cache (8 in parallel)."""
-    from pipeline.core import shard_cache
+    from core import shard_cache
 
     cache_dir = tempfile.mkdtemp(prefix="imgrec-bench-dl-")
     try:
@@ -98,7 +98,7 @@ def main() -> int:
     )
     import boto3
 
-    from pipeline.core import schema, shard_cache
+    from core import schema, shard_cache
 
     root = tempfile.mkdtemp(prefix="imgrec-bench-s3-")
     server = _moto(root)

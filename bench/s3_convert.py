@@ -1,6 +1,6 @@
 """The default command on an S3 bucket (moto's server on 127.0.0.1), whole process, wall clock:
 with Beam's own S3 filesystem (a boto3 client built per operation) against imgrec's shared clients
-(pipeline/core/beam_compat.share_s3_clients, on by default).
+(core/beam_compat.share_s3_clients, on by default).
 
     PYTHONPATH=. .venv/bin/python bench/s3_convert.py --num_images 100 --repeats 3
 

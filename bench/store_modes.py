@@ -81,8 +81,8 @@ def _bytes_per_image(data_dir: str) -> float:
 def _raw_ceiling(data_dir: str, size: tuple[int, int], batch: int):
     import tensorflow as tf
 
-    from pipeline.core import schema
-    from pipeline.reader import split_files
+    from core import schema
+    from pipeline.reader.dataset import split_files
 
     _, shards = split_files(data_dir, "train")
     keys = (schema.ENCODED, schema.LABEL, schema.HEIGHT, schema.WIDTH)
@@ -125,7 +125,7 @@ def cost_model(num: int, size: int) -> int:
     import tensorflow as tf
     from PIL import Image
 
-    from pipeline.core import schema
+    from core import schema
     from pipeline.demo import photo_dir
     from pipeline.reader import make_dataset
 

@@ -48,7 +48,7 @@ def main(argv=None) -> int:
     ap.add_argument("--repeats", type=int, default=3)
     args = ap.parse_args(argv)
 
-    from pipeline.core.rejects import Rejected
+    from core.rejects import Rejected
     from transforms.images.check import check_image
     from transforms.images.limits import JPEG_VERIFY_MODES, CheckOptions
 

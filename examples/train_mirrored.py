@@ -134,7 +134,7 @@ def fit(
     `batch_size` is global: each step, every replica of every worker takes
     `batch_size / strategy.num_replicas_in_sync` examples. Every worker runs the same call.
     """
-    from pipeline.core import schema
+    from core import schema
     from pipeline.reader import make_dataset, steps_per_epoch
 
     info = schema.load_dataset_info(data_dir)

@@ -157,14 +157,14 @@ def _answer(unused_done, handoff: str, request: dict, sizes: dict) -> None:
 
 
 def _main(handoff: str, parent: int) -> None:
-    from pipeline.core import startup
+    from core import startup
 
     startup.defer_keras()
     with startup.without_gc():
         import apache_beam as beam
         from apache_beam.options.pipeline_options import PipelineOptions
 
-        from pipeline.core import beam_compat
+        from core import beam_compat
         from transforms.analyze import export_to_scratch
 
         options = PipelineOptions(

@@ -7,7 +7,7 @@ import tempfile
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions, TestOptions
 
-from pipeline.core import beam_compat
+from core import beam_compat
 from pipeline.options import ConvertConfig
 from transforms.count_progress import CountProgress
 from transforms.dedupe import DropDuplicates
@@ -75,7 +75,7 @@ def add_convert(
 ) -> beam.PCollection:
     """Add the whole conversion to `p`; returns the PCollection holding the dataset_info dict.
 
-    `rerun_key` (pipeline/fast_rerun.py) is recorded with a versioned run's listing digest, so
+    `rerun_key` (pipeline/versions/fast_rerun.py) is recorded with a versioned run's listing digest, so
     that a rerun of the same command on an unchanged input can reuse the version whole.
     """
     listing = p | "List" >> ListImages(config)

@@ -28,9 +28,9 @@ exit status: 0 done, 1 failed (one imgrec: line says why), 2 bad usage, option, 
 def _inspect(argv: list[str]) -> int:
     import json
 
-    from pipeline.core import schema, storage
-    from pipeline.core.versions import VersionError, resolve_dataset_dir
-    from pipeline.summary import format_summary
+    from core import schema, storage
+    from core.versions import VersionError, resolve_dataset_dir
+    from pipeline.report.summary import format_summary
 
     if len(argv) != 1:
         print("usage: imgrec inspect DIR", file=sys.stderr)
@@ -52,7 +52,7 @@ def _inspect(argv: list[str]) -> int:
         f"{elapsed.get('versions', {}).get('imgrec', '?')}"
     )
     _print_version(data_dir)
-    from pipeline.report_scan import class_histogram_lines
+    from pipeline.report.scan import class_histogram_lines
 
     print("\n".join(class_histogram_lines(info, data_dir)))
     return 0
@@ -61,7 +61,7 @@ def _inspect(argv: list[str]) -> int:
 def _preview(argv: list[str]) -> int:
     import argparse
 
-    from pipeline.report import write_report
+    from pipeline.report.page import write_report
 
     parser = argparse.ArgumentParser(
         prog="imgrec preview",
@@ -70,8 +70,8 @@ def _preview(argv: list[str]) -> int:
     parser.add_argument("dir", help="the converted dataset (its dataset_info.json)")
     parser.add_argument("--out", help="where to write the HTML (default: DIR/report.html)")
     args = parser.parse_args(argv)
-    from pipeline.core.schema import DatasetInfoError
-    from pipeline.core.versions import VersionError, resolve_dataset_dir
+    from core.schema import DatasetInfoError
+    from core.versions import VersionError, resolve_dataset_dir
 
     try:
         # A versioned root: the version LATEST names.
@@ -87,7 +87,7 @@ def _print_version(data_dir: str) -> None:
     """For a version of a versioned root: its name and its changes headline."""
     import json
 
-    from pipeline.core import storage, versions
+    from core import storage, versions
 
     try:
         _, name = versions.split_version_dir(data_dir)
@@ -104,7 +104,7 @@ def _print_version(data_dir: str) -> None:
 # SavedModel registry, and with it all of Keras 3 and matplotlib.pyplot). Set before that import,
 # TensorFlow loads Keras 2 only: `import tensorflow` takes ~0.45 s less CPU (4.13 -> 3.66 s). The
 # DirectRunner worker processes inherit it, also in runs where the launcher never imports TFT
-# (--no_analyze). bench/startup.py, whole process, medians of 7: default convert 1.06x, convert
+# (--no_analyze). bench/ablations/startup.py, whole process, medians of 7: default convert 1.06x, convert
 # --no_analyze --workers 2 1.09x, verify 1.07x (noisy: 1.00x-1.15x over four runs of the
 # default). imgrec itself never uses Keras; a value the user set is kept.
 KERAS_ENV = "TF_USE_LEGACY_KERAS"
@@ -120,9 +120,9 @@ def use_keras_2() -> None:
 def start_program() -> None:
     """How a program of imgrec's starts, before anything imports TensorFlow: Keras 2 only (above)
     for TFT, TensorFlow's import without Keras, and the start-up imports without the garbage
-    collector until the command's work starts (pipeline/core/startup.py). `run()` and the Flex
+    collector until the command's work starts (core/startup.py). `run()` and the Flex
     Template's launcher call it."""
-    from pipeline.core import startup
+    from core import startup
 
     use_keras_2()
     startup.defer_keras()
@@ -194,10 +194,10 @@ def _dispatch(argv: list[str]) -> int:
     if command.startswith("--"):  # `imgrec --input ...` means convert.
         command, rest = "convert", argv
     if command == "convert":
-        from pipeline.fast_rerun import try_fast_rerun
+        from pipeline.versions.fast_rerun import try_fast_rerun
 
         # A versioned rerun whose input, options and software are unchanged is made from the
-        # previous version without Beam or TensorFlow (pipeline/fast_rerun.py).
+        # previous version without Beam or TensorFlow (pipeline/versions/fast_rerun.py).
         status = try_fast_rerun(rest)
         if status is not None:
             return status
@@ -214,14 +214,14 @@ def _dispatch(argv: list[str]) -> int:
         finally:
             analysis_process.stop()
     if command == "versions":
-        from pipeline.core import startup
-        from pipeline.versions_report import main as versions_main
+        from core import startup
+        from pipeline.versions.show import main as versions_main
 
         startup.finish()
         return versions_main(rest)
     if command in ("verify", "inspect", "preview"):
-        from pipeline.core import startup, storage
-        from pipeline.core.errors import ERROR_PREFIX
+        from core import startup, storage
+        from core.errors import ERROR_PREFIX
 
         try:
             if command == "verify":

@@ -28,12 +28,13 @@ from apache_beam.options.pipeline_options import (
     TestOptions,
 )
 
-from pipeline import dask_runner, fast_rerun
-from pipeline.core import names, retention, schema, startup, storage, versions
-from pipeline.core.beam_compat import BeamArgumentParser, is_direct_runner
-from pipeline.core.errors import ERROR_PREFIX
+from core import names, retention, schema, startup, storage, versions
+from core.beam_compat import BeamArgumentParser, is_direct_runner
+from core.errors import ERROR_PREFIX
 from pipeline.options import ConvertConfig, ConvertOptions, OptionError
-from pipeline.summary import format_summary
+from pipeline.report.summary import format_summary
+from pipeline.runners import dask_runner
+from pipeline.versions import fast_rerun
 from transforms.list_images import ManifestError, read_manifest_rows, resolve_local
 
 __all__ = [
@@ -60,8 +61,8 @@ _FLEX_TEMPLATE_ENV = "FLEX_TEMPLATE_PYTHON_PY_FILE"
 # only win beyond (7.4 - 4.5) / (1/2582 - 1/4103) ~ 20,000 files. Counting stops here, so the
 # preflight never lists a huge input to the end.
 AUTO_PROCESSES_MIN_FILES = 20_000
-# The module DirectRunner worker processes import first (--beam_plugins; pipeline/worker_start.py).
-WORKER_START_PLUGIN = "pipeline.worker_start"
+# The module DirectRunner worker processes import first (--beam_plugins; pipeline/runners/worker_start.py).
+WORKER_START_PLUGIN = "pipeline.runners.worker_start"
 
 
 class PreflightError(ValueError):
@@ -204,7 +205,7 @@ def _delete_dataset(output: str) -> None:
         storage.join(output, schema.DATASET_INFO),
         storage.join(output, schema.REJECTED),
         storage.join(output, schema.DUPLICATES),
-        storage.join(output, "report.html"),  # pipeline/report.py REPORT_FILE
+        storage.join(output, "report.html"),  # pipeline/report/page.py REPORT_FILE
         storage.join(output, "*", "*-of-*.tfrecord*"),
         storage.join(output, "*", ".tmp-*"),
         storage.join(output, ".imgrec", "**"),
@@ -442,7 +443,7 @@ def _configure_runner(
             direct.direct_running_mode = "multi_processing" if workers > 1 else "in_memory"
         if direct.direct_running_mode == "multi_processing":
             # Each worker process imports TensorFlow and the stages at start-up, without the
-            # garbage collector: ~0.9 s of CPU less per worker (pipeline/worker_start.py).
+            # garbage collector: ~0.9 s of CPU less per worker (pipeline/runners/worker_start.py).
             setup = options.view_as(SetupOptions)
             setup.beam_plugins = [*(setup.beam_plugins or []), WORKER_START_PLUGIN]
         decode_threads = max(1, cores // max(1, direct.direct_num_workers or 1))
@@ -486,7 +487,7 @@ def run_convert(argv: list[str]) -> int:
         print_help()
         return 0
     started = time.time()
-    # What a no-change rerun compares (pipeline/fast_rerun.py): the command line as given.
+    # What a no-change rerun compares (pipeline/versions/fast_rerun.py): the command line as given.
     rerun_key = fast_rerun.run_key(argv)
     try:
         options, config, argv = parse_convert_args(argv)
@@ -517,7 +518,7 @@ def run_convert(argv: list[str]) -> int:
     from pipeline.builder import build_pipeline  # Heavy transforms only once options are good.
 
     pipeline = build_pipeline(config, options, provenance, rerun_key=rerun_key)
-    startup.finish()  # the `imgrec` program's start-up imports are done (pipeline/core/startup.py)
+    startup.finish()  # the `imgrec` program's start-up imports are done (core/startup.py)
     runner = str(options.view_as(StandardOptions).runner or "")
     remote = "Dataflow" in runner
     from pipeline import progress
@@ -584,7 +585,7 @@ def run_convert(argv: list[str]) -> int:
 
 def _write_report(output: str) -> None:
     """report.html next to dataset_info.json; a report that fails never fails the conversion."""
-    from pipeline.report import write_report
+    from pipeline.report.page import write_report
 
     try:
         path = write_report(output)

@@ -7,8 +7,8 @@ import math
 
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from pipeline.core.retention import DEFAULT_KEEP_FOR, parse_duration
-from pipeline.core.schema import COMPRESSIONS, STORE_MODES
+from core.retention import DEFAULT_KEEP_FOR, parse_duration
+from core.schema import COMPRESSIONS, STORE_MODES
 from transforms.images.limits import (
     DEFAULT_MAX_PIXELS,
     JPEG_VERIFY_MODES,
@@ -27,14 +27,14 @@ DEFAULT_TARGET_SHARD_MB = 128.0
 DEFAULT_MAX_BAD_FRACTION = 0.05
 # Pixel statistics need a full-size decode of each sampled image (inspection otherwise verifies
 # JPEGs at 1/8 DCT scale), ~270 us per photo. Sampled ones are as good for normalising:
-# `bench/stats_sample.py --num_images 12000` (2026-12-01): a 4,000 cap (3,572 of 10,809 training
+# `bench/ablations/stats_sample.py --num_images 12000` (2026-12-01): a 4,000 cap (3,572 of 10,809 training
 # images sampled) is within 0.92 % of the exact per-channel mean and 0.47 % of the std, a shift
 # of ~0.013 standard deviations after normalisation; 2,000 gave 1.08 % / 0.81 %. The cap saves
 # the full-size decode of every training image beyond it.
 DEFAULT_STATS_MAX_IMAGES = 4_000
 
 
-# --keep_for's default in seconds (pipeline/core/retention.py says why a day).
+# --keep_for's default in seconds (core/retention.py says why a day).
 DEFAULT_KEEP_FOR_S = parse_duration(DEFAULT_KEEP_FOR)
 
 
@@ -374,7 +374,7 @@ class ConvertConfig:
     # --keep_for in seconds (the option's text is parsed by from_options).
     keep_for_s: float = DEFAULT_KEEP_FOR_S
     full: bool = False
-    # Set by pipeline.core.versions.plan_run, not by an option: the complete version a --versioned
+    # Set by core.versions.plan_run, not by an option: the complete version a --versioned
     # run reuses unchanged files' inspections and unchanged shards from ("" for none).
     previous_version: str = ""
     max_bad_fraction: float = DEFAULT_MAX_BAD_FRACTION

@@ -7,7 +7,7 @@ own running counts and rewrites `<pid>.json` there (atomically, at most twice a 
 the end of every bundle); the launcher sums the files while the job runs. When the variable is
 unset (Dataflow workers, tests building pipelines directly) tallies are free no-ops.
 
-The worker side (tally, flush, the folder's format) is `pipeline/core/tallies.py`;
+The worker side (tally, flush, the folder's format) is `core/tallies.py`;
 `transforms/count_progress.py` holds the PTransform that calls `tally`.
 """
 
@@ -21,8 +21,8 @@ import tempfile
 import threading
 import time
 
-from pipeline.core import tallies
-from pipeline.core.tallies import PROGRESS_DIR_ENV, read_counts
+from core import tallies
+from core.tallies import PROGRESS_DIR_ENV, read_counts
 
 __all__ = [
     "Progress",

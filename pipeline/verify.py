@@ -39,7 +39,7 @@ class VerifyReport:
 
 def _records(data: bytes, shard: str):
     """Yield TFRecord payloads, checking both CRCs of every record (Beam's TFRecord codec)."""
-    from pipeline.core.beam_compat import read_record
+    from core.beam_compat import read_record
 
     f = io.BytesIO(data)
     index = 0
@@ -66,7 +66,7 @@ def _gunzip(data: bytes, shard: str) -> bytes:
 
 
 def _count_lines(path: str) -> int | None:
-    from pipeline.core import storage
+    from core import storage
 
     if not storage.exists(path):
         return None
@@ -75,7 +75,7 @@ def _count_lines(path: str) -> int | None:
 
 def _raw_problem(example: dict, size: int) -> str | None:
     """What is wrong with a raw-pixel record's stated shape, or None."""
-    from pipeline.core import schema
+    from core import schema
 
     h, w, c = (int(example[k].numpy()) for k in (schema.HEIGHT, schema.WIDTH, schema.CHANNELS))
     if h < 1 or w < 1 or c != 3:
@@ -97,10 +97,10 @@ def verify_dataset(data_dir: str, decode: bool = True) -> VerifyReport:
     """
     import tensorflow as tf
 
-    from pipeline.core import schema, startup, storage
-    from pipeline.core.versions import VersionError, resolve_dataset_dir
+    from core import schema, startup, storage
+    from core.versions import VersionError, resolve_dataset_dir
 
-    startup.finish()  # the `imgrec` program's start-up imports are done (pipeline/core/startup.py)
+    startup.finish()  # the `imgrec` program's start-up imports are done (core/startup.py)
     report = VerifyReport()
     try:
         data_dir = resolve_dataset_dir(data_dir, fs="beam")  # a versioned root: LATEST's version
@@ -207,7 +207,7 @@ def verify_dataset(data_dir: str, decode: bool = True) -> VerifyReport:
 
 def _check_dali_index(report, data_dir: str, entry: dict, shard_bytes: bytes) -> None:
     """--dali_index: the shard's index file is there, as recorded, and indexes every record."""
-    from pipeline.core import dali_index, storage
+    from core import dali_index, storage
 
     rel = entry["file"]
     try:

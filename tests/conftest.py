@@ -29,11 +29,11 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.core import startup
+from core import startup
 
 # Collection imports TensorFlow, Beam and TFT in every xdist worker: without the garbage collector
 # until it is done, then those objects frozen, as the `imgrec` program does at its start-up
-# (pipeline/core/startup.py), so the in-process tests' full collections do not walk them again.
+# (core/startup.py), so the in-process tests' full collections do not walk them again.
 startup.begin()
 
 

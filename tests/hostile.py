@@ -39,7 +39,7 @@ _LABELS = ("cat", "dog")
 class Expected:
     """What must happen to one hostile file.
 
-    outcome: "written" or a key of pipeline.core.rejects.REASONS. When written: format is the stored
+    outcome: "written" or a key of core.rejects.REASONS. When written: format is the stored
     image/format, transcode the image/transcode_reason ("" if the bytes are stored as they are).
     case: what the file is, for failure messages.
     """

@@ -27,14 +27,12 @@ RUN_TIMEOUT_S = 600
 # A fresh interpreter's `import tensorflow` with CPython's cyclic collector on spends about half
 # its CPU in full collections over TensorFlow's objects (4.2 -> 2.1 s user here, three runs each;
 # a MirroredStrategy script with Keras 4.4-5.6 -> 2.3-3.3 s). The `imgrec` program and its
-# workers import with the collector off (pipeline/core/startup.py). Scripts that use TensorFlow
+# workers import with the collector off (core/startup.py). Scripts that use TensorFlow
 # as a training job or a user does (the reader, TF's own filesystems, TF's decoders) start with
 # this prelude, the same `startup.without_gc` (collector off, then freeze, then on); what they
 # test comes after it. Scripts that check what an import loads, or the collector itself
 # (test_startup, test_layers), do not use it.
-TF_PRELUDE = (
-    "from pipeline.core.startup import without_gc\nwith without_gc():\n    import tensorflow\n"
-)
+TF_PRELUDE = "from core.startup import without_gc\nwith without_gc():\n    import tensorflow\n"
 
 
 def tf_script(script: str, *args: str) -> list[str]:

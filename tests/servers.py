@@ -9,7 +9,7 @@ tests/conftest.py registers this module as a pytest plugin: a test takes `gcs`, 
 ... as arguments, without importing them, and the whole session shares one server of each kind
 (an import per module would start one per module).
 
-TensorFlow's own GCS filesystem (what pipeline/reader.py uses for gs://) has its endpoints
+TensorFlow's own GCS filesystem (what pipeline/reader/dataset.py uses for gs://) has its endpoints
 compiled in (https://storage.googleapis.com, https://www.googleapis.com) and no emulator
 setting. `tensorflow_gcs_env` therefore starts `GoogleApisFront`: an HTTPS proxy on 127.0.0.1
 whose certificate (for *.googleapis.com, from a throw-away test CA) TensorFlow's libcurl trusts

@@ -13,7 +13,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from pipeline.core import leases, schema, versions
+from core import leases, schema, versions
 from pipeline.demo import build_corpus
 from tests.runs import ROOT, cli, in_process, ok, tf_script
 from tests.servers import wait_until
@@ -22,7 +22,7 @@ from tests.servers import wait_until
 # stops when a file named like it plus ".stop" appears (a normal exit: the lease goes).
 _TRAINER = """
 import os, sys, time
-from pipeline.core import leases
+from core import leases
 leases.DEFAULT_TTL_S = float(sys.argv[3])
 from pipeline.reader import make_dataset
 root, progress = sys.argv[1], sys.argv[2]

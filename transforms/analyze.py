@@ -15,8 +15,8 @@ from apache_beam.options.pipeline_options import (
     StandardOptions,
 )
 
-from pipeline.core import storage
-from pipeline.core.normalize import IMAGE, LABEL, normalize_layer
+from core import storage
+from core.normalize import IMAGE, LABEL, normalize_layer
 
 __all__ = [
     "IMAGE",

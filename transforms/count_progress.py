@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 import apache_beam as beam
 
-from pipeline.core import tallies
+from core import tallies
 
 __all__ = ["CountProgress"]
 

@@ -11,8 +11,8 @@ import re
 import apache_beam as beam
 from apache_beam import pvalue
 
-from pipeline.core import dali_index, schema, storage
-from pipeline.core.errors import ERROR_PREFIX
+from core import dali_index, schema, storage
+from core.errors import ERROR_PREFIX
 
 __all__ = ["DescribeDataset", "TooManyRejectsError", "ERROR_PREFIX"]
 

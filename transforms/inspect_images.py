@@ -9,8 +9,8 @@ import apache_beam as beam
 from apache_beam import pvalue
 from apache_beam.metrics import Metrics
 
-from pipeline.core import storage
-from pipeline.core.rejects import Rejected, decoder_error, make_reject
+from core import storage
+from core.rejects import Rejected, decoder_error, make_reject
 from transforms.images.check import check_image
 from transforms.images.limits import CheckOptions, check_file_size
 from transforms.keys import stats_fraction, wants_stats

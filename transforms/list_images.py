@@ -13,8 +13,8 @@ from apache_beam import pvalue
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 
-from pipeline.core import names
-from pipeline.core.rejects import make_reject
+from core import names
+from core.rejects import make_reject
 from transforms.keys import assign_split
 from transforms.match_local import match_bucket, match_local
 

@@ -6,7 +6,7 @@ the pattern (`x.jpg/`) and every file below a symlinked folder. This walker list
 and says what happened to the rest, so the listing accounts for everything the pattern matched.
 
 Beam-free (bucket listings import FileSystems when called): the listing DoFn in
-transforms/list_images.py and the no-change rerun (pipeline/rerun_stores.py) call it.
+transforms/list_images.py and the no-change rerun (pipeline/versions/rerun_stores.py) call it.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import re
 import stat
 from collections.abc import Iterator
 
-from pipeline.core.names import from_local
+from core.names import from_local
 
 __all__ = ["LocalEntry", "match_bucket", "match_local", "translate_glob", "has_glob"]
 
@@ -124,7 +124,7 @@ def _classify(path: str, is_link: bool) -> LocalEntry | None:
 
 def match_local(pattern: str) -> Iterator[LocalEntry]:
     """Every file an absolute local `pattern` matches, as _match_local finds them, each path in
-    the form it travels in (pipeline/core/names.py: a name that is not UTF-8 as an escaped
+    the form it travels in (core/names.py: a name that is not UTF-8 as an escaped
     `file://` URI)."""
     for entry in _match_local(pattern):
         path = from_local(entry.path)

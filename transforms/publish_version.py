@@ -13,8 +13,8 @@ import logging
 import apache_beam as beam
 from apache_beam import pvalue
 
-from pipeline.core import changes, rerun_record, schema, storage, versions
-from pipeline.core.errors import ERROR_PREFIX
+from core import changes, rerun_record, schema, storage, versions
+from core.errors import ERROR_PREFIX
 from transforms.plan_shards import WRITER_FIELDS
 
 __all__ = [
@@ -101,7 +101,7 @@ class WriteFileIndex(beam.PTransform):
 
 
 def _file_values(batch: list[dict]) -> tuple[int, int, bool]:
-    """[ListedFile] -> the batch's part of the listing digest (pipeline/core/rerun_record.py)."""
+    """[ListedFile] -> the batch's part of the listing digest (core/rerun_record.py)."""
     return rerun_record.combine_values(
         rerun_record.line_value(
             rerun_record.listing_line(r["path"], r.get("size", -1), r.get("stamp"))
@@ -134,7 +134,7 @@ class DigestListing(beam.PTransform):
     """(listed batches, listing rejects) -> one dict {"sha256", "count"} of the listing as this
     run saw it (None when it holds files without a stamp or rejects the digest does not cover).
 
-    A no-change rerun lists the input itself and compares (pipeline/core/rerun_record.py); taking the
+    A no-change rerun lists the input itself and compares (core/rerun_record.py); taking the
     digest here, from the pipeline's own listing, makes it describe exactly what was converted.
     """
 

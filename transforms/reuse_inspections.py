@@ -25,7 +25,7 @@ import apache_beam as beam
 from apache_beam import pvalue
 from apache_beam.metrics import Metrics
 
-from pipeline.core import storage
+from core import storage
 from transforms.keys import stats_fraction, wants_stats
 
 __all__ = [

@@ -13,8 +13,8 @@ import threading
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 
-from pipeline.core import schema, storage
-from pipeline.core.beam_compat import read_record
+from core import schema, storage
+from core.beam_compat import read_record
 
 __all__ = [
     "RECORDS_KEY",

@@ -21,9 +21,9 @@ from apache_beam import pvalue
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 
-from pipeline.core import dali_index, names, schema, storage
-from pipeline.core.beam_compat import write_record
-from pipeline.core.rejects import Rejected, decoder_error, make_reject
+from core import dali_index, names, schema, storage
+from core.beam_compat import write_record
+from core.rejects import Rejected, decoder_error, make_reject
 from transforms.images.check import ImageInfo
 from transforms.images.store_modes import PIXELS_REASON, StoredImage, store_image
 from transforms.keys import int_hash

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.core import schema
+from core import schema
 from pipeline.demo import build_corpus
 from tests.runs import ROOT, in_process, tf_script
 from tests.servers import put_corpus
@@ -62,7 +62,7 @@ def _ok(proc: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
 
 def _records(data: bytes) -> list[bytes]:
     """Every record of a TFRecord file, CRCs checked (raises on a torn or corrupt file)."""
-    from pipeline.core.beam_compat import read_record
+    from core.beam_compat import read_record
 
     f, out = io.BytesIO(data), []
     while True:
@@ -234,7 +234,7 @@ print(json.dumps(counts))
 def test_reader_reads_the_dataset_from_gcs_with_tensorflows_filesystem(
     gcs, gcs_dataset, tensorflow_gcs_env, googleapis_front
 ):
-    """pipeline/reader.py on gs:// goes through TensorFlow's GCS filesystem (not Beam)."""
+    """pipeline/reader/dataset.py on gs:// goes through TensorFlow's GCS filesystem (not Beam)."""
     dest, prefix = gcs_dataset
     data_dir = gcs.uri(dest, prefix.rstrip("/"))
     info = json.loads(gcs.get(gcs.uri(dest, prefix + schema.DATASET_INFO)))

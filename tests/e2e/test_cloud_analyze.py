@@ -19,8 +19,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from core import schema
 from pipeline import launcher
-from pipeline.core import schema
 from pipeline.demo import build_corpus
 from tests.e2e.test_cloud import (
     RUN_TIMEOUT_S,

@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-from pipeline.core import schema
+from core import schema
 from pipeline.demo import build_corpus
 from tests.runs import ROOT as ROOT_PATH
 from tests.runs import in_process
@@ -27,8 +27,8 @@ ROOT = str(ROOT_PATH)
 DASK = os.path.join(os.path.dirname(sys.executable), "dask")
 # As run_dask.sh starts its scheduler and workers: one thread each, TensorFlow and the stages
 # imported at start-up in the worker processes and the scheduler, not in the nannies
-# (pipeline/dask_preload.py).
-PRELOAD = ("--preload", "pipeline.dask_preload")
+# (pipeline/runners/dask_preload.py).
+PRELOAD = ("--preload", "pipeline.runners.dask_preload")
 WORKER_ARGS = ("--nthreads", "1", "--no-dashboard", *PRELOAD)
 SCHEDULER_ARGS = ("--no-dashboard", *PRELOAD)
 # The demo corpus has 3 broken files of 45 (6.7%): above the default 5% limit.
@@ -208,25 +208,25 @@ def test_dask_output_matches_direct_runner_with_analysis(corpus, direct, shared_
     assert os.path.isdir(os.path.join(out, "transform_fn", "variables"))
     assert got == want
     info = json.load(open(os.path.join(out, schema.DATASET_INFO)))
-    assert info["provenance"]["runner"] == "pipeline.dask_runner.DaskRunner"
+    assert info["provenance"]["runner"] == "pipeline.runners.dask_runner.DaskRunner"
     assert info["num_listed"] == info["num_written"] + info["num_rejected"] + info["num_duplicates"]
     # Each worker ran the start-up preload (Dask names every preload it runs).
     for n in (0, 1):
         log = open(os.path.join(c.tmp, f"worker{n}.log"), errors="replace").read()
-        assert "Run preload setup: pipeline.dask_preload" in log, log[-3000:]
+        assert "Run preload setup: pipeline.runners.dask_preload" in log, log[-3000:]
 
 
 def test_the_preload_loads_tensorflow_in_the_workers_and_scheduler_not_the_nannies(
     shared_cluster,
 ):
     """`dask worker` imports a --preload module in its nanny too (to check its arguments):
-    pipeline.dask_preload's import loads nothing, its dask_setup loads the stages."""
+    pipeline.runners.dask_preload's import loads nothing, its dask_setup loads the stages."""
     from distributed import Client
 
     def loaded():
-        return {m: m in sys.modules for m in ("tensorflow", "pipeline.worker_start")}
+        return {m: m in sys.modules for m in ("tensorflow", "pipeline.runners.worker_start")}
 
-    want = {"tensorflow": True, "pipeline.worker_start": True}
+    want = {"tensorflow": True, "pipeline.runners.worker_start": True}
     with Client(shared_cluster.address, timeout=60) as client:
         assert list(client.run(loaded).values()) == [want, want]
         assert client.run_on_scheduler(loaded) == want

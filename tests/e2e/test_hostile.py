@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from pipeline.core import schema
+from core import schema
 from tests.hostile import make_hostile_corpus
 from tests.runs import cli as run_cli
 from tests.runs import in_process, read_records

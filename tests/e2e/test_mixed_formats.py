@@ -12,7 +12,7 @@ import random
 import pytest
 from PIL import Image
 
-from pipeline.core import schema
+from core import schema
 from tests.format_corpus import _photo, bmp_variant, webp_variants
 from tests.runs import ROOT as ROOT_PATH
 from tests.runs import cli as run_cli

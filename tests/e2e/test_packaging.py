@@ -27,6 +27,7 @@ SOURCE_ITEMS = (
     "requirements.txt",
     "constraints.txt",
     "configs",
+    "core",
     "pipeline",
     "transforms",
 )
@@ -85,15 +86,15 @@ def test_sdist_holds_every_module_config_and_the_requirements(sdist):
         names = {n[len(prefix) :] for n in tar.getnames() if n.startswith(prefix)}
     expected = {
         p.relative_to(ROOT).as_posix()
-        for pattern in ("pipeline/**/*.py", "transforms/**/*.py", "configs/*.yaml")
+        for pattern in ("core/**/*.py", "pipeline/**/*.py", "transforms/**/*.py", "configs/*.yaml")
         for p in ROOT.glob(pattern)
     }
     expected |= {"setup.py", "requirements.txt", "MANIFEST.in", "README.md"}
     assert "configs/example.yaml" in expected
     assert {
         "pipeline/launcher.py",
-        "pipeline/dataflow.py",
-        "pipeline/core/schema.py",
+        "pipeline/runners/dataflow.py",
+        "core/schema.py",
         "transforms/write_shards.py",
         "transforms/images/check.py",
     } <= expected

@@ -12,13 +12,13 @@ import time
 
 import pytest
 
-from pipeline.core import schema
+from core import schema
 from pipeline.demo import build_corpus
 from tests.runs import ROOT as ROOT_PATH
 from tests.servers import ProxyTrap
 
 ROOT = str(ROOT_PATH)
-# The summary block's lines after its `imgrec: converted ...` head (pipeline/summary.py, format_summary).
+# The summary block's lines after its `imgrec: converted ...` head (pipeline/report/summary.py, format_summary).
 _SUMMARY = re.compile(
     r"^  (written|rejected|duplicates|transcoded|shards|reasons per file:|warning:|report) "
 )

@@ -17,9 +17,9 @@ import textwrap
 import numpy as np
 import pytest
 
-from pipeline import reader
-from pipeline.core import schema
+from core import schema
 from pipeline.demo import build_corpus
+from pipeline.reader import dataset as reader
 from tests.runs import ROOT, cli_env, in_process, read_records, tf_script
 
 GLOBAL_BATCH = 4  # 2 per replica
@@ -33,8 +33,8 @@ _SCRIPT = textwrap.dedent(
     cpu = tf.config.list_physical_devices("CPU")[0]
     tf.config.set_logical_device_configuration(
         cpu, [tf.config.LogicalDeviceConfiguration(), tf.config.LogicalDeviceConfiguration()])
-    from pipeline import reader
-    from pipeline.core import schema
+    from pipeline.reader import dataset as reader
+    from core import schema
 
     data_dir, batch, size, npz = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
     strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])

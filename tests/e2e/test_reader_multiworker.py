@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.core import schema
+from core import schema
 from pipeline.demo import build_corpus
 from tests.runs import ROOT, cli_env, in_process, tf_script
 from tests.servers import free_port, put_corpus
@@ -51,8 +51,8 @@ _WORKER = textwrap.dedent(
         timeout_seconds=plan["collective_timeout_s"])
     strategy = tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
     task = strategy.cluster_resolver.task_id
-    from pipeline import reader
-    from pipeline.core import schema
+    from pipeline.reader import dataset as reader
+    from core import schema
 
     results = {"task": task, "replicas": strategy.num_replicas_in_sync, "checks": {}}
 
@@ -288,7 +288,7 @@ def _together(run: dict, check: str, epoch: int | None = None) -> tuple[list[str
 
 def _latest(root: str) -> tuple[str, dict]:
     """(the version folder LATEST names, its dataset_info.json)."""
-    from pipeline.core import versions
+    from core import versions
 
     folder = versions.resolve_dataset_dir(root)
     return folder, schema.load_dataset_info(folder)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.core import versions
+from core import versions
 from pipeline.demo import build_corpus
 from tests.runs import ROOT, ok, tf_script
 from tests.servers import wait_until
@@ -95,7 +95,7 @@ def test_s3_reader_fails_naming_a_shard_when_its_version_is_deleted(
     import tensorflow as tf
     from apache_beam.io.filesystems import FileSystems
 
-    from pipeline import reader
+    from pipeline.reader import dataset as reader
 
     root = s3.uri(s3.new_bucket("doomed"), "root")
     ok(convert(Place(root, s3.beam_args, {}, s3), source))

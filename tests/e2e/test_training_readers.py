@@ -16,7 +16,7 @@ import sys
 
 import pytest
 
-from pipeline.core import schema
+from core import schema
 from tests.mixed_folder import write_mixed_folder
 from tests.runs import ROOT, cli, cli_env, in_process
 

@@ -2,7 +2,7 @@
 names, dataset_info.json fields.
 
 Every other test (and the writer, the reader and `verify`) takes these names from
-`pipeline.core.schema`, so a typo there would go unnoticed by all of them: writer and reader would
+`core.schema`, so a typo there would go unnoticed by all of them: writer and reader would
 agree on the wrong name. Here nothing comes from `schema`; a renamed key or file fails.
 """
 
@@ -20,9 +20,9 @@ import pytest
 import tensorflow as tf
 from PIL import Image
 
-from pipeline import reader
-from pipeline.core import schema
+from core import schema
 from pipeline.demo import build_corpus
+from pipeline.reader import dataset as reader
 from tests.runs import ROOT, in_process
 
 # CONTRACT.md "Example features": key -> the tf.train.Feature list it is stored in.
@@ -235,7 +235,7 @@ def test_reader_reads_examples_written_with_the_literal_keys(tmp_path):
 def test_an_example_that_was_not_transcoded_says_so_with_empty_strings():
     from tensorflow.core.example import example_pb2
 
-    from pipeline.core import schema
+    from core import schema
 
     raw = schema.make_example(
         encoded=b"\xff\xd8\xff", image_format="jpeg", height=1, width=2, channels=3, label=0,

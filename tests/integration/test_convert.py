@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from pipeline.core import schema
+from core import schema
 from pipeline.demo import build_corpus
 from tests.runs import cli_env, read_records, tf_script
 from tests.runs import in_process as run_cli
@@ -456,7 +456,7 @@ def test_analysis_adds_statistics_and_leaves_shards_unchanged(converted, corpus,
     # The exported transform, applied by the reader in a fresh process, standardises the split.
     script = (
         "import sys, numpy as np\n"
-        "from pipeline.reader import make_dataset\n"
+        "from pipeline.reader.dataset import make_dataset\n"
         "ds = make_dataset(sys.argv[1], 'train', 8, training=False, image_size=(96, 96),"
         " normalize=True)\n"
         "x = np.concatenate([b[0].numpy().reshape(-1, 3) for b in ds])\n"
@@ -541,7 +541,7 @@ def test_max_side_downscales_and_analysis_does_not_change_the_shards(corpus, tmp
 def test_jpeg_verify_strict_rejects_silently_repaired_jpegs(corpus, tmp_path):
     """--jpeg_verify strict end to end: a photo missing 200 bytes of compressed data (TF decodes
     it with grey blocks, so the default writes it) lands in rejected.jsonl as corrupt."""
-    from pipeline.core.rejects import Rejected
+    from core.rejects import Rejected
     from tests.hostile import tf_decodes
     from transforms.images.check import check_image
     from transforms.images.limits import CheckOptions

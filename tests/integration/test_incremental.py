@@ -18,11 +18,11 @@ import pytest
 from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from pipeline import fast_rerun
+from core import rerun_record, schema, versions
 from pipeline.builder import build_pipeline
-from pipeline.core import rerun_record, schema, versions
 from pipeline.demo import build_corpus
 from pipeline.options import ConvertConfig, OptionError
+from pipeline.versions import fast_rerun
 from tests.runs import ROOT as ROOT_PATH
 from tests.runs import in_process
 from tests.servers import put_corpus
@@ -336,7 +336,7 @@ def test_bucket_root_copies_shards_server_side(store, tmp_path):
     assert snapshot(str(local)) == snapshot(fresh)
 
 
-# -- The no-change rerun (pipeline/fast_rerun.py) ------------------------------------------------
+# -- The no-change rerun (pipeline/versions/fast_rerun.py) ------------------------------------------------
 
 # The `imgrec` program (cli.run, as `python -m pipeline` runs it), then which heavy modules it
 # imported: run() calls the exit handlers before it leaves the interpreter.
@@ -397,7 +397,7 @@ def test_a_no_change_rerun_is_made_from_the_previous_version_without_beam(corpus
     byte for byte but its "Written" time, dataset_info.json but its start and finish times).
     The no-change rerun runs in a fresh process, where "imports nothing heavy" can be seen; the
     runs around it are the same entry point in this process (tests/runs.py)."""
-    from pipeline.report import build_report
+    from pipeline.report.page import build_report
 
     src, summary = corpus
     root = str(tmp_path / "root")

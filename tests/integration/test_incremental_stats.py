@@ -13,8 +13,8 @@ import pytest
 from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.options.pipeline_options import PipelineOptions
 
+from core import versions
 from pipeline.builder import build_pipeline
-from pipeline.core import versions
 from pipeline.demo import build_corpus
 from pipeline.options import ConvertConfig
 from tests.integration.test_incremental import _input, snapshot

@@ -16,7 +16,7 @@ import pytest
 import tensorflow as tf
 from PIL import Image
 
-from pipeline.core import dali_index, schema, versions
+from core import dali_index, schema, versions
 from pipeline.options import ConvertConfig, OptionError
 from pipeline.verify import verify_dataset
 from tests.mixed_folder import NON_JPEG, encode, write_mixed_folder
@@ -331,7 +331,7 @@ def test_every_non_jpeg_source_is_stored_as_rgb_jpeg(folder, name):
 
 
 def test_the_warning_counts_encoded_non_jpeg_records_only():
-    from pipeline.summary import non_jpeg_warning
+    from pipeline.report.summary import non_jpeg_warning
 
     assert non_jpeg_warning({}) == ""  # a dataset_info.json of an older run: no counts, no claim
     assert non_jpeg_warning({"formats_written": {"jpeg": 9}}) == ""

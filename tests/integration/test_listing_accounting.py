@@ -12,9 +12,9 @@ import sys
 import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 
+from core import schema
+from core.rejects import LISTING_REASONS
 from pipeline.builder import build_pipeline
-from pipeline.core import schema
-from pipeline.core.rejects import LISTING_REASONS
 from pipeline.demo import build_corpus
 from pipeline.options import ConvertConfig
 from tests.runs import ROOT as ROOT_PATH

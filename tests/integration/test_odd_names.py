@@ -15,8 +15,8 @@ import time
 
 import pytest
 
-from pipeline.core import names, schema
-from pipeline.report_scan import parse_example, read_records
+from core import names, schema
+from pipeline.report.scan import parse_example, read_records
 from tests import odd_names
 from tests.runs import cli, in_process
 
@@ -98,7 +98,7 @@ def test_escaped_form_round_trips_the_bytes_and_leaves_utf8_paths_alone():
 
 
 def test_reject_rows_are_utf8_json_whatever_the_name():
-    from pipeline.core.rejects import make_reject
+    from core.rejects import make_reject
 
     row = make_reject(os.fsdecode(b"/d/\xe9.jpg"), "unreadable", os.fsdecode(b"link to \xe9"))
     assert json.loads(json.dumps(row, ensure_ascii=False).encode("utf-8")) == {
@@ -328,7 +328,7 @@ def test_pattern_manifest_rejects_and_duplicates_under_a_folder_not_utf8(tmp_pat
     assert not _RAW_CONTROL.search(html)
     assert (escaped + "/cat/broken%E9.jpg").encode() in html  # the rejected file, escaped
 
-    # A versioned rerun lists the same names without Beam (pipeline/fast_rerun.py): no change.
+    # A versioned rerun lists the same names without Beam (pipeline/versions/fast_rerun.py): no change.
     args = ("convert", "--input", pattern, "--output", str(tmp_path / "versions"), "--versioned",
             "--no_analyze", "--max_bad_fraction", "0.5")  # fmt: skip
     assert "(first version)" in in_process(*args).stdout

@@ -2,7 +2,7 @@
 
 Beam's FileSystems.match reads `[2024]` as one character of 2, 0, 4, and Beam's local and GCS
 deletes match their path the same way; imgrec builds its own patterns from folder names
-(pipeline/core/storage.py `glob_escape`, `match_under`, `delete`). Before that, an --output with
+(core/storage.py `glob_escape`, `match_under`, `delete`). Before that, an --output with
 "[" failed its writability probe, and the listings of shards, inspection records and versions
 under such a folder came back empty.
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 
-from pipeline.core import schema, storage, versions
+from core import schema, storage, versions
 from pipeline.demo import build_corpus
 from tests.integration import test_resume
 from tests.integration.test_resume import convert, interrupt

@@ -14,11 +14,11 @@ import subprocess
 
 import pytest
 
-from pipeline.core import schema
+from core import schema
 from pipeline.demo import build_corpus
 from pipeline.launcher import run_convert
-from pipeline.report import write_report
-from pipeline.report_scan import parse_example, read_records
+from pipeline.report.page import write_report
+from pipeline.report.scan import parse_example, read_records
 from tests.runs import ROOT as ROOT_PATH
 
 ROOT = str(ROOT_PATH)
@@ -246,7 +246,7 @@ def test_report_eval_crops_are_what_the_reader_yields_in_evaluation(dataset):
     """evaluation_images (the report's eager decode) equals make_dataset(training=False)."""
     import numpy as np
 
-    from pipeline.reader import evaluation_images, make_dataset, split_files
+    from pipeline.reader.dataset import evaluation_images, make_dataset, split_files
 
     out, info, _ = dataset
     _, shards = split_files(out, "validation")
@@ -274,7 +274,7 @@ def test_class_counts_per_split_are_exact_in_dataset_info(dataset):
 
 def test_reject_thumbnails_never_open_fifos_folders_or_huge_files(tmp_path, monkeypatch):
     """A rejected path may be a FIFO (reading it would block forever) or a folder."""
-    from pipeline import report
+    from pipeline.report import page as report
 
     fifo = tmp_path / "pipe.jpg"
     os.mkfifo(fifo)

@@ -17,8 +17,8 @@ import pytest
 from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.options.pipeline_options import PipelineOptions
 
+from core import schema
 from pipeline.builder import build_pipeline
-from pipeline.core import schema
 from pipeline.demo import build_corpus
 from pipeline.options import ConvertConfig
 from tests.runs import ROOT as ROOT_PATH

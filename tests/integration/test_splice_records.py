@@ -12,7 +12,7 @@ import urllib.parse
 
 import pytest
 
-from pipeline.core import schema, storage
+from core import schema, storage
 from pipeline.demo import build_corpus
 from tests.integration.test_incremental import (
     _in_process_default,

@@ -15,10 +15,12 @@ import pytest
 import tensorflow as tf
 from PIL import Image
 
-from pipeline import reader, reader_crops, reader_decode
-from pipeline.core import schema
+from core import schema
 from pipeline.demo import build_corpus
 from pipeline.options import ConvertConfig, OptionError
+from pipeline.reader import crops as reader_crops
+from pipeline.reader import dataset as reader
+from pipeline.reader import decode as reader_decode
 from pipeline.verify import verify_dataset
 from tests.runs import ROOT as ROOT_PATH
 from tests.runs import in_process, tf_script
@@ -306,8 +308,8 @@ _MIRRORED_SCRIPT = textwrap.dedent(
     cpu = tf.config.list_physical_devices("CPU")[0]
     tf.config.set_logical_device_configuration(
         cpu, [tf.config.LogicalDeviceConfiguration(), tf.config.LogicalDeviceConfiguration()])
-    from pipeline import reader
-    from pipeline.core import schema
+    from pipeline.reader import dataset as reader
+    from core import schema
 
     strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
     out = {}

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.core import changes, schema, versions
+from core import changes, schema, versions
 from pipeline.demo import build_corpus
 from tests.runs import ROOT, in_process, tf_script
 
@@ -248,7 +248,7 @@ def test_versions_changes_reader_verify_inspect_and_pruning(corpus, tmp_path):
     }
 
     # The reader, verify and inspect accept the root and the explicit version.
-    from pipeline.reader import make_dataset, split_files, steps_per_epoch
+    from pipeline.reader.dataset import make_dataset, split_files, steps_per_epoch
 
     n_train = info1["splits"]["train"]["num_examples"]
     assert steps_per_epoch(str(root), "train", 1) == n_train
@@ -340,7 +340,7 @@ def test_kill_9_leaves_latest_and_resume_completes_the_same_version(tmp_path_fac
     v1 = _latest(root)
 
     # --full: the same command on the same input would be served from v1 without the
-    # pipeline (pipeline/fast_rerun.py), too fast to kill; this run must write shards.
+    # pipeline (pipeline/versions/fast_rerun.py), too fast to kill; this run must write shards.
     proc = subprocess.Popen(
         [sys.executable, "-m", "pipeline", "convert", *args, "--full", "--versioned",
          *CONVERT_ARGS],
@@ -427,7 +427,7 @@ def beam_filesystems_s3(s3):
 
 _RESOLVE_ON_GCS = """
 import sys
-from pipeline.core.versions import resolve_dataset_dir
+from core.versions import resolve_dataset_dir
 print(resolve_dataset_dir(sys.argv[1]))
 print(resolve_dataset_dir(sys.argv[1] + "/v20261201T030000Z"))
 assert "apache_beam" not in sys.modules, "the reader's resolution imported Beam"

@@ -12,8 +12,8 @@ import sys
 
 import pytest
 
+from core import schema
 from pipeline import analysis_process
-from pipeline.core import schema
 from pipeline.demo import build_corpus
 from tests.runs import ROOT, cli_env
 

@@ -1,4 +1,4 @@
-"""The private Beam APIs wrapped in pipeline/core/beam_compat.py still do what imgrec relies on.
+"""The private Beam APIs wrapped in core/beam_compat.py still do what imgrec relies on.
 
 A Beam upgrade that renames or changes them fails here, naming the API, instead of as shards
 TensorFlow cannot read or an option error nobody understands.
@@ -11,7 +11,7 @@ import io
 
 import pytest
 
-from pipeline.core import beam_compat
+from core import beam_compat
 
 RECORDS = [b"", b"x", b"imgrec" * 1000, bytes(range(256))]
 
@@ -128,7 +128,7 @@ def test_beam_s3_operations_share_one_boto3_client_per_configuration():
 
 
 def test_storage_turns_s3_client_sharing_on_at_import():
-    """Beam workers import pipeline.core.storage when they unpickle a DoFn: that import alone must
+    """Beam workers import core.storage when they unpickle a DoFn: that import alone must
     share clients (a fresh interpreter, so nothing this test session did counts)."""
     import subprocess
     import sys
@@ -136,7 +136,7 @@ def test_storage_turns_s3_client_sharing_on_at_import():
     from tests.runs import ROOT, cli_env
 
     probe = (
-        "import pipeline.core.storage\n"
+        "import core.storage\n"
         "from apache_beam.io.aws.clients.s3 import boto3_client\n"
         "print(type(boto3_client.boto3).__name__, callable(boto3_client.boto3.session.Session))"
     )

@@ -63,7 +63,7 @@ def test_damaged_headers_are_still_rejected_not_repaired():
     data, _ = bmp_variants.build("rgb32-111110")
     for cut in (20, 40, 60, 80):
         assert bmp_repair.for_pillow(data[:cut], _MAX) is not None  # never raises
-    from pipeline.core.rejects import Rejected
+    from core.rejects import Rejected
 
     with pytest.raises(Rejected) as e:
         check_image(data[:70], CheckOptions())

@@ -16,8 +16,8 @@ from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 from PIL import Image
 
-from pipeline.core import schema
-from pipeline.core.rejects import MAX_ERROR_DETAIL, REASONS, Rejected
+from core import schema
+from core.rejects import MAX_ERROR_DETAIL, REASONS, Rejected
 from pipeline.options import ConvertConfig
 from tests.runs import ROOT as ROOT_PATH
 from tests.runs import in_process, read_records

@@ -18,7 +18,7 @@ DOCS = sorted(glob.glob(os.path.join(ROOT, "docs", "*.md")))
 _LINK = re.compile(r"\]\(([^)\s]+)\)")
 # Repository paths named in prose or code: a top-level folder of this repository, or a file
 # name with an extension the repository uses for its own files.
-_TOP = "docs|tests|pipeline|transforms|bench|configs|scripts|examples|\\.ci"
+_TOP = "docs|tests|core|pipeline|transforms|bench|configs|scripts|examples|\\.ci"
 _PATH = re.compile(
     rf"(?<![\w/.:-])((?:{_TOP})/[\w./-]*[\w/]|[\w.-]+\.(?:md|sh|yaml|py|txt)\b|Dockerfile\.\w+)"
 )

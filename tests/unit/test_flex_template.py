@@ -156,7 +156,7 @@ def test_dockerfile_installs_exactly_the_pinned_requirements_on_the_pinned_beam_
         "pip install --no-cache-dir --no-deps .",
     ]
     copied = " ".join(ln for ln in lines if ln.startswith("COPY "))
-    for needed in ("requirements.txt", "constraints.txt", "setup.py", "pipeline", "transforms",
+    for needed in ("requirements.txt", "constraints.txt", "setup.py", "core", "pipeline", "transforms",
                    "templates/flex/main.py"):  # fmt: skip
         assert needed in copied, needed
     env = dict(re.match(r"ENV (\S+)=(\S+)", ln).groups() for ln in lines if ln.startswith("ENV "))

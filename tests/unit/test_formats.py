@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from pipeline.core.rejects import Rejected
+from core.rejects import Rejected
 from tests.format_corpus import (
     _photo,
     bmp_variant,
@@ -138,7 +138,7 @@ def test_a_one_frame_animated_webp_is_stored_as_png_not_handed_to_tensorflow():
 
 def test_a_stored_webp_reads_through_the_reader(tmp_path):
     """The training reader decodes a record whose image/encoded is a WebP."""
-    from pipeline.core import schema
+    from core import schema
     from pipeline.reader import make_dataset
 
     data = dict(webp_variants(_IM))["lossy"]

@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from pipeline.core.rejects import Rejected
+from core.rejects import Rejected
 from tests.runs import ROOT as ROOT_PATH
 from transforms.images.check import check_image, encode_for_storage
 from transforms.images.limits import CheckOptions

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from pipeline.core.rejects import REASONS, Rejected
+from core.rejects import REASONS, Rejected
 from tests.hostile import encode, make_hostile_corpus, photo, png_chunk, tf_decodes
 from tests.runs import ROOT as ROOT_PATH
 from transforms.images import check, decode, limits, transcode
@@ -680,7 +680,7 @@ def test_reason_taxonomy_is_stable_and_documented():
         "changed_during_run",
         "decoder_error",
     }
-    from pipeline.core.rejects import LISTING_REASONS
+    from core.rejects import LISTING_REASONS
 
     text = ""
     for doc in ("README.md", os.path.join("docs", "rejects.md")):

@@ -1,10 +1,15 @@
 """The layer rule (docs/DESIGN.md "Layers"), checked on the source: who may import whom.
 
-    pipeline/core/        imports nothing from the rest of pipeline/ or from transforms/
-    transforms/images/    per-file image logic: pipeline.core and transforms.images only, no Beam
-    transforms/           the PTransforms: pipeline.core, transforms (and Beam), never pipeline/
-    pipeline/reader.py    the training side: pipeline.core only (plus TensorFlow), never Beam
-    pipeline/             the command line, the graph, the other commands: on top of all of it
+Top-level packages, each importing only those below it (so no two import each other):
+
+    pipeline/             the command (cli, launcher, options, builder, verify, ...) and its rooms:
+      reader/             the training side: core only (plus TensorFlow), never Beam
+      report/             summary, report.html, the TF-free scan: the reader and the core
+      versions/           the no-change rerun and `imgrec versions`: core, stages, options, report
+      runners/            Dask, Dataflow, the workers' start-up: core, stages, builder, options
+    transforms/           the stages (PTransforms): core and transforms, never pipeline/
+      images/             per-file image logic: core and transforms.images only, no Beam
+    core/                 schema, storage, rejects, versions' format, the reader's helpers: itself
 
 Every import counts, also those inside functions (a deferred import is still a dependency).
 """
@@ -23,7 +28,7 @@ import pytest
 from pipeline import cli
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-PACKAGES = ("pipeline", "transforms")
+PACKAGES = ("core", "pipeline", "transforms")
 
 # A module past this many lines does more than one job; split it by job (as transforms/images/
 # splits the old image_check.py).
@@ -87,45 +92,99 @@ def _violations(paths: list[str], allowed: tuple[str, ...]) -> dict[str, list[st
 
 
 MODULES = _modules()
-CORE = [p for p in MODULES if p.startswith("pipeline/core/")]
-IMAGES = [p for p in MODULES if p.startswith("transforms/images/")]
-TRANSFORMS = [p for p in MODULES if p.startswith("transforms/")]
+# Who may import whom: a room (its modules' dotted prefix) -> the rooms it may import. A room of
+# pipeline/ is matched before the command (pipeline's own modules), transforms.images before
+# transforms. Every production module is in exactly one room (test_every_module_has_a_room).
+ROOMS: dict[str, tuple[str, ...]] = {
+    "core": ("core",),
+    "transforms.images": ("core", "transforms.images"),
+    "transforms": ("core", "transforms"),
+    "pipeline.reader": ("core", "pipeline.reader"),
+    "pipeline.report": ("core", "pipeline.reader", "pipeline.report"),
+    "pipeline.versions": (
+        "core",
+        "transforms",
+        "pipeline.options",
+        "pipeline.report",
+        "pipeline.versions",
+    ),  # fmt: skip
+    "pipeline.runners": (
+        "core",
+        "transforms",
+        "pipeline.builder",
+        "pipeline.options",
+        "pipeline.runners",
+    ),  # fmt: skip
+    "pipeline": ("core", "transforms", "pipeline"),  # the command: on top of all of it
+}
+# The top-level packages from the bottom up: each imports only those before it.
+ORDER = ("core", "transforms", "pipeline")
 
 
-def test_the_layers_exist():
-    # Guards the globs below: a rule over no files would pass whatever the imports.
-    assert "pipeline/core/schema.py" in CORE and "pipeline/core/rejects.py" in CORE
+def _module(path: str) -> str:
+    return path[: -len(".py")].replace("/", ".").removesuffix(".__init__")
+
+
+def _room(path: str) -> str:
+    """The room of a module (the longest matching prefix of ROOMS)."""
+    name = _module(path)
+    return max((r for r in ROOMS if _within(name, r)), key=len, default="")
+
+
+def _in(room: str) -> list[str]:
+    return [p for p in MODULES if _room(p) == room]
+
+
+CORE = _in("core")
+IMAGES = _in("transforms.images")
+TRANSFORMS = _in("transforms") + IMAGES
+READER = _in("pipeline.reader")
+
+
+def test_the_rooms_exist():
+    # Guards the rules below: a rule over no files would pass whatever the imports.
+    assert "core/schema.py" in CORE and "core/rejects.py" in CORE
     assert "transforms/images/check.py" in IMAGES and "transforms/write_shards.py" in TRANSFORMS
+    assert {"pipeline/reader/dataset.py", "pipeline/reader/files.py"} <= set(READER)
+    assert "pipeline/report/page.py" in _in("pipeline.report")
+    assert "pipeline/versions/fast_rerun.py" in _in("pipeline.versions")
+    assert "pipeline/runners/dask_runner.py" in _in("pipeline.runners")
+    assert "pipeline/launcher.py" in _in("pipeline")
 
 
-def test_core_imports_nothing_above_it():
-    assert _violations(CORE, ("pipeline.core",)) == {}
+def test_every_module_has_a_room():
+    # A new folder of pipeline/ is a new room: give it its rule in ROOMS.
+    assert [p for p in MODULES if not _room(p)] == []
+    folders = {os.path.dirname(p).replace("/", ".") for p in MODULES}
+    assert sorted(folders - set(ROOMS)) == []
 
 
-def test_transforms_import_only_the_core_and_transforms():
-    assert _violations(TRANSFORMS, ("pipeline.core", "transforms")) == {}
+@pytest.mark.parametrize("room", sorted(ROOMS))
+def test_each_room_imports_only_what_its_rule_allows(room):
+    assert _violations(_in(room), ROOMS[room]) == {}
 
 
-def test_per_file_image_logic_imports_only_the_core_and_itself_and_no_beam():
-    assert _violations(IMAGES, ("pipeline.core", "transforms.images")) == {}
-    beam = {p: "apache_beam" for p in IMAGES if any(_within(n, "apache_beam") for n in _imports(p))}
+def test_no_two_top_level_packages_import_each_other():
+    """core <- transforms <- pipeline: a package imports only those below it, never one above."""
+    edges = {
+        (path.split("/")[0], name.split(".")[0])
+        for path in MODULES
+        for name in _ours(_imports(path))
+        if path.split("/")[0] != name.split(".")[0]
+    }
+    upward = sorted((a, b) for a, b in edges if ORDER.index(b) > ORDER.index(a))
+    assert upward == []
+    assert sorted((a, b) for a, b in edges if (b, a) in edges) == []
+    assert ("pipeline", "transforms") in edges and ("transforms", "core") in edges
+
+
+def test_the_reader_and_the_per_file_image_logic_never_import_beam():
+    beam = {
+        p: "apache_beam"
+        for p in READER + IMAGES
+        if any(_within(n, "apache_beam") for n in _imports(p))
+    }
     assert beam == {}
-
-
-# The reader (training side) and the Beam-free modules it is split into.
-READER = ("pipeline/reader.py", "pipeline/reader_files.py", "pipeline/reader_decode.py",
-          "pipeline/reader_crops.py", "pipeline/reader_shares.py")  # fmt: skip
-READER_MODULES = tuple(p[: -len(".py")].replace("/", ".") for p in READER)
-
-
-def test_the_reader_imports_only_the_core_and_itself_and_never_beam():
-    for path in READER:
-        names = _imports(path)
-        allowed = ("pipeline.core", *READER_MODULES)
-        assert sorted(n for n in _ours(names) if not any(_within(n, a) for a in allowed)) == [], (
-            path
-        )
-        assert not any(_within(n, "apache_beam") for n in names), path
 
 
 def test_the_checker_sees_deferred_from_and_relative_imports():
@@ -135,15 +194,22 @@ def test_the_checker_sees_deferred_from_and_relative_imports():
         "    from pipeline import launcher\n"
         "    import transforms.keys\n"
         "    from ..options import ConvertConfig\n"
+        "    from core import schema\n"
     )
-    names = _ours(_parse_imports(source, "pipeline.core"))
+    names = _ours(_parse_imports(source, "pipeline.reader"))
     assert names == {
         "pipeline.launcher",
         "transforms.keys",
         "pipeline.options",
         "pipeline.options.ConvertConfig",
+        "core.schema",
     }
-    assert _violations(["pipeline/core/schema.py"], ("pipeline.core",)) == {}
+    assert _violations(["pipeline/reader/files.py"], ("core", "pipeline.reader")) == {}
+    # A room's rule catches an import across rooms: the report's page imports the reader.
+    assert (
+        "pipeline.reader.dataset"
+        in _violations(["pipeline/report/page.py"], ("core",))["pipeline/report/page.py"]
+    )
 
 
 def test_private_beam_names_are_imported_in_beam_compat_only():
@@ -156,7 +222,7 @@ def test_private_beam_names_are_imported_in_beam_compat_only():
                 private = [a.name for a in node.names if a.name.startswith("_")]
                 if private:
                     found.setdefault(path, []).extend(private)
-    assert found == {"pipeline/core/beam_compat.py": ["_TFRecordUtil", "_BeamArgumentParser",
+    assert found == {"core/beam_compat.py": ["_TFRecordUtil", "_BeamArgumentParser",
                                                       "_OutputHandler"]}  # fmt: skip
 
 
@@ -177,7 +243,7 @@ def test_training_side_and_per_file_modules_import_without_beam():
     code = textwrap.dedent(
         """
         import sys
-        import pipeline.reader, pipeline.core.versions
+        import pipeline.reader, core.versions
         import transforms.images.check, transforms.images.store_modes
         import transforms.images.decode_worker
         print("BEAM" if "apache_beam" in sys.modules else "NO-BEAM")
@@ -204,11 +270,11 @@ _KERAS_PROBE = textwrap.dedent(
         loaded["tft_loads_keras_2"] = "tf_keras" in sys.modules and "keras" not in sys.modules
         import tensorflow as tf
         loaded["tf_keras_works"] = tf.keras.layers.Dense(2)(tf.ones([1, 3])).shape == (1, 2)
-        # pipeline/core/startup.py: the collector is back on, the start-up imports frozen.
+        # core/startup.py: the collector is back on, the start-up imports frozen.
         loaded["gc"] = {"enabled": gc.isenabled(), "frozen": gc.get_freeze_count()}
         # The DirectRunner workers' start-up plugin, imported as a worker would (GC back on).
         frozen = gc.get_freeze_count()
-        import pipeline.worker_start
+        import pipeline.runners.worker_start
         loaded["worker_start"] = {
             "enabled": gc.isenabled(),
             "frozen_more": gc.get_freeze_count() > frozen,
@@ -230,7 +296,7 @@ def test_the_command_loads_tensorflow_without_keras_and_without_gc(tmp_path):
     later import loads Keras 3 as well (pipeline/cli.py, use_keras_2), and TensorFlow's own
     import loads neither (startup.defer_keras), while TFT's import and `tf.keras` still load
     Keras 2 afterwards; its start-up imports run without the garbage collector, which is back
-    on, with those imports frozen, once the command's work starts (pipeline/core/startup.py).
+    on, with those imports frozen, once the command's work starts (core/startup.py).
     The workers' start-up plugin does the same."""
     env = {k: v for k, v in os.environ.items() if k != cli.KERAS_ENV}
     env.update(PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="2", IMGREC_LOG_DIR=str(tmp_path / "logs"))

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline.core.rejects import Rejected
+from core.rejects import Rejected
 from transforms.images.limits import CheckOptions, _check_dims, check_file_size
 
 

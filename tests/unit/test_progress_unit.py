@@ -11,8 +11,8 @@ import time
 from apache_beam.metrics.execution import MetricKey, MetricResult
 from apache_beam.metrics.metricbase import MetricName
 
+from core import tallies
 from pipeline import progress
-from pipeline.core import tallies
 from tests.runs import ROOT as ROOT_PATH
 from tests.servers import wait_until
 
@@ -21,7 +21,7 @@ ROOT = str(ROOT_PATH)
 
 def test_counts_from_other_processes_are_summed(tmp_path, monkeypatch):
     code = (
-        "from pipeline.core import tallies\n"
+        "from core import tallies\n"
         "tallies.tally('listed', 10)\ntallies.tally('inspected', 4)\ntallies.flush()\n"
     )
     env = dict(os.environ, PYTHONPATH=ROOT, **{tallies.PROGRESS_DIR_ENV: str(tmp_path)})

@@ -1,4 +1,4 @@
-"""Tests of pipeline/reader.py on small shards written here (independent of the converter)."""
+"""Tests of pipeline/reader/dataset.py on small shards written here (independent of the converter)."""
 
 from __future__ import annotations
 
@@ -15,8 +15,10 @@ import pytest
 import tensorflow as tf
 from PIL import Image
 
-from pipeline import reader, reader_crops, reader_decode
-from pipeline.core import schema
+from core import schema
+from pipeline.reader import crops as reader_crops
+from pipeline.reader import dataset as reader
+from pipeline.reader import decode as reader_decode
 from tests.runs import ROOT as ROOT_PATH
 from tests.runs import tf_script
 
@@ -380,8 +382,8 @@ _MIRRORED_SCRIPT = textwrap.dedent(
     tf.config.set_logical_device_configuration(
         cpu, [tf.config.LogicalDeviceConfiguration(), tf.config.LogicalDeviceConfiguration()])
     import keras
-    from pipeline import reader
-    from pipeline.core import schema
+    from pipeline.reader import dataset as reader
+    from core import schema
 
     out0 = {"beam_imported": "apache_beam" in sys.modules}
     data_dir = sys.argv[1]

@@ -1,4 +1,4 @@
-"""The reader's crop-window math and DCT-scaled crop decode (pipeline/reader_crops.py), exactly:
+"""The reader's crop-window math and DCT-scaled crop decode (pipeline/reader/crops.py), exactly:
 window arithmetic for the evaluation centre crop, the training window's bounds, and the scale
 libjpeg decodes each crop at (mutants bench/MUTATION.md found alive)."""
 
@@ -12,7 +12,7 @@ import pytest
 import tensorflow as tf
 from PIL import Image
 
-from pipeline.reader_crops import DEFAULT_CROP_FRACTION, crop_window, decode_and_crop_scaled
+from pipeline.reader.crops import DEFAULT_CROP_FRACTION, crop_window, decode_and_crop_scaled
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""pipeline/reader_decode.py's fast paths give the pixels of the plain path they replace."""
+"""pipeline/reader/decode.py's fast paths give the pixels of the plain path they replace."""
 
 from __future__ import annotations
 
@@ -11,8 +11,10 @@ import pytest
 import tensorflow as tf
 from PIL import Image
 
-from pipeline import reader, reader_crops, reader_decode
-from pipeline.core import schema
+from core import schema
+from pipeline.reader import crops as reader_crops
+from pipeline.reader import dataset as reader
+from pipeline.reader import decode as reader_decode
 
 _CONFIG = dict(
     shards=(),

@@ -23,8 +23,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from pipeline import reader
-from pipeline.core import schema, shard_cache, stores
+from core import schema, shard_cache, stores
+from pipeline.reader import dataset as reader
 from tests.runs import ROOT as ROOT_PATH
 from tests.runs import tf_script
 from tests.servers import (
@@ -134,8 +134,8 @@ _MIRRORED_SCRIPT = textwrap.dedent(
     cpu = tf.config.list_physical_devices("CPU")[0]
     tf.config.set_logical_device_configuration(
         cpu, [tf.config.LogicalDeviceConfiguration(), tf.config.LogicalDeviceConfiguration()])
-    from pipeline import reader
-    from pipeline.core import schema
+    from pipeline.reader import dataset as reader
+    from core import schema
 
     local_dir, s3_dir, endpoint, cache_dir = sys.argv[1:5]
     strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])

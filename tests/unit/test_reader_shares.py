@@ -1,4 +1,4 @@
-"""How input pipelines share a split (pipeline/reader_shares.py), in process: shards of uneven
+"""How input pipelines share a split (pipeline/reader/shares.py), in process: shards of uneven
 size, fewer shards than pipelines, training epochs of exactly `steps_per_epoch` steps.
 
 The same checks over a real two-process MultiWorkerMirroredStrategy cluster:
@@ -17,9 +17,9 @@ import pytest
 import tensorflow as tf
 from PIL import Image
 
-from pipeline import reader
-from pipeline.core import schema
-from pipeline.reader_shares import epoch_parts, records_per_epoch
+from core import schema
+from pipeline.reader import dataset as reader
+from pipeline.reader.shares import epoch_parts, records_per_epoch
 
 IMAGE_SIZE = (16, 16)
 UNEVEN = (3, 17, 5, 9, 11, 2, 8, 1)  # 56 records in 8 shards

@@ -11,8 +11,8 @@ import threading
 import pytest
 import tensorflow as tf
 
-from pipeline import reader
-from pipeline.core import schema
+from core import schema
+from pipeline.reader import dataset as reader
 from tests.unit.test_reader import IMAGE_SIZE, write_dataset
 
 # Generous: the error comes after one shard's expected batches plus a few spare reads (ms

@@ -8,7 +8,7 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from pipeline import report_charts as charts
+from pipeline.report import charts
 
 _NS = "{http://www.w3.org/2000/svg}"
 

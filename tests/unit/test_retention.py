@@ -12,8 +12,8 @@ import time
 
 import pytest
 
-from pipeline import reader
-from pipeline.core import leases, retention, schema, shard_cache, versions
+from core import leases, retention, schema, shard_cache, versions
+from pipeline.reader import dataset as reader
 from tests.unit.test_reader import IMAGE_SIZE, write_dataset
 
 V1, V2, V3 = "v20261201T030000Z", "v20261202T030000Z", "v20261203T030000Z"

@@ -37,12 +37,15 @@ def test_explicit_workers_win_over_the_input_size(tmp_path, monkeypatch):
 
 
 def test_worker_processes_import_the_stages_at_start_up(tmp_path, monkeypatch):
-    """Worker processes get the start-up plugin (pipeline/worker_start.py), after any the user
+    """Worker processes get the start-up plugin (pipeline/runners/worker_start.py), after any the user
     gave; an in-process run has no worker process to give it to."""
     argv = ["--input", str(tmp_path / "*.jpg"), "--output", str(tmp_path / "out")]
     for extra, plugins in [
         (["--workers", "2"], [launcher.WORKER_START_PLUGIN]),
-        (["--workers", "2", "--beam_plugins", "my.plugin"], ["my.plugin", "pipeline.worker_start"]),
+        (
+            ["--workers", "2", "--beam_plugins", "my.plugin"],
+            ["my.plugin", "pipeline.runners.worker_start"],
+        ),
         (["--workers", "1"], None),
     ]:
         options, config, args = launcher.parse_convert_args(argv + extra)
@@ -78,8 +81,8 @@ def test_beams_direct_runner_runs_without_prism(tmp_path, monkeypatch, argv_extr
     Prism; the options still name DirectRunner. Other runners are Beam's, as named."""
     from apache_beam.options.pipeline_options import StandardOptions
 
+    from core import beam_compat
     from pipeline.builder import build_pipeline
-    from pipeline.core import beam_compat
 
     (tmp_path / "in").mkdir()
     argv = ["--input", str(tmp_path / "in" / "*.jpg"), "--output", str(tmp_path / "out")]

@@ -1,4 +1,4 @@
-"""pipeline/core/schema.py beyond the names (tests/integration/test_contract.py): the parse spec's
+"""core/schema.py beyond the names (tests/integration/test_contract.py): the parse spec's
 defaults and subsets, and dataset_info.json errors that name the path and the fix (mutants
 bench/MUTATION.md found alive)."""
 
@@ -10,7 +10,7 @@ import pytest
 import tensorflow as tf
 from tensorflow.core.example import example_pb2, feature_pb2
 
-from pipeline.core import schema
+from core import schema
 
 
 def test_the_spec_parses_an_example_without_the_optional_features_to_defaults():

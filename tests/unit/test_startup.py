@@ -1,4 +1,4 @@
-"""pipeline/core/startup.py: the program's start-up without the garbage collector, in process."""
+"""core/startup.py: the program's start-up without the garbage collector, in process."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import gc
 
 import pytest
 
-from pipeline.core import startup
+from core import startup
 
 
 @pytest.fixture
@@ -62,7 +62,7 @@ def test_without_gc_is_begin_then_finish(collector):
 
 _DEFERRED = """
 import json, os, sys
-from pipeline.core import startup
+from core import startup
 startup.defer_keras()
 startup.defer_keras()  # a second call installs nothing more
 finders = sum(isinstance(f, startup._DeferKeras) for f in sys.meta_path)
@@ -80,7 +80,9 @@ print(json.dumps(out))
 
 
 @pytest.mark.e2e  # a fresh TensorFlow process (the import under test can happen only once)
-@pytest.mark.parametrize("start", ["", "import pipeline.worker_start"], ids=["program", "worker"])
+@pytest.mark.parametrize(
+    "start", ["", "import pipeline.runners.worker_start"], ids=["program", "worker"]
+)
 def test_tensorflow_loads_without_keras_and_keras_loads_later(start):
     """startup.defer_keras: a fresh process's `import tensorflow` (the program's, or the worker
     start-up plugin's) loads no Keras module; `import tf_keras` and `tf.keras` work afterwards.

@@ -1,4 +1,4 @@
-"""pipeline/core/storage.py against real servers: local disk, the GCS emulator and moto's S3 server."""
+"""core/storage.py against real servers: local disk, the GCS emulator and moto's S3 server."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import time
 import pytest
 from apache_beam.io.filesystems import FileSystems
 
-from pipeline.core import storage
+from core import storage
 
 # 9 MB: above boto3's 8 MB multipart threshold (copies) and Beam's 5 MB S3 part size.
 BIG = 9 * 1024 * 1024 + 7
@@ -193,7 +193,7 @@ def test_names_with_pattern_characters_are_listed_and_deleted_literally(
     store, bucket, beam_filesystems, tmp_path
 ):
     """`match_under` and `delete` take "runs [1]/a?.txt" as that name, on each store: Beam's
-    local and GCS deletes read a path as a pattern, S3's does not (pipeline/core/storage.py)."""
+    local and GCS deletes read a path as a pattern, S3's does not (core/storage.py)."""
     local = tmp_path / "bucket"
     for base, put in (
         (store.uri(bucket, ""), store.put),
@@ -215,8 +215,8 @@ def test_names_with_pattern_characters_are_listed_and_deleted_literally(
 def test_bucket_stores_list_folders_named_with_pattern_characters(store, bucket, beam_filesystems):
     """The fast rerun's bucket store and the reader's Beam store list "runs [1]" as that folder,
     not as "runs 1" (their listings build patterns from a folder's name too)."""
-    from pipeline.core import stores
-    from pipeline.rerun_stores import BucketStore
+    from core import stores
+    from pipeline.versions.rerun_stores import BucketStore
 
     for name in ("runs [1]/a.txt", "runs [1]/sub/b.txt", "runs 1/decoy.txt"):
         store.put(store.uri(bucket, name), b"x")

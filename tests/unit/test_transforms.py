@@ -300,7 +300,7 @@ def test_a_store_that_stays_down_fails_the_job_instead_of_rejecting_each_file(
 ):
     """Inspection and the writer let storage.StoreOutageError through (a per-file ReadError
     would become an `unreadable` reject): the pipeline stops with the outage message."""
-    from pipeline.core import storage
+    from core import storage
     from transforms.write_shards import WriteShards
 
     monkeypatch.setattr(storage, "_BREAKER", storage._OutageBreaker())

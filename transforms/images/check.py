@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from pipeline.core.rejects import Rejected
+from core.rejects import Rejected
 from transforms.images.decode import (
     _VERIFY_DCT_RATIO,
     _dct_shape,

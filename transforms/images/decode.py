@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import zlib
 
-from pipeline.core.rejects import Rejected
+from core.rejects import Rejected
 from transforms.images.headers import _SOF_NAMES, _Header, _skip_gif_blocks
 from transforms.images.pillow_probe import _not_decodable
 

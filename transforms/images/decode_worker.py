@@ -145,7 +145,7 @@ atexit.register(_POOL.close)
 
 def _ask(op: str, data: bytes, formats: tuple[str, ...]):
     """The worker's answer to (op, data, formats), or Rejected (its own, or decoder_error)."""
-    from pipeline.core.rejects import Rejected
+    from core.rejects import Rejected
 
     try:
         # The test hook travels with each request: a worker started earlier obeys it too.
@@ -196,7 +196,7 @@ def _serve(op: str, data: bytes, formats: tuple[str, ...], abort_marker: str | N
 
 
 def _main() -> None:
-    from pipeline.core.rejects import Rejected
+    from core.rejects import Rejected
 
     # Replies go to a private copy of stdout; anything a library prints goes to stderr.
     out = os.fdopen(os.dup(1), "wb")

@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 
-from pipeline.core.rejects import Rejected
+from core.rejects import Rejected
 
 __all__ = [
     "DEFAULT_MAX_PIXELS",

@@ -7,7 +7,7 @@ import struct
 
 import numpy as np
 
-from pipeline.core.rejects import Rejected
+from core.rejects import Rejected
 from transforms.images import bmp_repair
 from transforms.images.headers import (
     _ORIENTATION_TRANSPOSE,

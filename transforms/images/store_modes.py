@@ -12,7 +12,7 @@ import dataclasses
 
 import numpy as np
 
-from pipeline.core import rejects, schema
+from core import rejects, schema
 from transforms.images import check, decode, headers, limits, transcode
 
 __all__ = [

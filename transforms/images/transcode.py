@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import io
 
-from pipeline.core.rejects import Rejected
+from core.rejects import Rejected
 from transforms.images.decode import _dct_shape, _dct_side, _decode_failure, _tf, _tf_decode
 from transforms.images.headers import _ORIENTATION_TRANSPOSE, _Header
 from transforms.images.limits import _TF_DECODABLE_OTHER, STORED_FORMATS, CheckOptions

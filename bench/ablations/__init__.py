@@ -1,0 +1,1 @@
+"""One-off ablations: each measured one choice; docs/benchmarks.md records the results."""

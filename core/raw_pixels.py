@@ -1,0 +1,40 @@
+"""Raw-pixel records (`--store pixels|smart`, image/format "raw"): bytes -> uint8 [H, W, 3].
+
+The reader's side of transforms/images/store_modes.py. No Beam, no decoder: `decode_raw` is a copy and
+the reshape is free, so a raw record costs its read, its parse and the crop + resize.
+"""
+
+from __future__ import annotations
+
+import tensorflow as tf
+
+from core import schema
+
+__all__ = ["RAW_CHANNELS", "decode_raw_image", "is_raw", "store_mode"]
+
+# The writer stores RGB (gray replicated, alpha dropped), like decode_image(channels=3) yields.
+RAW_CHANNELS = 3
+
+
+def store_mode(info: dict) -> str:
+    """How the dataset stores images, from dataset_info.json ("encoded" when it does not say)."""
+    # Datasets written before --store existed hold encoded images only.
+    mode = info.get("store") or "encoded"
+    if mode not in schema.STORE_MODES:
+        raise ValueError(
+            f"dataset_info.json says store={mode!r}; this imgrec reads "
+            f"{', '.join(schema.STORE_MODES)}: upgrade imgrec"
+        )
+    return mode
+
+
+def is_raw(image_format: tf.Tensor) -> tf.Tensor:
+    """bool, per record: image/format says raw pixels."""
+    return tf.equal(image_format, schema.RAW_FORMAT)
+
+
+def decode_raw_image(encoded: tf.Tensor, height: tf.Tensor, width: tf.Tensor) -> tf.Tensor:
+    """One raw record's pixels as uint8 [height, width, 3]; a size mismatch fails naming it."""
+    pixels = tf.io.decode_raw(encoded, tf.uint8)
+    shape = tf.stack([tf.cast(height, tf.int32), tf.cast(width, tf.int32), RAW_CHANNELS])
+    return tf.reshape(pixels, shape)

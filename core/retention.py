@@ -1,0 +1,225 @@
+"""Retention of a versioned root's old versions: `--keep_versions` picks what may go, then live
+reader leases (core/leases.py) and `--keep_for` (how long after it was superseded)
+keep what must stay; durations, and when a version was published.
+
+A version is *superseded* when LATEST moves past it; that moment is recorded in the newer
+version's `.imgrec/published.json` just before the pointer moves. Imports neither TensorFlow
+nor Apache Beam at module level (the no-change rerun prunes local roots without them).
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import re
+import time
+
+from core.versions import (
+    _VERSION_FORMAT,
+    PUBLISHED,
+    _join,
+    is_finished,
+    list_versions,
+    read_latest,
+)
+
+__all__ = [
+    "DEFAULT_KEEP_FOR",
+    "format_duration",
+    "parse_duration",
+    "plan_prune",
+    "published_record",
+    "retention_holds",
+    "retention_line",
+]
+
+# `--keep_for` default: a superseded version stays a day, whatever --keep_versions says. Leases
+# protect imgrec's own readers however long they run; this protects the readers that hold none
+# (another tool reading the shards, a path pasted into a config, a reader on read-only
+# credentials) for a day after a new version replaced theirs. Table formats do the same
+# (Iceberg expires snapshots after 5 days, Delta vacuums after 7); a day keeps the disk cost of
+# a nightly schedule at one or two extra versions. `--keep_for 0` prunes at once.
+DEFAULT_KEEP_FOR = "1d"
+_DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*$")
+
+_DURATION_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+
+
+def parse_duration(text: str | float | int, option: str = "--keep_for") -> float:
+    """Seconds in a duration like `0`, `90s`, `30m`, `12h`, `7d` or `2w` (a bare number: seconds).
+
+    Raises:
+        ValueError: not such a duration (the message names `option` and the forms).
+    """
+    if isinstance(text, int | float) and not isinstance(text, bool) and text >= 0:
+        return float(text)
+    match = _DURATION_RE.match(str(text).lower())
+    if not match:
+        raise ValueError(
+            f"{option} must be a duration such as 0, 90s, 30m, 12h, 7d or 2w, got {text!r}"
+        )
+    return float(match.group(1)) * _DURATION_UNITS[match.group(2)]
+
+
+def format_duration(seconds: float) -> str:
+    """A duration for people: `0s`, `45s`, `12m`, `1.5h`, `3d` (largest unit, one decimal)."""
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds / size:.1f}".rstrip("0").rstrip(".") + unit
+    return f"{seconds:.0f}s"
+
+
+def published_record(now: float | None = None) -> bytes:
+    """The bytes of `.imgrec/published.json`: when LATEST moved to the version holding it."""
+    when = time.time() if now is None else now
+    stamp = datetime.datetime.fromtimestamp(when, datetime.UTC).isoformat()
+    return json.dumps({"published_unix": when, "published": stamp}).encode("utf-8")
+
+
+def plan_prune(older: list[str], finished: list[str], latest: str, keep: int) -> list[str]:
+    """The versions `--keep_versions keep` lets go: every one of `older` (the versions older
+    than `latest`) but the `keep - 1` newest finished ones; unfinished versions older than the
+    oldest kept one are abandoned runs and go too. Leases and `--keep_for` are checked after."""
+    if keep < 1:
+        return []
+    kept = sorted(finished, reverse=True)[: keep - 1]
+    oldest_kept = min([latest, *kept])
+    return [n for n in older if n not in kept and (n in finished or n < oldest_kept)]
+
+
+def _read_optional(path: str) -> bytes | None:
+    """A small file's bytes, or None when it does not exist (local: os; buckets: Beam)."""
+    if "://" not in path:
+        try:
+            with open(path, "rb") as f:
+                return f.read()
+        except FileNotFoundError:
+            return None
+    from core import storage
+
+    return storage.read_bytes(path) if storage.exists(path) else None
+
+
+def _published_at(root: str, name: str) -> float:
+    """When LATEST moved to `name`: its published.json, else (versions published before it was
+    recorded) the end of its conversion, else its name's time (when its run started)."""
+    data = _read_optional(_join(_join(root, name), PUBLISHED))
+    if data is not None:
+        try:
+            return float(json.loads(data)["published_unix"])
+        except (ValueError, KeyError, TypeError):
+            pass
+    from core import schema
+
+    info = _read_optional(_join(_join(root, name), schema.DATASET_INFO))
+    if info is not None:
+        try:
+            finished = json.loads(info)["provenance"]["finished"]
+            return datetime.datetime.fromisoformat(finished).timestamp()
+        except (ValueError, KeyError, TypeError):
+            pass
+    when = datetime.datetime.strptime(name, _VERSION_FORMAT).replace(tzinfo=datetime.UTC)
+    return when.timestamp()
+
+
+def retention_holds(
+    root: str,
+    candidates: list[str],
+    names: list[str],
+    latest: str,
+    keep_for_s: float,
+    now: float | None = None,
+    finished: list[str] | None = None,
+) -> dict[str, str]:
+    """Which of `candidates` (versions `plan_prune` let go) must stay for now, and why.
+
+    A version stays while a reader holds a live lease on it (core/leases.py), and, when
+    it was ever published, until `keep_for_s` seconds after it was superseded: after the first
+    publication of a newer version up to `latest` (unfinished versions were never read).
+
+    Args:
+        root: the versioned root.
+        candidates: version names to check.
+        names: every version name under `root`.
+        latest: the version LATEST names.
+        keep_for_s: `--keep_for` in seconds.
+        now: Unix time (default: now).
+        finished: the complete versions among `names` (default: all of `candidates`).
+
+    Returns:
+        {name: the reason it stays}, for the candidates that stay.
+    """
+    from core import leases
+
+    now = time.time() if now is None else now
+    done = set(candidates if finished is None else finished)
+    newer_cache: dict[str, float] = {}
+    held: dict[str, str] = {}
+    for name in candidates:
+        try:
+            live = leases.live_leases(_join(root, name), now)
+        except OSError as e:  # unknown is not "none": keep it, say why
+            held[name] = f"its leases cannot be read ({str(e)[:200]})"
+            continue
+        if live:
+            until = max(float(x["expires_unix"]) for x in live)
+            who = ", ".join(f"{x.get('host', '?')}-{x.get('pid', '?')}" for x in live[:3])
+            held[name] = (
+                f"held by {len(live)} reader(s) ({who}{', ...' if len(live) > 3 else ''}; "
+                f"lease renewed until {_utc(until)} unless the reader exits)"
+            )
+            continue
+        if keep_for_s <= 0 or name not in done:
+            continue
+        successors = [n for n in names if name < n <= latest]
+        if not successors:
+            continue
+        for n in successors:
+            if n not in newer_cache:
+                newer_cache[n] = _published_at(root, n)
+        superseded = min(newer_cache[n] for n in successors)
+        if now < superseded + keep_for_s:
+            held[name] = (
+                f"superseded {format_duration(max(0.0, now - superseded))} ago; --keep_for "
+                f"{format_duration(keep_for_s)} keeps it until {_utc(superseded + keep_for_s)}"
+            )
+    return held
+
+
+def _utc(unix: float) -> str:
+    return datetime.datetime.fromtimestamp(unix, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def retention_line(
+    root: str,
+    keep: int,
+    keep_for_s: float,
+    listing: tuple[list[str], str, list[str]] | None = None,
+) -> str | None:
+    """After a versioned run with --keep_versions: the old versions still kept beyond `keep`,
+    and why (None when none is).
+
+    Args:
+        root: the versioned root.
+        keep: --keep_versions.
+        keep_for_s: --keep_for in seconds.
+        listing: (every version name, the one LATEST names, the complete ones) when the caller
+            has them (the no-change rerun lists locally without Beam); default: listed here.
+    """
+    if keep < 1:
+        return None
+    if listing is None:
+        latest = read_latest(root)
+        if latest is None:
+            return None
+        names = list_versions(root)
+        finished = [n for n in names if n < latest and is_finished(root, n)]
+    else:
+        names, latest, finished = listing
+    older = [n for n in names if n < latest]
+    finished = [n for n in finished if n < latest]
+    doomed = plan_prune(older, finished, latest, keep)
+    held = retention_holds(root, doomed, names, latest, keep_for_s, None, finished)
+    if not held:
+        return None
+    return "\n".join(f"  kept        {n}: {why}; a later run prunes it" for n, why in held.items())

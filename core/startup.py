@@ -1,0 +1,107 @@
+"""A process's start-up: the `imgrec` program and its workers import without the cyclic garbage
+collector, and TensorFlow's import leaves Keras out (`defer_keras`, below).
+
+Importing TensorFlow, Beam and TFT creates ~700,000 long-lived objects the collector tracks
+(modules, functions, protos; `gc.get_freeze_count()` after `imgrec verify`'s imports), and
+CPython's collector walks all of them again at every full collection it triggers along the way.
+With it off until the imports are done, then `gc.freeze()` (the start-up objects move to a
+generation no collection walks again) and back on, a process imports the same modules for ~1 s
+less CPU (one process each, alternating: 4.1-4.9 s -> 3.0-3.4 s of CPU for `import
+tensorflow_transform, apache_beam`; 2.2-2.7 s -> 1.4-1.8 s for a DirectRunner worker's TensorFlow
+and stage modules), and every later full collection skips the frozen objects. Whole commands,
+`bench/ablations/startup.py --fix gc` (docs/benchmarks.md): the default convert 1.23x, `--no_analyze
+--workers 2` 1.52x, verify 1.36x, wall clock. The collector is back on before the command reads
+any image (only the options, a manifest and the preflight's listing come before).
+
+Only processes imgrec owns do this: the `imgrec` program (`pipeline.cli.run`, until the command's
+work starts), the DirectRunner worker processes it starts (`pipeline.runners.worker_start`, a Beam
+plugin), Dask workers started with `--preload pipeline.runners.dask_preload` (run_dask.sh) and the Flex
+Template's launcher (templates/flex/main.py). A library caller (`pipeline.cli.main`, the reader
+in a training job) keeps its own collector settings, and its TensorFlow loads Keras as usual.
+"""
+
+from __future__ import annotations
+
+import gc
+import sys
+
+__all__ = ["begin", "defer_keras", "finish", "without_gc"]
+
+_started = False  # True while the collector is off because begin() turned it off
+
+
+def begin() -> None:
+    """Turn the collector off for the start-up imports (a no-op if it is off already)."""
+    global _started
+    if gc.isenabled():
+        gc.disable()
+        _started = True
+
+
+def finish() -> None:
+    """The start-up imports are done: freeze what they made and turn the collector back on.
+
+    A no-op unless `begin()` turned it off, so library callers and a second call are safe.
+    """
+    global _started
+    if _started:
+        _started = False
+        gc.freeze()
+        gc.enable()
+
+
+class without_gc:  # noqa: N801 - used as a context manager, like contextlib's lower-case ones
+    """`with without_gc(): import ...`: `begin()` on entry, `finish()` on exit."""
+
+    def __enter__(self) -> None:
+        begin()
+
+    def __exit__(self, *exc) -> None:
+        finish()
+
+
+# TensorFlow's __init__ ends by importing Keras (`tf_keras.src.optimizers` with
+# TF_USE_LEGACY_KERAS=1, else `keras.src.optimizers`) inside `try: ... except ImportError`, "so that
+# any function/method that needs to happen at load time will trigger, eg registration of
+# optimizers in the SavedModel registry": the whole of Keras 2 (or 3), ~1 s of CPU, in every
+# process that imports TensorFlow. imgrec never uses Keras: it decodes, reads and writes with
+# tf.io / tf.data and loads TFT's export, and `import tensorflow_transform` imports Keras 2 itself
+# (tensorflow_transform/keras_lib.py), after TensorFlow, for the runs that analyse. So imgrec's own
+# processes refuse that one import: `import tensorflow` takes 2.9-3.0 s of CPU instead of
+# 3.9-4.1 s (three fresh processes each, alternating). Measured whole commands:
+# `bench/ablations/startup.py --fix keras` (docs/benchmarks.md).
+_KERAS_PREFIXES = ("keras.", "tf_keras.")
+
+
+class _DeferKeras:
+    """A meta path finder that refuses Keras's modules while TensorFlow's __init__ is running.
+
+    It refuses only submodules (`tf_keras.src...`): TensorFlow looks the top-level packages up
+    (`importlib.util.find_spec("tf_keras")`) to put their API folders on `tf.__path__`, so that
+    `tf.keras` still works when someone asks for it later. "Running" is the import system's own
+    flag on the module being executed (`__spec__._initializing`, set by importlib around
+    `exec_module` since Python 3.4): once `import tensorflow` is done, the finder lets everything
+    through, so a later `import tensorflow_transform`, `import tf_keras` or `tf.keras` loads Keras
+    as usual. tests/unit/test_startup.py checks all three in a fresh process.
+    """
+
+    def find_spec(self, name, path=None, target=None):
+        if name.startswith(_KERAS_PREFIXES) and _tensorflow_initializing():
+            raise ModuleNotFoundError(
+                f"imgrec: {name} is not loaded while TensorFlow starts (core/startup.py)",
+                name=name,
+            )
+        return None
+
+
+def _tensorflow_initializing() -> bool:
+    module = sys.modules.get("tensorflow")
+    return bool(getattr(getattr(module, "__spec__", None), "_initializing", False))
+
+
+def defer_keras() -> None:
+    """In imgrec's own processes, before anything imports TensorFlow: TensorFlow's import leaves
+    Keras out (`_DeferKeras` above). A no-op once TensorFlow is in or the finder is installed."""
+    if "tensorflow" in sys.modules or any(isinstance(f, _DeferKeras) for f in sys.meta_path):
+        return
+    sys.meta_path.insert(0, _DeferKeras())

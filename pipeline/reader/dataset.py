@@ -1,0 +1,539 @@
+"""The training-side reader: a converted dataset's shards to a batched, distributed tf.data pipeline.
+
+The pipeline is assembled here; which files a split has is pipeline/reader/files.py, how records
+become images pipeline/reader/decode.py (crop math: pipeline/reader/crops.py). None of them
+imports Apache Beam.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+from collections.abc import Callable, Sequence
+from typing import Literal
+
+import tensorflow as tf
+
+from core import leases, raw_pixels, schema, shard_cache, versions
+from pipeline.reader.crops import DEFAULT_CROP_FRACTION as _DEFAULT_CROP_FRACTION
+from pipeline.reader.decode import decode_batch as _decode_batch
+from pipeline.reader.decode import decode_batch_eagerly as _decode_batch_eagerly
+from pipeline.reader.decode import decode_example as _decode_example
+from pipeline.reader.decode import postprocess_fn as _postprocess_fn
+from pipeline.reader.files import ShardFile, split_files, steps_per_epoch
+from pipeline.reader.files import load_split as _load_split
+from pipeline.reader.files import median_jpeg_min_side as _median_jpeg_min_side
+from pipeline.reader.files import resolve_version as _resolve_version
+from pipeline.reader.files import typical_min_side as _typical_min_side
+from pipeline.reader.shares import pipeline_records
+
+__all__ = ["ShardFile", "evaluation_images", "make_dataset", "split_files", "steps_per_epoch"]
+
+_log = logging.getLogger(__name__)
+
+AUTOTUNE = tf.data.AUTOTUNE
+
+# Shards read at once per input pipeline: enough outstanding reads to hide object-store latency
+# (gs:// first-byte time is ~50 ms) while a 2-core laptop still reads a few files at a time.
+_MAX_PARALLEL_SHARDS = 16
+# Read-ahead per open shard. TF's default (256 KB) means one GCS round trip per ~3 records of
+# ~100 KB; 8 MB is what TF official models' ImageNet reader uses. 16 open shards x 8 MB = 128 MB.
+_READ_BUFFER_BYTES = 8 * 1024 * 1024
+
+# Records counted at a time when checking each shard's record count (see _read_shard): 32 records
+# of ~100 KB per open shard, x16 open shards, is ~50 MB of transient memory.
+_COUNT_BATCH = 32
+# Read attempts per shard beyond its expected batches (see _read_shard): a read error ends the
+# shard at once (TFRecordDataset moves past the file), so only a shard that cannot be opened
+# uses them, and it fails after its expected batches plus these, not never.
+_SPARE_READS = 4
+
+# Default RAM for the shuffle buffer of serialized records, per input pipeline. ~100 KB ImageNet
+# records give ~2,600 records, ~20 batches of 128: enough to mix shards, since file order is
+# already shuffled per epoch and 16 shards are interleaved record by record.
+_DEFAULT_SHUFFLE_MB = 256
+# Never shuffle fewer records than this, even for huge records: below ~1k the buffer barely mixes
+# neighbouring records of one shard (which share a source folder order).
+_MIN_SHUFFLE_RECORDS = 1024
+
+# cache=True/"auto" may hold the split's serialized records in at most this fraction of physical
+# RAM; the rest is for the shuffle buffer, prefetched batches, the framework and the model.
+_CACHE_RAM_FRACTION = 0.25
+
+# Auto mode turns JPEG DCT scaling on when the split's median shorter side is at least this many
+# times the target's longer side. Measured on this repo's 2-core dev box (CPU ms per image, fused
+# crop, output 224x224): 1600x1200 photos 2.58 -> 2.22 (train), 2.91 -> 2.25 (eval) with scaling;
+# on ~450x400 photos the per-image ratio switch costs 0.69 -> 0.79, so it stays off there.
+_DCT_MIN_SCALE = 2
+
+# Workers must agree on the per-epoch file order to split records without overlap; with seed=None
+# and several input pipelines this shared seed is used for the file order only.
+_SHARED_FILE_SEED = 20240611
+# Spreads one user seed over independent streams (file order, record shuffle, augmentation).
+_SEED_STRIDE = 1_000_003
+
+
+@dataclasses.dataclass(frozen=True)
+class _Config:
+    """Everything the per-pipeline dataset function needs; validated once, up front."""
+
+    shards: tuple[ShardFile, ...]
+    num_examples: int
+    num_bytes: int
+    global_batch_size: int
+    training: bool
+    image_size: tuple[int, int]
+    seed: int | None
+    repeat: bool
+    deterministic: bool
+    cache: bool
+    shuffle_records: int
+    crop_fraction: float
+    dct_scaling: bool
+    extra_features: tuple[str, ...]
+    postprocess: Callable | None
+    normalize_dir: str | None = None
+    local_copies: shard_cache.ShardCache | None = None  # stores TensorFlow cannot read
+    # dataset_info.json["store"]: "encoded" (JPEG/PNG/GIF), "pixels" (raw) or "smart" (both).
+    store: str = "encoded"
+    # The dataset (a versioned root's version folder) the shards belong to, for error messages.
+    data_dir: str = ""
+
+    def __post_init__(self) -> None:
+        if self.global_batch_size <= 0:
+            raise ValueError(f"global_batch_size must be positive, got {self.global_batch_size}")
+        if min(self.image_size) <= 0:
+            raise ValueError(f"image_size must be positive (height, width), got {self.image_size}")
+        if not 0.0 < self.crop_fraction <= 1.0:
+            raise ValueError(f"crop_fraction must be in (0, 1], got {self.crop_fraction}")
+        known = set(schema.FEATURE_SPEC_JSON)
+        unknown = [key for key in self.extra_features if key not in known]
+        if unknown:
+            raise ValueError(
+                f"extra_features {unknown} are not Example features; use keys from "
+                f"core.schema, e.g. schema.LABEL_TEXT or schema.FILENAME"
+            )
+
+
+def make_dataset(
+    data_dir: str,
+    split: str,
+    global_batch_size: int,
+    *,
+    strategy: tf.distribute.Strategy | None = None,
+    input_context: tf.distribute.InputContext | None = None,
+    training: bool = False,
+    image_size: int | tuple[int, int] = (224, 224),
+    seed: int | None = None,
+    repeat: bool | None = None,
+    deterministic: bool | None = None,
+    cache: bool | Literal["auto"] = False,
+    shuffle_buffer_mb: float = _DEFAULT_SHUFFLE_MB,
+    crop_fraction: float = _DEFAULT_CROP_FRACTION,
+    jpeg_dct_scaling: bool | None = None,
+    extra_features: Sequence[str] = (),
+    postprocess: Callable[[tf.Tensor, tf.Tensor], tuple[tf.Tensor, tf.Tensor]] | None = None,
+    normalize: bool = False,
+    cache_dir: str | None = None,
+    s3_endpoint_url: str | None = None,
+    lease: bool = True,
+) -> tf.data.Dataset | tf.distribute.DistributedDataset:
+    """The input pipeline of a converted split, batched per replica and prefetched.
+
+    Files come from dataset_info.json. In training the file order is reshuffled every epoch with
+    a seed all workers share, each input pipeline reads an equal contiguous range of the
+    epoch's records (exactly `steps_per_epoch` steps' worth: pipeline/reader/shares.py), shards
+    are read in parallel, serialized records are shuffled within the epoch, then decoded with a
+    random-resized crop and a random flip. In evaluation the order is fixed and images get a centre crop. Images are
+    resized to `image_size` and returned as uint8: normalise on the accelerator.
+
+    Every storage mode reads the same way (docs/storage_modes.md): JPEG/PNG/GIF records are
+    decoded (the crop fused into libjpeg's decode), raw-pixel records (`--store pixels|smart`,
+    image/format "raw") are reshaped with `decode_raw` and cropped without a decoder.
+
+    Args:
+        data_dir: the converter's output directory: a local path, gs:// (read by TensorFlow),
+            or s3:// and any other store Apache Beam's FileSystems reads (copied to
+            `cache_dir` first, see below).
+        split: split name from dataset_info.json, e.g. "train" or "validation".
+        global_batch_size: examples per step over all replicas; must divide by the replicas.
+        strategy: when given, returns `strategy.distribute_datasets_from_function(...)`, each
+            replica getting `global_batch_size / num_replicas_in_sync` examples per step.
+        input_context: build the dataset of one input pipeline yourself (e.g. inside your own
+            `distribute_datasets_from_function`); ignored when `strategy` is given.
+        training: augment, shuffle, drop the last partial batch and repeat by default.
+        image_size: output (height, width), or one int for square images.
+        seed: makes file order, record shuffle and augmentation reproducible (with
+            `deterministic=True`); None draws fresh randomness each run.
+        repeat: repeat the split forever (default: `training`). Pair with `steps_per_epoch`.
+        deterministic: keep element order reproducible (default: not `training`).
+        cache: True keeps the split's serialized records in RAM after the first epoch (an error
+            if they exceed a quarter of physical memory); "auto" does so only when they fit.
+        shuffle_buffer_mb: RAM for the shuffle buffer of serialized records, per input pipeline;
+            the record count is derived from the split's average record size.
+        crop_fraction: evaluation centre crop, as a fraction of the largest window of the
+            output's aspect ratio.
+        jpeg_dct_scaling: decode large JPEGs at 1/2, 1/4 or 1/8 scale when the crop stays at
+            least `image_size`; None decides from the split's typical image size.
+        extra_features: more schema keys to return (e.g. `schema.LABEL_TEXT`,
+            `schema.FILENAME`); elements become `(images, labels, {key: [B] tensor})`.
+        postprocess: per-example `fn(image uint8 [H, W, 3], label) -> (image, label)`, applied
+            after resizing and before batching.
+        normalize: apply the dataset's tensorflow-transform export (`DIR/transform_fn`) to each
+            batch: float32 images `(x - pixel_mean) / pixel_std` with the training split's
+            statistics. Off by default: uint8 batches are 4x smaller to move, and normalising on
+            the accelerator is cheaper than on the host.
+        cache_dir: copy shards to this local directory before reading them: each is checked
+            against the size and sha256 in dataset_info.json, written under a temporary name
+            and renamed, downloaded in parallel a few shards ahead of the reader, and reused by
+            later runs. Default: for stores TensorFlow cannot read (s3://, ...) a folder under
+            the system temp dir (`shard_cache.DEFAULT_CACHE_DIR`); none for local and gs://.
+        s3_endpoint_url: S3 endpoint for s3:// data (MinIO, Ceph, ...); default: boto3's, or
+            AWS_ENDPOINT_URL_S3. Credentials and region come from the standard AWS environment
+            (AWS_ACCESS_KEY_ID, AWS_PROFILE, AWS_DEFAULT_REGION, ...).
+        lease: on a version of a versioned root, hold a lease on it until this process exits
+            (`VERSION/.imgrec/leases/<host>-<pid>-<random>.json`, renewed in the background), so
+            `imgrec convert --keep_versions` does not prune it under this job
+            (docs/scheduling.md). A store that refuses the write is said once on the log and
+            reading goes on. False: write nothing (read-only use you do not want counted).
+
+    Returns:
+        A `tf.data.Dataset` of `(images uint8 [B, H, W, 3], labels int64 [B])` with `B` the
+        global batch (or the per-replica batch with `input_context`), or, with `strategy`, a
+        distributed dataset of per-replica batches.
+
+    Raises:
+        schema.DatasetInfoError: `data_dir` has no readable dataset_info.json.
+        ValueError: unknown split, bad arguments, or a batch size the replicas cannot share.
+        FileNotFoundError: a shard listed in dataset_info.json is missing.
+        shard_cache.ShardCacheError: `cache_dir`'s disk cannot hold the split's shards.
+
+    A shard that turns out corrupt, missing or unreadable while reading (CRC mismatch,
+    truncation, deleted, permission lost) stops iteration with `tf.errors.InvalidArgumentError`
+    naming the shard and its version, after at most its expected reads plus a few; with a
+    cache, a shard whose download fails or does not match its sha256 stops it with a
+    `tf.errors.OpError` naming it.
+
+    A versioned root (`imgrec convert --versioned`) is read at the version its LATEST pointer
+    names when this is called; a version published later is picked up by the next call.
+    """
+    store = shard_cache.open_store(data_dir, s3_endpoint_url)
+    data_dir = _resolve_version(data_dir, store)  # once: every later read stays in this version
+    held = None
+    if lease and versions.is_version_name(data_dir.rstrip("/").rpartition("/")[2]):
+        held = leases.hold(data_dir, store)  # before the shards are checked: prunes see it
+    try:
+        info, split_info, shards = _load_split(data_dir, split, store)
+        local_copies = None
+        if cache_dir is not None or not shard_cache.tensorflow_reads(data_dir):
+            if shard_cache.tensorflow_reads(data_dir) and "://" not in data_dir:
+                _log.info("data_dir %s is local: cache_dir is not used", data_dir)
+            else:
+                local_copies = shard_cache.ShardCache(
+                    store,
+                    data_dir,
+                    split,
+                    split_info["shards"],
+                    cache_dir or shard_cache.DEFAULT_CACHE_DIR,
+                )
+                local_copies.check_space()
+        num_examples = int(split_info.get("num_examples", sum(s.num_examples for s in shards)))
+        num_bytes = int(split_info.get("num_bytes", 0))
+        if isinstance(image_size, int):
+            image_size = (image_size, image_size)
+        replicas = None
+        if strategy is not None:
+            replicas = strategy.num_replicas_in_sync
+        elif input_context is not None:
+            replicas = input_context.num_replicas_in_sync
+        if replicas and global_batch_size % replicas:
+            raise ValueError(
+                f"global_batch_size {global_batch_size} is not divisible by the {replicas} replicas "
+                f"in sync; use a multiple of {replicas} (e.g. {replicas * max(1, global_batch_size // replicas)})"
+            )
+        avg_record = max(1, num_bytes // max(1, num_examples))
+        store_mode = raw_pixels.store_mode(info)
+        if jpeg_dct_scaling is None:
+            jpeg_dct_scaling = store_mode != "pixels" and (
+                _typical_min_side(info, shards[0], local_copies) >= _DCT_MIN_SCALE * max(image_size)
+            )
+        config = _Config(
+            shards=shards,
+            num_examples=num_examples,
+            num_bytes=num_bytes,
+            global_batch_size=global_batch_size,
+            training=training,
+            image_size=(int(image_size[0]), int(image_size[1])),
+            seed=seed,
+            repeat=training if repeat is None else repeat,
+            deterministic=(not training) if deterministic is None else deterministic,
+            cache=_want_cache(cache, split, num_bytes),
+            shuffle_records=max(_MIN_SHUFFLE_RECORDS, int(shuffle_buffer_mb * 2**20 / avg_record)),
+            crop_fraction=crop_fraction,
+            dct_scaling=bool(jpeg_dct_scaling),
+            extra_features=tuple(extra_features),
+            postprocess=postprocess,
+            normalize_dir=_export_dir(data_dir, local_copies) if normalize else None,
+            local_copies=local_copies,
+            store=store_mode,
+            data_dir=data_dir,
+        )
+
+        def pipeline(ctx, multi_device: bool) -> tf.data.Dataset:
+            dataset = _pipeline_dataset(config, ctx, multi_device=multi_device)
+            if held is not None:  # the lease lasts while a dataset (or its iterator) does
+                leases.attach(held, dataset)
+            return dataset
+
+        if strategy is not None:
+            return strategy.distribute_datasets_from_function(
+                lambda ctx: pipeline(ctx, multi_device=True)
+            )
+        return pipeline(input_context, multi_device=False)
+    except BaseException:
+        if held is not None:
+            leases.release_unused(held)  # no dataset came of it
+        raise
+
+
+def _want_cache(cache: bool | str, split: str, num_bytes: int) -> bool:
+    """Resolve cache=True/"auto"/False against a RAM budget."""
+    if cache is False:
+        return False
+    if cache not in (True, "auto"):
+        raise ValueError(f"cache must be True, False or 'auto', got {cache!r}")
+    budget = _physical_memory() * _CACHE_RAM_FRACTION
+    if num_bytes <= budget:
+        return True
+    if cache == "auto":
+        _log.info(
+            "split %r (%d MB) does not fit the cache budget; not caching",
+            split,
+            num_bytes >> 20,
+        )
+        return False
+    raise ValueError(
+        f"cache=True: split {split!r} holds {num_bytes >> 20} MB of records, more than "
+        f"{_CACHE_RAM_FRACTION:.0%} of this machine's RAM ({int(budget) >> 20} MB); "
+        "pass cache='auto' or cache=False"
+    )
+
+
+def _physical_memory() -> int:
+    """Bytes of physical RAM (Linux/macOS); 0 where unknown, which disables caching."""
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return 0
+
+
+def _export_dir(data_dir: str, local_copies: shard_cache.ShardCache | None) -> str:
+    """Where normalize_layer finds `transform_fn/`: data_dir, or its copy in the cache."""
+    if local_copies is None or shard_cache.tensorflow_reads(data_dir):
+        return data_dir
+    local_copies.mirror("transformed_metadata")
+    return local_copies.mirror("transform_fn")
+
+
+def evaluation_images(
+    records: Sequence[bytes], info: dict, image_size: tuple[int, int] = (224, 224)
+) -> tf.Tensor:
+    """What `make_dataset(..., training=False)` yields for these serialized Examples, decoded
+    eagerly one by one without a tf.data pipeline (the report shows a few dozen: building and
+    tracing a pipeline for them measured ~2 s; `reader_decode.decode_batch_eagerly`).
+
+    JPEG DCT scaling follows the dataset's statistics as in `make_dataset`; without statistics
+    (--no_analyze), the median shorter side of the JPEGs among these records decides, as the
+    JPEGs among a shard's first records do for `make_dataset` (raw-pixel records of --store
+    smart do not count: they counted here before, and the report's crops of the large JPEGs
+    of a smart dataset were then decoded at full scale where the reader scales them).
+
+    Args:
+        records: serialized tf.train.Examples of one dataset.
+        info: its dataset_info.json.
+        image_size: (height, width) of the output.
+
+    Returns:
+        uint8 [len(records), height, width, 3].
+    """
+    store_mode = raw_pixels.store_mode(info)
+    stats = info.get("statistics") or {}
+    height = (stats.get("height_quantiles") or {}).get("p50")
+    width = (stats.get("width_quantiles") or {}).get("p50")
+    batch = tf.constant(list(records), tf.string)
+    if height and width:
+        min_side = int(min(height, width))
+    else:  # the reader's rule for a dataset without statistics, on these records
+        min_side = _median_jpeg_min_side(records)
+    config = _Config(
+        shards=(),
+        num_examples=len(records),
+        num_bytes=0,
+        global_batch_size=max(1, len(records)),
+        training=False,
+        image_size=(int(image_size[0]), int(image_size[1])),
+        seed=None,
+        repeat=False,
+        deterministic=True,
+        cache=False,
+        shuffle_records=_MIN_SHUFFLE_RECORDS,
+        crop_fraction=_DEFAULT_CROP_FRACTION,
+        dct_scaling=store_mode != "pixels" and min_side >= _DCT_MIN_SCALE * max(image_size),
+        extra_features=(),
+        postprocess=None,
+        store=store_mode,
+    )
+    images, _ = _decode_batch_eagerly(config, batch)
+    return images
+
+
+def _sub_seed(seed: int | None, stream: int, pipeline_id: int = 0) -> int | None:
+    """An independent seed per random stream and input pipeline, derived from the user's seed."""
+    if seed is None:
+        return None
+    return (seed * _SEED_STRIDE + stream * 7919 + pipeline_id) % (2**31 - 1)
+
+
+def _pipeline_dataset(
+    config: _Config, ctx: tf.distribute.InputContext | None, multi_device: bool
+) -> tf.data.Dataset:
+    """The dataset of one input pipeline: per-replica batches when `ctx` is given."""
+    num_pipelines = ctx.num_input_pipelines if ctx else 1
+    pipeline_id = ctx.input_pipeline_id if ctx else 0
+    batch_size = (
+        ctx.get_per_replica_batch_size(config.global_batch_size)
+        if ctx
+        else config.global_batch_size
+    )
+    file_seed = config.seed
+    if file_seed is None and num_pipelines > 1:
+        file_seed = _SHARED_FILE_SEED
+    records = pipeline_records(
+        config,
+        num_pipelines,
+        pipeline_id,
+        read_shard=lambda path, compression, expected, check_counts: _read_shard(
+            path, compression, expected, check_counts, config.data_dir
+        ),
+        file_seed=_sub_seed(file_seed, 0),
+        record_seed=_sub_seed(config.seed, 1, pipeline_id),
+        crop_seed=_sub_seed(config.seed, 2, pipeline_id),
+        max_parallel_shards=_MAX_PARALLEL_SHARDS,
+    )
+    if config.postprocess is None:
+        # Batch the serialized records, then parse and decode a whole batch per call: one tf.data
+        # function call per image measured ~40 us of CPU on top of the work (~10% of a 450x400
+        # JPEG's decode), and parse_example over a batch 8 us/record against parse_single's 48.
+        batches = records.batch(
+            batch_size, drop_remainder=config.training, num_parallel_calls=AUTOTUNE
+        ).map(lambda *batch: _decode_batch(config, *batch), num_parallel_calls=AUTOTUNE)
+    else:
+        # The user's hook runs per example, so decode per example too.
+        examples = records.map(
+            lambda record, seed=None: _decode_example(config, record, seed),
+            num_parallel_calls=AUTOTUNE,
+        )
+        examples = examples.map(_postprocess_fn(config), num_parallel_calls=AUTOTUNE)
+        batches = examples.batch(
+            batch_size, drop_remainder=config.training, num_parallel_calls=AUTOTUNE
+        )
+    if config.normalize_dir is not None:
+        from core.normalize import normalize_layer  # TFT only when asked for.
+
+        normalize = normalize_layer(config.normalize_dir)
+        batches = batches.map(
+            lambda images, *rest: (normalize(images), *rest), num_parallel_calls=AUTOTUNE
+        )
+    batches = batches.prefetch(AUTOTUNE)
+    return batches.with_options(_options(config, multi_device))
+
+
+def _options(config: _Config, multi_device: bool) -> tf.data.Options:
+    """tf.data options, each set on purpose."""
+    options = tf.data.Options()
+    options.deterministic = config.deterministic
+    # We split records between pipelines ourselves (per InputContext); auto-sharding would
+    # shard again, or warn that the source is unshardable.
+    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
+    # Parallelism comes from many images at once (parallel map); per-op thread pools only add
+    # contention. TF official models' image readers set the same.
+    options.threading.max_intra_op_parallelism = 1
+    options.experimental_optimization.map_parallelization = True
+    options.experimental_optimization.parallel_batch = True
+    # With several local devices, stagger the last prefetch so input work does not collide with
+    # the host's step launch.
+    options.experimental_slack = multi_device and config.training
+    return options
+
+
+def _read_shard(
+    path: tf.Tensor,
+    compression: tf.Tensor,
+    expected: tf.Tensor,
+    check_counts: bool,
+    data_dir: str = "",
+) -> tf.data.Dataset:
+    """Serialized records of one shard; a shard that is corrupt, missing or unreadable fails
+    with its name, after a bounded number of read attempts.
+
+    TFRecordDataset's own DataLossError ("corrupted record at 12") does not say which file. So
+    read errors end the shard early (`ignore_errors` logs the original error), and a count check
+    against dataset_info.json after the shard's last record fails naming the shard. The count
+    runs on small batches of records: per-record bookkeeping measured +48 us/record (~7% of a
+    450x400 JPEG decode), batches of 32 measured within noise of a bare read.
+
+    `ignore_errors` retries its input until it yields or ends, and TFRecordDataset retries a
+    file it could not open (deleted, permission lost) on every call instead of moving past it:
+    together they spun forever on a shard deleted under a running reader (100 % CPU, no error).
+    Every call is therefore zipped behind a finite counter: the counter is asked first, so each
+    attempt, failed or not, uses one of its elements, and a shard that cannot be opened ends
+    after its expected batches plus `_SPARE_READS`, with zero records, which the count check
+    turns into the error naming it. Cost (8 shards x 5,000 records of 2 KB, 2 parallel reads,
+    4 alternating runs on the loaded 2-core dev box): 0.62-0.77 s CPU without the counter,
+    0.73-0.81 s with it, ~3 us per record, about 1 % of a 450x400 JPEG's decode.
+    """
+    records = tf.data.TFRecordDataset(
+        path, compression_type=compression, buffer_size=_READ_BUFFER_BYTES
+    )
+    if not check_counts:
+        return records  # no ignore_errors: a read error stops iteration as TensorFlow raised it
+    batches = records.batch(_COUNT_BATCH)
+    attempts = tf.data.Dataset.range((expected + _COUNT_BATCH - 1) // _COUNT_BATCH + _SPARE_READS)
+    # (attempt number, batch of records): ends when the shard ends or the attempts run out.
+    batches = tf.data.Dataset.zip((attempts, batches)).ignore_errors(log_warning=True)
+    # One empty batch marks the end of the shard.
+    batches = batches.concatenate(
+        tf.data.Dataset.from_tensors((tf.constant(-1, tf.int64), tf.constant([], tf.string)))
+    )
+    where = f" of dataset {data_dir}" if data_dir else ""
+    version = data_dir.rstrip("/").rpartition("/")[2]
+    if versions.is_version_name(version):
+        hint = (
+            f"; if version {version} was pruned (--keep_versions) or removed while this job ran, "
+            "restart the job: it reads the version LATEST names now (docs/scheduling.md)"
+        )
+    else:
+        hint = ""
+
+    def count(n: tf.Tensor, attempt_batch):
+        _, batch = attempt_batch
+        size = tf.shape(batch, out_type=tf.int64)[0]
+        ok = tf.logical_or(size > 0, tf.equal(n, expected))
+        # Built per batch of records, not per record: cheap enough to read well on failure.
+        message = tf.strings.join(
+            [
+                "imgrec reader: shard ",
+                path,
+                " is corrupt, truncated, missing or unreadable: read ",
+                tf.strings.as_string(n),
+                " of ",
+                tf.strings.as_string(expected),
+                " records" + where + " (the read error is logged above); if the shard is "
+                "there, re-convert it or run `imgrec verify`" + hint,
+            ]
+        )
+        with tf.control_dependencies([tf.debugging.Assert(ok, [message])]):
+            return n + size, tf.identity(batch)
+
+    return batches.scan(tf.constant(0, tf.int64), count).unbatch()

@@ -1,0 +1,73 @@
+"""The summary a conversion prints (Beam-free: the no-change rerun prints it too)."""
+
+from __future__ import annotations
+
+import os
+import posixpath
+
+from core import schema
+
+__all__ = ["format_summary", "non_jpeg_warning"]
+
+
+def _join(base: str, name: str) -> str:
+    return posixpath.join(base.rstrip("/"), name) if "://" in base else os.path.join(base, name)
+
+
+def non_jpeg_warning(info: dict) -> str:
+    """The warning a dataset with non-JPEG encoded records deserves, or "" (also for datasets
+    whose dataset_info.json does not count records per format: older runs).
+
+    Much training code decodes JPEG only (tf.io.decode_jpeg, tf.image.decode_and_crop_jpeg, TF
+    Model Garden's image classification with decode_jpeg_only: True) and stops at the first
+    PNG with "Invalid JPEG data"; --transcode jpeg stores every image as a JPEG. Raw-pixel
+    records (--store pixels|smart) are left out: they are a choice made for imgrec's reader.
+    """
+    formats = info.get("formats_written") or {}
+    other = {f: n for f, n in formats.items() if f not in ("jpeg", schema.RAW_FORMAT) and n}
+    if not other:
+        return ""
+    listed = ", ".join(f"{f} {n}" for f, n in sorted(other.items(), key=lambda kv: -kv[1]))
+    total = sum(other.values())
+    records, are, them = ("record", "is", "it") if total == 1 else ("records", "are", "them")
+    return (
+        f"{total} {records} {are} not JPEG ({listed}): training code that decodes JPEG only "
+        "(tf.io.decode_jpeg, decode_and_crop_jpeg, TF Model Garden's decode_jpeg_only) fails "
+        f"on {them} with 'Invalid JPEG data'; imgrec's reader reads {them}. Convert with "
+        "--transcode jpeg to store every image as a JPEG (docs/reader.md)."
+    )
+
+
+def format_summary(info: dict, output: str, seconds: float) -> str:
+    """The human summary printed after a conversion."""
+    lines = [
+        f"imgrec: converted {info['num_listed']} listed files in {seconds:.1f} s "
+        f"({info['num_listed'] / max(seconds, 1e-9):.0f} files/s) -> {output}"
+    ]
+    parts = []
+    for split, s in info["splits"].items():
+        parts.append(
+            f"{split} {s['num_examples']} ({s['num_shards']} shard"
+            f"{'s' if s['num_shards'] != 1 else ''}, {s['num_bytes'] / 1e6:.1f} MB)"
+        )
+    lines.append(f"  written     {info['num_written']:>7}   " + ", ".join(parts))
+    reasons = ", ".join(f"{k} {v}" for k, v in info.get("rejected_by_reason", {}).items())
+    lines.append(f"  rejected    {info['num_rejected']:>7}   {reasons}".rstrip())
+    lines.append(f"  duplicates  {info['num_duplicates']:>7}")
+    transcoded = ", ".join(f"{k} {v}" for k, v in info.get("transcoded_by_reason", {}).items())
+    if transcoded:
+        lines.append(
+            f"  transcoded  {sum(info['transcoded_by_reason'].values()):>7}   {transcoded}"
+        )
+    total = sum(s["num_bytes"] for s in info["splits"].values())
+    nshards = sum(s["num_shards"] for s in info["splits"].values())
+    lines.append(
+        f"  shards      {nshards:>7}   {total / 1e6:.1f} MB in all; labels: "
+        f"{len(info['label_names'])}"
+    )
+    if info.get("num_rejected"):
+        lines.append(f"  reasons per file: {_join(output, schema.REJECTED)}")
+    warning = non_jpeg_warning(info)
+    if warning:
+        lines.append(f"  warning: {warning}")
+    return "\n".join(lines)
