@@ -73,7 +73,11 @@ def start() -> None:
     except OSError:  # an unwritable temp dir: the preflight names it (TFT's scratch is there)
         return
     parent = os.getpid()
-    pid = os.fork()
+    try:
+        pid = os.fork()
+    except OSError:  # no process to spare (EAGAIN, ENOMEM): the job analyses in its stages
+        shutil.rmtree(handoff, ignore_errors=True)
+        return
     if pid == 0:  # the analysis process: never returns into the command's code
         status = 1
         try:
@@ -82,13 +86,18 @@ def start() -> None:
         finally:
             sys.stdout.flush()
             sys.stderr.flush()
+            if _orphaned(parent):  # the command was killed (SIGTERM, SIGKILL): tidy up
+                shutil.rmtree(handoff, ignore_errors=True)
             os._exit(status)
     from transforms.analyze_aside import PID_FILE
 
-    with open(os.path.join(handoff, PID_FILE), "w", encoding="ascii") as f:
-        f.write(str(pid))
-    _started = (pid, handoff)
+    _started = (pid, handoff)  # first: stop() can end the process whatever happens below
     atexit.register(stop)
+    try:
+        with open(os.path.join(handoff, PID_FILE), "w", encoding="ascii") as f:
+            f.write(str(pid))
+    except OSError:  # a full temp disk: no hand-off (the preflight names the folder)
+        stop()
 
 
 def claim(scratch: str) -> str | None:
@@ -117,6 +126,14 @@ def stop() -> None:
 
 
 # ----------------------------------------------------------------------------- the process
+def _orphaned(parent: int) -> bool:
+    """Whether the command died without stopping this process (a stop() kills it first): it
+    was re-parented, or it is a zombie its own parent has not reaped yet."""
+    from transforms.analyze_aside import process_gone
+
+    return os.getppid() != parent or process_gone(parent)
+
+
 def _wait_request(handoff: str, parent: int) -> dict:
     """Block until the job's request arrives; exit quietly if the launcher has gone."""
     import json
@@ -126,6 +143,8 @@ def _wait_request(handoff: str, parent: int) -> dict:
     try:
         wait_for_file(handoff, (REQUEST,), parent)
     except RuntimeError:  # the launcher ended (or was killed) without needing the analysis
+        if _orphaned(parent):  # killed: nobody else will remove the folder
+            shutil.rmtree(handoff, ignore_errors=True)
         os._exit(0)
     with open(os.path.join(handoff, REQUEST), encoding="utf-8") as f:
         return json.load(f)

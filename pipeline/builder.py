@@ -126,6 +126,7 @@ def add_convert(
     # ((split, index), [entry]): an entry is a tuple of plan_shards.WRITER_FIELDS
     written = planned["groups"] | "Write" >> WriteShards(config, planned["plan"], label_names)
 
+    handoff = None
     if config.analyze:
         # A dry run only builds the job: keep TFT's scratch folder local, not in --temp_location.
         dry_run = bool(p.options.view_as(TestOptions).dry_run)
@@ -149,6 +150,10 @@ def add_convert(
         statistics = train_images | "Analyze" >> analyze
     else:
         statistics = p | "NoStatistics" >> beam.Create([None])
+    if handoff is None:  # a started analysis process has no use in this job: end it now
+        from pipeline import analysis_process
+
+        analysis_process.stop()
 
     rejected = (
         listing["rejected"],

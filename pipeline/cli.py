@@ -183,7 +183,18 @@ def main(argv: list[str] | None = None) -> int:
                 f"imgrec: full log: {capture.log_path} (-v prints it on the terminal)",
                 file=sys.stderr,
             )
+    if status == 130 and capture.log_path:
+        _thread_errors_to(capture.log_path)
     return status
+
+
+def _thread_errors_to(log_path: str) -> None:
+    """After Ctrl-C, Beam's threads that watch the worker processes (--workers 2) may still
+    report their interrupted workers while the interpreter exits: into the log, as during the
+    run (pipeline/quiet.py), not onto the terminal after our one line."""
+    import threading
+
+    threading.excepthook = quiet._log_thread_error(log_path)
 
 
 def _dispatch(argv: list[str]) -> int:

@@ -30,7 +30,7 @@ from apache_beam.options.pipeline_options import (
 
 from core import names, retention, schema, startup, storage, versions
 from core.beam_compat import BeamArgumentParser, is_direct_runner
-from core.errors import ERROR_PREFIX
+from core.errors import ERROR_PREFIX, interrupted
 from pipeline.options import ConvertConfig, ConvertOptions, OptionError
 from pipeline.report.summary import format_summary
 from pipeline.runners import dask_runner
@@ -542,7 +542,14 @@ def run_convert(argv: list[str]) -> int:
                     result.wait_until_finish()
             else:
                 result.wait_until_finish()
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, Exception) as e:  # noqa: BLE001 - any failure: one clear line
+        if not interrupted(e):  # Beam re-raises a DoFn's KeyboardInterrupt as a RuntimeError
+            from pipeline.quiet import log_hint
+
+            print(f"imgrec: {_beam_error_line(e)}{log_hint()}", file=sys.stderr)
+            # Too many rejects is the input's problem, not a crash: its own status (see --help).
+            too_many = "TooManyRejectsError" in f"{type(e).__name__} {e}"  # Beam wraps ours
+            return EXIT_TOO_MANY_REJECTS if too_many else 1
         if remote:
             print(
                 "imgrec: stopped waiting; the Dataflow job keeps running (cancel it with "
@@ -554,13 +561,6 @@ def run_convert(argv: list[str]) -> int:
                 "imgrec: interrupted; rerun with --resume to keep finished shards", file=sys.stderr
             )
         return 130
-    except Exception as e:  # noqa: BLE001 - any pipeline failure becomes one clear line
-        from pipeline.quiet import log_hint
-
-        print(f"imgrec: {_beam_error_line(e)}{log_hint()}", file=sys.stderr)
-        # Too many rejects is the input's problem, not a crash: its own status (see --help).
-        too_many = "TooManyRejectsError" in f"{type(e).__name__} {e}"  # Beam wraps our error
-        return EXIT_TOO_MANY_REJECTS if too_many else 1
     info_path = storage.join(config.output, schema.DATASET_INFO)
     if storage.exists(info_path):
         info = json.loads(storage.read_bytes(info_path))

@@ -14,6 +14,7 @@ story).
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import fcntl
 import io
@@ -21,6 +22,8 @@ import logging
 import os
 import sys
 import tempfile
+import threading
+import traceback
 
 __all__ = [
     "LOG_DIR_ENV",
@@ -130,6 +133,17 @@ class _Tee(io.TextIOBase):
         return self._terminal.encoding
 
 
+def _log_thread_error(log_path: str):
+    """A `threading.excepthook` that appends the thread's traceback to the log file."""
+
+    def to_log(args) -> None:
+        with contextlib.suppress(OSError), open(log_path, "a", encoding="utf-8") as f:
+            f.write(f"Exception in thread {getattr(args.thread, 'name', '?')}:\n")
+            traceback.print_exception(args.exc_type, args.exc_value, args.exc_traceback, file=f)
+
+    return to_log
+
+
 class Capture:
     """Context manager: send other libraries' output to a log file unless `verbose`.
 
@@ -177,6 +191,10 @@ class Capture:
         root.handlers = [self._handler]
         root.setLevel(logging.INFO)
         logging.captureWarnings(True)
+        # Tracebacks of other libraries' threads (Beam's worker watchers, gRPC's servers when a
+        # run is interrupted) go through sys.stderr, which shows our own lines: log them only.
+        self._old_excepthook = threading.excepthook
+        threading.excepthook = _log_thread_error(self.log_path)
         return self
 
     def has_other_output(self) -> bool:
@@ -193,6 +211,7 @@ class Capture:
         sys.stdout.flush()
         sys.stderr.flush()
         logging.captureWarnings(False)
+        threading.excepthook = self._old_excepthook
         root = logging.getLogger()
         root.handlers = self._old_handlers
         root.setLevel(self._old_level)

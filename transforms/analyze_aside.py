@@ -40,6 +40,7 @@ __all__ = [
     "REQUEST",
     "STATISTICS",
     "analysis_row",
+    "process_gone",
     "row_item",
     "wait_for_file",
     "write_json_atomic",
@@ -79,7 +80,7 @@ def write_json_atomic(path: str, value) -> None:
     os.replace(temp, path)
 
 
-def _process_gone(pid: int) -> bool:
+def process_gone(pid: int) -> bool:
     """True once `pid` has exited (a zombie counts as gone: it answers nothing any more)."""
     try:
         with open(f"/proc/{pid}/stat", encoding="ascii") as f:
@@ -104,7 +105,7 @@ def wait_for_file(folder: str, names: tuple[str, ...], pid: int | None = None) -
         for name in names:
             if os.path.exists(os.path.join(folder, name)):
                 return name
-        if pid is not None and _process_gone(pid):
+        if pid is not None and process_gone(pid):
             for name in names:  # it may have answered just before it exited
                 if os.path.exists(os.path.join(folder, name)):
                     return name

@@ -631,3 +631,22 @@ def test_a_default_conversion_reaches_for_no_network(tmp_path, monkeypatch):
         proc = run_cli("convert", "--input", f"{src}/*/*.jpg", "--output", str(tmp_path / "o"))
     assert "imgrec: converted" in proc.stdout
     assert trap.calls == []
+
+
+def test_ctrl_c_during_inspection_exits_130_with_the_resume_hint(corpus, tmp_path, monkeypatch):
+    """Ctrl-C lands in a DoFn (inspection runs for most of a run); Beam re-raises it as a
+    RuntimeError('KeyboardInterrupt [while running ...]'). The command still says interrupted,
+    names --resume and exits 130, as --help promises, not 'failed' with status 1."""
+    from transforms import inspect_images
+
+    def interrupt(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(inspect_images, "inspect_bytes", interrupt)
+    src, _ = corpus
+    out = str(tmp_path / "ds")
+    proc = run_cli("convert", "--input", f"{src}/*/*.jpg", "--output", out, "--no_analyze",
+                   check=False)  # fmt: skip
+    assert proc.returncode == 130, proc.stderr
+    assert "imgrec: interrupted; rerun with --resume" in proc.stderr
+    assert "failed" not in proc.stderr

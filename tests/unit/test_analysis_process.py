@@ -135,3 +135,44 @@ def test_a_wait_ends_when_the_other_side_died(tmp_path):
         wait_for_file(str(tmp_path), (STATISTICS,), pid)  # gone
     (tmp_path / STATISTICS).write_text("{}")
     assert wait_for_file(str(tmp_path), (STATISTICS,), pid) == STATISTICS  # answered, then died
+
+
+@pytest.mark.e2e  # the real command, killed
+def test_a_killed_command_leaves_no_hand_off_folder(tmp_path):
+    """SIGTERM (timeout, docker stop) runs no exit handler in the command: the analysis process
+    notices its parent gone, removes the hand-off folder itself and exits."""
+    import signal
+    import time
+
+    src = str(tmp_path / "src")
+    build_corpus(src, num_images=200, seed=4, long_side=(200, 300), broken=False)
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    argv = [sys.executable, "-m", "pipeline", "convert", "--input", f"{src}/*/*.jpg"]
+    proc = subprocess.Popen(
+        [*argv, "--output", str(tmp_path / "ds")],
+        env=cli_env(TMPDIR=str(tmp)),
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        folders: list = []
+        while not folders:  # the analysis process is forked and has its pid file
+            assert proc.poll() is None and time.monotonic() < deadline
+            folders = [p for p in tmp.glob("imgrec-analysis-*") if (p / "pid").exists()]
+            time.sleep(0.05)
+        child = int((folders[0] / "pid").read_text())
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    deadline = time.monotonic() + 60
+    from transforms.analyze_aside import process_gone
+
+    while folders[0].exists() or not process_gone(child):
+        assert time.monotonic() < deadline, f"left: {os.listdir(tmp)}"
+        time.sleep(0.1)

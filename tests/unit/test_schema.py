@@ -58,3 +58,18 @@ def test_a_dataset_info_of_another_schema_version_is_refused_by_name(tmp_path):
     good = {"schema_version": schema.SCHEMA_VERSION, "num_listed": 0}
     (tmp_path / schema.DATASET_INFO).write_text(json.dumps(good))
     assert schema.load_dataset_info(str(tmp_path)) == good
+
+
+def test_interrupted_finds_ctrl_c_however_beam_wrapped_it():
+    from core.errors import interrupted
+
+    wrapped = RuntimeError("KeyboardInterrupt [while running 'Inspect/ReadHashDecode']")
+    try:
+        try:
+            raise KeyboardInterrupt
+        except KeyboardInterrupt as e:
+            raise ValueError("stage failed") from e
+    except ValueError as e:
+        chained = e
+    assert interrupted(KeyboardInterrupt()) and interrupted(wrapped) and interrupted(chained)
+    assert not interrupted(RuntimeError("decoder failed")) and not interrupted(ValueError())
