@@ -6,17 +6,21 @@
     ./run_tests.sh -m e2e          # only the end-to-end tier
 
 Three tiers, one folder and one marker each (given here by folder):
-- tests/unit/ (`unit`): no conversion. Pure functions, DoFns and transforms under `TestPipeline`,
-  the reader on shards written by hand.
+- tests/unit/ (`unit`): no conversion, no server, no TFT pipeline, no fresh process. Pure
+  functions, DoFns and transforms under `TestPipeline`, the reader on shards written by hand.
 - tests/integration/ (`integration`): whole conversions in this process (`tests.runs.in_process`,
   one in-memory worker), read back and compared: the command's behaviour without its start-up.
+  Also in this tier, from their feature's file in tests/unit: tests that use a storage server
+  (tests/servers.py fixtures, by `_SERVER_FIXTURES`) and those marked `integration` (TFT's
+  analysis pipelines).
 - tests/e2e/ (`e2e`): the real command line in fresh processes (`tests.runs.cli`: default options
   end to end, exit statuses, kill -9), storage outages mid-run, Dask and Dataflow, TensorFlow
   clusters, packaging.
 A test in a unit or integration file that needs a fresh process (the command line killed or under
 setpriv, MirroredStrategy's logical CPUs, TensorFlow's GCS filesystem, a real browser) or a whole
 conversion on the storage servers carries `@pytest.mark.e2e` itself: it belongs to the e2e tier
-only (it stays beside the fast tests of the same feature).
+only (it stays beside the fast tests of the same feature). The unit tier's inner loop takes
+under a minute on 2 cores; its fuzz gets 12 s (IMGREC_FUZZ_BUDGET_S; CI gives it 40 s).
 
 Shared helpers: tests/runs.py (running imgrec), tests/servers.py (GCS emulator and S3 server
 fixtures, registered below; `put_corpus`), tests/hostile.py and tests/format_corpus.py
@@ -99,12 +103,27 @@ def _file_rank(name: str, num_tests: int) -> tuple[int, int]:
     return first, -num_tests
 
 
+# The storage-server fixtures (tests/servers.py): a test in tests/unit that uses one talks to a
+# real server over HTTP (seconds of set-up, retries, outages), so it runs in the integration tier.
+_SERVER_FIXTURES = frozenset(
+    {"cloud_env", "gcs", "own_gcs", "s3", "store", "googleapis_front", "tensorflow_gcs_env",
+     "beam_filesystems"}
+)  # fmt: skip
+
+
 def _tier(item, name: str) -> str:
-    """The test's tier: e2e if marked so, else its folder's."""
+    """The test's tier: e2e if marked so; integration if in tests/unit but marked so (a TFT
+    analysis pipeline) or using a storage server; else its folder's."""
     if item.get_closest_marker("e2e") is not None:
         return "e2e"
     folder = name.partition("/")[0]
-    return folder if folder in TIERS else "unit"
+    tier = folder if folder in TIERS else "unit"
+    if tier == "unit" and (
+        item.get_closest_marker("integration") is not None
+        or _SERVER_FIXTURES & set(getattr(item, "fixturenames", ()))
+    ):
+        return "integration"
+    return tier
 
 
 def pytest_collection_modifyitems(config, items):

@@ -137,6 +137,7 @@ def analyzed(tmp_path_factory):
     return out, stats, sampled, train
 
 
+@pytest.mark.integration  # a TFT analysis pipeline
 def test_pixel_statistics_equal_numpy_over_train_images(analyzed):
     _, stats, sampled, _ = analyzed
     pixels = np.concatenate([im.reshape(-1, 3) for im in sampled]).astype(np.float64)
@@ -145,6 +146,7 @@ def test_pixel_statistics_equal_numpy_over_train_images(analyzed):
     assert stats["num_stats_images"] == len(sampled)
 
 
+@pytest.mark.integration  # a TFT analysis pipeline
 def test_label_counts_and_class_weights_follow_train_items(analyzed):
     _, stats, _, train = analyzed
     expected = {"": 1, "bird": 1, "cat": 5, "dog": 3}
@@ -158,6 +160,7 @@ def test_label_counts_and_class_weights_follow_train_items(analyzed):
     assert stats["transform"]["label_names"] == LABEL_NAMES
 
 
+@pytest.mark.integration  # a TFT analysis pipeline
 def test_size_quantiles_span_train_sizes(analyzed):
     _, stats, _, train = analyzed
     for key in ("height", "width"):
@@ -193,6 +196,7 @@ def test_size_quantiles_are_exact_nearest_rank(seed):
             assert q[f"p{p}"] == int(np.percentile(sizes, p, method="inverted_cdf")), (key, p)
 
 
+@pytest.mark.integration  # a TFT analysis pipeline
 def test_export_layout_is_tft_standard_and_scratch_is_removed(analyzed):
     out, _, _, _ = analyzed
     assert sorted(os.listdir(out)) == ["transform_fn", "transformed_metadata"]  # nothing else
@@ -281,6 +285,7 @@ def test_export_loads_in_fresh_process_and_normalises_the_split(analyzed, tmp_pa
     assert result["float_input_max_abs_diff"] == 0.0
 
 
+@pytest.mark.integration  # a TFT analysis pipeline
 def test_deferred_label_names_on_multithreaded_runner(tmp_path):
     """Label names computed in the same job (a PCollection) fix the ids; DirectRunner threads."""
     items, _, _ = make_corpus(seed=1)
@@ -303,6 +308,7 @@ def test_deferred_label_names_on_multithreaded_runner(tmp_path):
     assert ids.numpy().tolist() == [3, 0, 2, 1, -1]
 
 
+@pytest.mark.integration  # a TFT analysis pipeline
 def test_without_label_names_ids_are_sorted_train_labels(tmp_path):
     items, _, _ = make_corpus(seed=2)
     out = str(tmp_path / "ds")
@@ -314,6 +320,7 @@ def test_without_label_names_ids_are_sorted_train_labels(tmp_path):
     assert ids.numpy().tolist() == [3, 0, -1]
 
 
+@pytest.mark.integration  # a TFT analysis pipeline
 def test_empty_train_split_fails_naming_the_fix(tmp_path):
     items = [item for item in make_corpus()[0] if item["split"] != "train"]
     with pytest.raises(Exception, match=r"'train' split is empty.*--no_analyze"):

@@ -236,6 +236,7 @@ def test_no_module_is_over_the_line_limit(path):
         assert lines <= MAX_LINES, f"{path}: {lines} lines > {MAX_LINES}; split it by job"
 
 
+@pytest.mark.e2e  # a fresh interpreter
 def test_training_side_and_per_file_modules_import_without_beam():
     """In a fresh interpreter: the reader (training jobs have no Beam) with the versioned-root
     resolution it uses, and the per-file image modules (cheap to import where Beam pickles
@@ -322,6 +323,7 @@ def test_a_keras_choice_the_user_made_is_kept(monkeypatch, user_value):
     assert os.environ[cli.KERAS_ENV] == user_value
 
 
+@pytest.mark.e2e  # a fresh interpreter
 def test_option_parsing_imports_no_decoder():
     """`imgrec convert --help` and option errors stay fast: options.py pulls in no image decoder
     (Pillow, TensorFlow) and none of the per-file modules that need numpy."""

@@ -235,9 +235,9 @@ def test_input_pipelines_split_files_without_overlap(data_dir):
             image_size=IMAGE_SIZE,
             extra_features=[schema.FILENAME],
         )
-        batch = next(iter(ds))
-        assert batch[0].shape[0] == 2  # per-replica batch: 4 global / 2 replicas
-        return _filenames(ds)
+        batches = [extras[schema.FILENAME].numpy() for _, _, extras in ds]
+        assert len(batches[0]) == 2  # per-replica batch: 4 global / 2 replicas
+        return [f.decode() for batch in batches for f in batch]
 
     for split, training in (("validation", False), ("train", True)):
         a, b = names(split, training, 0), names(split, training, 1)
