@@ -124,9 +124,9 @@ def add_convert(
 
     planned = unique | "Plan" >> PlanShards(config)
     # ((split, index), [entry]): an entry is a tuple of plan_shards.WRITER_FIELDS
-    written = planned["groups"] | "Write" >> WriteShards(config, planned["plan"], label_names)
+    groups = planned["groups"]
 
-    handoff = None
+    handoff = aside = requested = None
     if config.analyze:
         # A dry run only builds the job: keep TFT's scratch folder local, not in --temp_location.
         dry_run = bool(p.options.view_as(TestOptions).dry_run)
@@ -139,21 +139,30 @@ def add_convert(
         if handoff:  # TFT runs in the analysis process started with the command
             from transforms.analyze_aside import AnalyzeAside
 
-            analyze = AnalyzeAside(config.output, label_names, handoff, train)
+            aside = AnalyzeAside(config.output, label_names, handoff, train)
+            requested = train_images | "AnalysisRequest" >> aside.request()
+            # The shards are written while TFT analyses: only after the request, and the job
+            # waits for the answer only after the shards (AnalyzeAside).
+            groups = groups | "AfterAnalysisRequest" >> beam.Map(
+                lambda group, unused_token: group, beam.pvalue.AsSingleton(requested)
+            )
         else:
             from transforms.analyze import AnalyzeDataset  # TFT import only when it is used.
 
             temp_dir = tempfile.mkdtemp(prefix="imgrec-dry-run-") if dry_run else None
-            analyze = AnalyzeDataset(
+            statistics = train_images | "Analyze" >> AnalyzeDataset(
                 config.output, label_names=label_names, train_split=train, temp_dir=temp_dir
             )
-        statistics = train_images | "Analyze" >> analyze
     else:
         statistics = p | "NoStatistics" >> beam.Create([None])
     if handoff is None:  # a started analysis process has no use in this job: end it now
         from pipeline import analysis_process
 
         analysis_process.stop()
+
+    written = groups | "Write" >> WriteShards(config, planned["plan"], label_names)
+    if aside is not None:
+        statistics = requested | "Analyze" >> aside.answer(after=written["shards"])
 
     rejected = (
         listing["rejected"],
