@@ -175,6 +175,25 @@ def _answer(unused_done, handoff: str, request: dict, sizes: dict) -> None:
     write_json_atomic(os.path.join(handoff, STATISTICS), stats)
 
 
+def _pickle_uncompressed() -> None:
+    """This process's pipeline is pickled without bz2: it never leaves the process.
+
+    Beam pickles every DoFn (TFT's carry the traced graph) with bz2 at level 9 and unpickles
+    it again to run it in memory; here nothing pickled reaches another process, so the bytes
+    need no compression. Measured on the 1-file conversion (the analysis is its critical path):
+    this process's CPU until its answer 4.25 s against 4.69 s (medians of 3, interleaved).
+    Skipped if Beam's pickler no longer compresses through a module-level `bz2`.
+    """
+    import types
+
+    from apache_beam.internal import cloudpickle_pickler
+
+    if getattr(cloudpickle_pickler, "bz2", None) is not None:
+        cloudpickle_pickler.bz2 = types.SimpleNamespace(
+            compress=lambda data, compresslevel=9: data, decompress=lambda data: data
+        )
+
+
 def _main(handoff: str, parent: int) -> None:
     from core import startup
 
@@ -189,6 +208,7 @@ def _main(handoff: str, parent: int) -> None:
         options = PipelineOptions(
             ["--direct_num_workers=1", "--direct_running_mode=in_memory"], save_main_session=False
         )
+        _pickle_uncompressed()
         p = beam.Pipeline(runner=beam_compat.DirectRunner(), options=options)
         request = (
             p
