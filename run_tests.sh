@@ -11,7 +11,9 @@
 # (no conversion), tests/integration (whole conversions in process), tests/e2e (the real command
 # line, clusters, servers mid-outage), each selected by its marker:
 #   ./run_tests.sh                 everything (what CI runs)
-#   ./run_tests.sh -m unit         the inner loop: tests/unit, 141 s on 2 cores (2026-12-03, quiet)
+#   ./run_tests.sh -m unit         the inner loop: tests/unit without its server and TFT-pipeline
+#                                  tests (those run with integration): 61-77 s on 2 cores
+#                                  (2026-12-03, 8 runs; 150 s before that split)
 #   ./run_tests.sh -m "not e2e"    unit and integration: everything in the test process
 set -euo pipefail
 cd "$(dirname "$0")"
