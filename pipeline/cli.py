@@ -194,7 +194,7 @@ def _thread_errors_to(log_path: str) -> None:
     run (pipeline/quiet.py), not onto the terminal after our one line."""
     import threading
 
-    threading.excepthook = quiet._log_thread_error(log_path)
+    threading.excepthook = quiet.log_thread_error(log_path)
 
 
 def _dispatch(argv: list[str]) -> int:

@@ -33,6 +33,7 @@ __all__ = [
     "pop_verbose",
     "log_dir",
     "log_hint",
+    "log_thread_error",
 ]
 
 # Where logs go (default: <tmp>/imgrec-logs-<uid>); a run's log is named in its failure line.
@@ -133,7 +134,7 @@ class _Tee(io.TextIOBase):
         return self._terminal.encoding
 
 
-def _log_thread_error(log_path: str):
+def log_thread_error(log_path: str):
     """A `threading.excepthook` that appends the thread's traceback to the log file."""
 
     def to_log(args) -> None:
@@ -194,7 +195,7 @@ class Capture:
         # Tracebacks of other libraries' threads (Beam's worker watchers, gRPC's servers when a
         # run is interrupted) go through sys.stderr, which shows our own lines: log them only.
         self._old_excepthook = threading.excepthook
-        threading.excepthook = _log_thread_error(self.log_path)
+        threading.excepthook = log_thread_error(self.log_path)
         return self
 
     def has_other_output(self) -> bool:

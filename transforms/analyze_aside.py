@@ -155,7 +155,7 @@ class _AnswerFn(beam.DoFn):
         self._handoff = handoff
         self._output_dir = output_dir
 
-    def process(self, unused_token, after=()):
+    def process(self, unused_token, after):
         from transforms.analyze import publish_export
 
         del after  # only ordered this step after the stages that make it (the shards)
@@ -199,43 +199,30 @@ class AnalyzeAside:
 
     def request(self) -> beam.PTransform:
         """InspectedImage -> one token, once the request is written (its rows handed over)."""
-        return _Request(self._handoff, self._label_names, self._train_split)
+        return _request(self._handoff, self._label_names, self._train_split)
 
-    def answer(self, after: beam.PCollection | None = None) -> beam.PTransform:
+    def answer(self, after: beam.PCollection) -> beam.PTransform:
         """The request's token -> the statistics dict, waited for once `after` is complete."""
-        return _Answer(self._handoff, self._output_dir, after)
+        return _answer(self._handoff, self._output_dir, after)
 
 
-class _Request(beam.PTransform):
-    def __init__(self, handoff: str, label_names: beam.PCollection, train_split: str):
-        super().__init__()
-        self._handoff = handoff
-        self._label_names = label_names
-        self._train_split = train_split
-
-    def expand(self, images):
-        split = self._train_split
-        parts = (
-            images
-            | "KeepTrainSplit" >> beam.Filter(lambda item: item.get("split", split) == split)
-            | "Batch" >> beam.BatchElements(min_batch_size=_MIN_ROWS, max_batch_size=_MAX_ROWS)
-            # [InspectedImage] -> part file name
-            | "WriteRows" >> beam.ParDo(_WriteRowsFn(self._handoff))
-            | "AllParts" >> beam.combiners.ToList()
-        )
-        return parts | "Request" >> beam.ParDo(
-            _RequestFn(self._handoff, split),
-            label_names=beam.pvalue.AsSingleton(self._label_names),
-        )
+@beam.ptransform_fn
+def _request(images, handoff: str, label_names: beam.PCollection, split: str):
+    parts = (
+        images
+        | "KeepTrainSplit" >> beam.Filter(lambda item: item.get("split", split) == split)
+        | "Batch" >> beam.BatchElements(min_batch_size=_MIN_ROWS, max_batch_size=_MAX_ROWS)
+        # [InspectedImage] -> part file name
+        | "WriteRows" >> beam.ParDo(_WriteRowsFn(handoff))
+        | "AllParts" >> beam.combiners.ToList()
+    )
+    return parts | "Request" >> beam.ParDo(
+        _RequestFn(handoff, split), label_names=beam.pvalue.AsSingleton(label_names)
+    )
 
 
-class _Answer(beam.PTransform):
-    def __init__(self, handoff: str, output_dir: str, after: beam.PCollection | None):
-        super().__init__()
-        self._handoff = handoff
-        self._output_dir = output_dir
-        self._after = after
-
-    def expand(self, token):
-        side = {} if self._after is None else {"after": beam.pvalue.AsIter(self._after)}
-        return token | "Answer" >> beam.ParDo(_AnswerFn(self._handoff, self._output_dir), **side)
+@beam.ptransform_fn
+def _answer(token, handoff: str, output_dir: str, after: beam.PCollection):
+    return token | "Answer" >> beam.ParDo(
+        _AnswerFn(handoff, output_dir), after=beam.pvalue.AsIter(after)
+    )

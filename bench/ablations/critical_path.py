@@ -60,7 +60,8 @@ run()
 
 
 def one(input_glob: str, out: str) -> dict:
-    log = tempfile.mktemp(prefix="imgrec-cp-")
+    fd, log = tempfile.mkstemp(prefix="imgrec-cp-")
+    os.close(fd)
     shutil.rmtree(out, ignore_errors=True)
     env = dict(os.environ, CP_T0=repr(time.time()), CP_LOG=log, PYTHONPATH=ROOT)
     start = time.time()
