@@ -170,7 +170,8 @@ def pipeline_records(
             records = records.shuffle(shuffle_records, seed=seed).take(quota)
         return records
 
-    records = keys.flat_map(epoch_records)
+    # Traced without AutoGraph (pipeline/reader/dataset.py `_plain`): so are the functions in it.
+    records = keys.flat_map(tf.autograph.experimental.do_not_convert(epoch_records))
     if config.cache:
         records = records.cache()
         if reshuffle:
@@ -180,7 +181,9 @@ def pipeline_records(
             # Read the whole cached range every epoch (a partly read cache is dropped), keep
             # the epoch's quota.
             records = (
-                records.enumerate().filter(lambda i, _: i < quota).map(lambda _, record: record)
+                records.enumerate()
+                .filter(tf.autograph.experimental.do_not_convert(lambda i, _: i < quota))
+                .map(tf.autograph.experimental.do_not_convert(lambda _, record: record))
             )
         if config.repeat:
             records = records.repeat()
