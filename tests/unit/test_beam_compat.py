@@ -127,6 +127,7 @@ def test_beam_s3_operations_share_one_boto3_client_per_configuration():
     assert a.client.client.meta.config.max_pool_connections == beam_compat.S3_MAX_POOL_CONNECTIONS
 
 
+@pytest.mark.e2e  # a fresh interpreter
 def test_storage_turns_s3_client_sharing_on_at_import():
     """Beam workers import core.storage when they unpickle a DoFn: that import alone must
     share clients (a fresh interpreter, so nothing this test session did counts)."""
