@@ -159,13 +159,18 @@ def tf_decodes_somehow(data: bytes) -> bool:
 
 
 # Imports TensorFlow once, then decodes in forked children (no TensorFlow op has run before the
-# fork): a child that dies is replaced by a new fork that starts after the last file reported,
-# and the file it was on counts as not decodable. One TensorFlow import instead of one per crash
-# (four crashes on the broad corpus: ~3 s of CPU each).
+# fork): a child that dies, or reports nothing for _STUCK_S seconds, is replaced by a new fork
+# that starts after the last file reported, and the file it was on counts as not decodable. One
+# TensorFlow import instead of one per crash (four crashes on the broad corpus: ~3 s of CPU
+# each). A child can also hang instead of dying: one sat in a futex wait on an animated WebP,
+# its TensorFlow threads deadlocked, for the whole 600 s timeout, which failed the test
+# (2026-12-03, 1 run in ~12); such a child is now killed and its file counts as not decodable.
+_STUCK_S = 60
 _CHILD = """
-import os, sys
+import os, select, signal, sys
 import tensorflow  # noqa: F401 - imported once, before any fork
 from tests.format_corpus import tf_decodes_somehow
+stuck_s = float(sys.argv[1])
 todo = sys.stdin.read().splitlines()
 while todo:
     read_end, write_end = os.pipe()
@@ -180,12 +185,21 @@ while todo:
                 out.flush()
         os._exit(0)
     os.close(write_end)
-    with os.fdopen(read_end) as results:
-        lines = results.read().splitlines()
+    got = b""
+    while True:
+        if not select.select([read_end], [], [], stuck_s)[0]:
+            os.kill(pid, signal.SIGKILL)  # stuck on a file: it counts as not decodable
+            break
+        chunk = os.read(read_end, 65536)
+        if not chunk:
+            break
+        got += chunk
+    os.close(read_end)
+    lines = got.decode().split("\\n")[:-1]  # whole lines only
     _, status = os.waitpid(pid, 0)
     for flag, path in zip(lines, todo):
         print(flag + " " + path, flush=True)
-    if status != 0:  # it died on the next file
+    if status != 0:  # it died, or was killed, on the next file
         print("0 " + todo[len(lines)], flush=True)
     todo = todo[len(lines) + (status != 0):]
 """
@@ -203,7 +217,7 @@ def tf_decodable_paths(paths: list[str]) -> set[str]:
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env = dict(os.environ, PYTHONPATH=root, TF_CPP_MIN_LOG_LEVEL="3")
     proc = subprocess.run(
-        tf_script(_CHILD),
+        tf_script(_CHILD, str(_STUCK_S)),
         input="\n".join(paths),
         capture_output=True,
         text=True,

@@ -7,7 +7,7 @@ fresh processes alternately that import the reader, call `make_dataset(..., trai
 take one batch, printing wall and CPU seconds per phase and their medians. `autograph` runs the
 same reader with `tf.autograph.experimental.do_not_convert` made an identity before the reader
 is imported, so tf.data converts the reader's functions as it did before 2026-12-03
-(pipeline/reader/dataset.py `_plain`).
+(pipeline/reader/shares.py `traced_as_written`).
 """
 
 from __future__ import annotations

@@ -26,20 +26,15 @@ from pipeline.reader.files import load_split as _load_split
 from pipeline.reader.files import median_jpeg_min_side as _median_jpeg_min_side
 from pipeline.reader.files import resolve_version as _resolve_version
 from pipeline.reader.files import typical_min_side as _typical_min_side
-from pipeline.reader.shares import pipeline_records
+from pipeline.reader.shares import pipeline_records, traced_as_written
 
 __all__ = ["ShardFile", "evaluation_images", "make_dataset", "split_files", "steps_per_epoch"]
 
 _log = logging.getLogger(__name__)
 
 AUTOTUNE = tf.data.AUTOTUNE
-
-# The reader's own tf.data functions are traced as written, without AutoGraph: they use tf.cond
-# and tf.map_fn where they branch or loop on tensors. AutoGraph's conversion cost ~2.7 s of CPU
-# on the first make_dataset in a process (3.5 s against 0.8 s) and ~0.1 s on each later one
-# (2026-12-03). Functions nested in these (interleave, scan, map_fn) inherit the setting. The
-# user's `postprocess` is still converted, as tf.data converts any function.
-_plain = tf.autograph.experimental.do_not_convert
+# `traced_as_written(fn)`: traced without AutoGraph (pipeline/reader/shares.py says why), and so
+# are the functions nested in it (interleave, scan, map_fn). The user's `postprocess` is not.
 
 # Shards read at once per input pipeline: enough outstanding reads to hide object-store latency
 # (gs:// first-byte time is ~50 ms) while a 2-core laptop still reads a few files at a time.
@@ -434,11 +429,14 @@ def _pipeline_dataset(
         # JPEG's decode), and parse_example over a batch 8 us/record against parse_single's 48.
         batches = records.batch(
             batch_size, drop_remainder=config.training, num_parallel_calls=AUTOTUNE
-        ).map(_plain(lambda *batch: _decode_batch(config, *batch)), num_parallel_calls=AUTOTUNE)
+        ).map(
+            traced_as_written(lambda *batch: _decode_batch(config, *batch)),
+            num_parallel_calls=AUTOTUNE,
+        )
     else:
         # The user's hook runs per example, so decode per example too.
         examples = records.map(
-            _plain(lambda record, seed=None: _decode_example(config, record, seed)),
+            traced_as_written(lambda record, seed=None: _decode_example(config, record, seed)),
             num_parallel_calls=AUTOTUNE,
         )
         examples = examples.map(_postprocess_fn(config), num_parallel_calls=AUTOTUNE)
@@ -450,7 +448,8 @@ def _pipeline_dataset(
 
         normalize = normalize_layer(config.normalize_dir)
         batches = batches.map(
-            _plain(lambda images, *rest: (normalize(images), *rest)), num_parallel_calls=AUTOTUNE
+            traced_as_written(lambda images, *rest: (normalize(images), *rest)),
+            num_parallel_calls=AUTOTUNE,
         )
     batches = batches.prefetch(AUTOTUNE)
     return batches.with_options(_options(config, multi_device))

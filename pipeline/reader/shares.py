@@ -8,6 +8,12 @@ import tensorflow as tf
 
 __all__ = ["epoch_parts", "pipeline_records", "records_per_epoch"]
 
+# The reader's tf.data functions are traced as written, without AutoGraph (they use tf.cond and
+# tf.map_fn where they branch or loop on tensors): AutoGraph's conversion cost a fresh process
+# ~2.4 s before its first batch (make_dataset 3.17 s against 0.76 s, medians of 5 processes,
+# bench/ablations/reader_start.py, 2026-12-03). pipeline/reader/dataset.py uses the same.
+traced_as_written = tf.autograph.experimental.do_not_convert
+
 
 def records_per_epoch(
     num_examples: int, global_batch_size: int, num_pipelines: int, training: bool
@@ -170,8 +176,8 @@ def pipeline_records(
             records = records.shuffle(shuffle_records, seed=seed).take(quota)
         return records
 
-    # Traced without AutoGraph (pipeline/reader/dataset.py `_plain`): so are the functions in it.
-    records = keys.flat_map(tf.autograph.experimental.do_not_convert(epoch_records))
+    # Traced as written, and so are the functions nested in it (see traced_as_written above).
+    records = keys.flat_map(traced_as_written(epoch_records))
     if config.cache:
         records = records.cache()
         if reshuffle:
@@ -182,8 +188,8 @@ def pipeline_records(
             # the epoch's quota.
             records = (
                 records.enumerate()
-                .filter(tf.autograph.experimental.do_not_convert(lambda i, _: i < quota))
-                .map(tf.autograph.experimental.do_not_convert(lambda _, record: record))
+                .filter(traced_as_written(lambda i, _: i < quota))
+                .map(traced_as_written(lambda _, record: record))
             )
         if config.repeat:
             records = records.repeat()

@@ -273,7 +273,7 @@ def test_postprocess_runs_per_example_before_batching(data_dir):
 def test_autograph_converts_the_users_postprocess_and_none_of_the_readers_own(
     data_dir, monkeypatch
 ):
-    """The reader's tf.data functions are traced as written (pipeline/reader/dataset.py `_plain`:
+    """The reader's tf.data functions are traced as written (pipeline/reader/shares.py `traced_as_written`:
     AutoGraph's conversion cost ~2.7 s of CPU on a process's first dataset); a user's hook is
     still converted, so Python control flow on tensors works in it as in any tf.data map."""
     from tensorflow.python.autograph.impl import api as autograph_api
