@@ -163,8 +163,8 @@ def tf_decodes_somehow(data: bytes) -> bool:
 # that starts after the last file reported, and the file it was on counts as not decodable. One
 # TensorFlow import instead of one per crash (four crashes on the broad corpus: ~3 s of CPU
 # each). A child can also hang instead of dying: one sat in a futex wait on an animated WebP,
-# its TensorFlow threads deadlocked, for the whole 600 s timeout, which failed the test
-# (2026-12-03, 1 run in ~12); such a child is now killed and its file counts as not decodable.
+# its TensorFlow threads deadlocked, until the test's 600 s timeout, which fails the test
+# (2026-12-03, once in ~15 runs); such a child is now killed and its file counts as not decodable.
 _STUCK_S = 60
 _CHILD = """
 import os, select, signal, sys
