@@ -22,7 +22,7 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
 
-from bench._common import WORK  # noqa: E402
+from bench._common import WORK, corpus  # noqa: E402
 
 _CHILD = r"""
 import json, os, sys, time
@@ -45,11 +45,8 @@ def _dataset() -> str:
     out = os.path.join(WORK, "reader-start-300")
     if os.path.exists(os.path.join(out, "dataset_info.json")):
         return out
-    photos = os.path.join(WORK, "reader-start-photos")
+    photos, _ = corpus(300, broken=False)  # bench/_common.py: built once, cached
     env = dict(os.environ, PYTHONPATH=ROOT)
-    subprocess.run([sys.executable, "-c", "from pipeline.demo import build_corpus; "
-                    f"build_corpus({photos!r}, num_images=300, broken=False)"],
-                   check=True, cwd=ROOT, env=env)  # fmt: skip
     subprocess.run([sys.executable, "-m", "pipeline", "convert", "--input", f"{photos}/*/*",
                     "--output", out, "--no_analyze", "--no_report"],
                    check=True, cwd=ROOT, env=env, stdout=subprocess.DEVNULL)  # fmt: skip
