@@ -39,8 +39,12 @@ from core import startup
 
 # Collection imports TensorFlow, Beam and TFT in every xdist worker: without the garbage collector
 # until it is done, then those objects frozen, as the `imgrec` program does at its start-up
-# (core/startup.py), so the in-process tests' full collections do not walk them again.
+# (core/startup.py), so the in-process tests' full collections do not walk them again. And as in
+# the program, TensorFlow's import leaves Keras out (`tf.keras`, TFT and Keras's own imports still
+# load it when a test asks): a worker's collection imported Keras 3 and TensorFlow's legacy Keras
+# layers for nothing, ~1 s of CPU per worker.
 startup.begin()
+startup.defer_keras()
 
 
 @pytest.hookimpl(tryfirst=True)
