@@ -13,8 +13,10 @@
 #   ./run_tests.sh                 everything (what CI runs)
 #   ./run_tests.sh -m unit         the inner loop: tests/unit without its server and TFT-pipeline
 #                                  tests (those run with integration), one worker per core:
-#                                  66-81 s on 2 cores (2026-12-03 afternoon, 3 runs, a host
-#                                  slower than the morning's 61-77 s; 150 s before that split)
+#                                  51-54 s on 2 cores (2026-12-03 14:50, 3 runs; 71-80 s just
+#                                  before, with Keras loaded in the workers, a 12 s fuzz and the
+#                                  broad format corpus's TensorFlow child in the tier; 150 s
+#                                  before the tiers were split)
 #   ./run_tests.sh -m "not e2e"    unit and integration: everything in the test process
 set -euo pipefail
 cd "$(dirname "$0")"

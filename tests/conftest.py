@@ -1,7 +1,7 @@
 """Test tiers and shared fixtures.
 
     ./run_tests.sh                 # everything (CI)
-    ./run_tests.sh -m unit         # the inner loop: tests/unit, no conversion (61-81 s, 2 cores)
+    ./run_tests.sh -m unit         # the inner loop: tests/unit, no conversion (51-54 s, 2 cores)
     ./run_tests.sh -m "not e2e"    # unit and integration: everything in this process
     ./run_tests.sh -m e2e          # only the end-to-end tier
 
@@ -20,8 +20,7 @@ A test in a unit or integration file that needs a fresh process (the command lin
 setpriv, MirroredStrategy's logical CPUs, TensorFlow's GCS filesystem, a real browser) or a whole
 conversion on the storage servers carries `@pytest.mark.e2e` itself: it belongs to the e2e tier
 only (it stays beside the fast tests of the same feature). The unit tier's inner loop took
-61-81 s on 2 cores (2026-12-03, 11 runs on a host whose speed drifted; the target is 60 s);
-its fuzz gets 12 s there
+51-54 s on 2 cores (2026-12-03 14:50, 3 runs; the target is 60 s); its fuzz gets 6 s there
 (IMGREC_FUZZ_BUDGET_S; CI gives it 40 s).
 
 Shared helpers: tests/runs.py (running imgrec), tests/servers.py (GCS emulator and S3 server
