@@ -208,6 +208,7 @@ def _main(handoff: str, parent: int) -> None:
         options = PipelineOptions(
             ["--direct_num_workers=1", "--direct_running_mode=in_memory"], save_main_session=False
         )
+        beam_compat.skip_type_inference(options)
         _pickle_uncompressed()
         p = beam.Pipeline(runner=beam_compat.DirectRunner(), options=options)
         request = (

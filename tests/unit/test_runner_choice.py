@@ -94,3 +94,34 @@ def test_beams_direct_runner_runs_without_prism(tmp_path, monkeypatch, argv_extr
     assert isinstance(p.runner, beam_compat.DirectRunner) is direct
     if not argv_extra:
         assert options.view_as(StandardOptions).runner == "DirectRunner"  # as provenance says
+
+
+@pytest.mark.parametrize("env, inferred", [(None, False), ("1", True)])
+def test_the_pipeline_is_built_without_beams_type_inference(tmp_path, monkeypatch, env, inferred):
+    """Beam infers each transform's output type from its function's bytecode while a pipeline is
+    built (~0.8 s of CPU per small conversion); imgrec's options turn that off
+    (core/beam_compat.skip_type_inference) unless IMGREC_BEAM_TYPE_INFERENCE=1."""
+    from apache_beam.options.pipeline_options import TypeOptions
+    from apache_beam.typehints import trivial_inference
+
+    from core.beam_compat import TYPE_INFERENCE_ENV
+    from pipeline.builder import build_pipeline
+
+    if env is None:
+        monkeypatch.delenv(TYPE_INFERENCE_ENV, raising=False)
+    else:
+        monkeypatch.setenv(TYPE_INFERENCE_ENV, env)
+    calls = []
+    inner = trivial_inference.infer_return_type
+    monkeypatch.setattr(
+        trivial_inference,
+        "infer_return_type",
+        lambda *a, **k: calls.append(a[0]) or inner(*a, **k),
+    )
+    (tmp_path / "in").mkdir()
+    argv = ["--input", str(tmp_path / "in" / "*.jpg"), "--output", str(tmp_path / "out")]
+    options, config, args = launcher.parse_convert_args([*argv, "--no_analyze"])
+    config = launcher._configure_runner(options, args, config, 1)
+    assert options.view_as(TypeOptions).pipeline_type_check is inferred
+    build_pipeline(config, options, {"argv": args})
+    assert bool(calls) is inferred, calls[:5]
