@@ -13,7 +13,7 @@
 #   ./run_tests.sh                 everything (what CI runs)
 #   ./run_tests.sh -m unit         the inner loop: tests/unit without its server and TFT-pipeline
 #                                  tests (those run with integration), one worker per core:
-#                                  51-54 s on 2 cores (2026-12-03 14:50, 3 runs; 71-80 s just
+#                                  48-56 s on 2 cores (2026-12-03 14:50-15:07, 5 runs; 71-80 s just
 #                                  before, with Keras loaded in the workers, a 12 s fuzz and the
 #                                  broad format corpus's TensorFlow child in the tier; 150 s
 #                                  before the tiers were split)

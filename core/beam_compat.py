@@ -443,12 +443,14 @@ class DirectRunner(PipelineRunner):
 
 # Beam infers each PCollection's element type while a pipeline is built, by disassembling the
 # bytecode of every Map/FlatMap/ParDo function and of the functions they call
-# (`trivial_inference`): ~0.8 s of CPU per conversion of 40 photos in a warm process (5.2 s ->
-# 4.3 s, one in-memory worker, analysis included: TFT's ~400 transforms are inferred too). imgrec
-# declares no element types and checks none: its transforms say what they output in their
-# docstrings and tests, and every PCollection's coder is then Beam's default (FastPrimitivesCoder,
-# deterministic for the str/int/tuple keys imgrec groups by). IMGREC_BEAM_TYPE_INFERENCE=1 keeps
-# Beam's inference (an A/B switch for benchmarks).
+# (`trivial_inference`): ~1 s of CPU per conversion of 40 photos in a warm process (5.3 s ->
+# 4.3 s, medians of 3, one in-memory worker, analysis included: ~400 transforms applied, TFT's
+# among them); the whole default command 1.09x faster and 1.12x less CPU at 1 and at 300 files
+# (bench/ablations/type_inference.py, docs/benchmarks.md). imgrec declares no element types and
+# checks none: its transforms say what they output in their docstrings and tests, and every
+# PCollection's coder is then Beam's default (FastPrimitivesCoder, deterministic for the
+# str/int/tuple keys imgrec groups by). IMGREC_BEAM_TYPE_INFERENCE=1 keeps Beam's inference (an
+# A/B switch for benchmarks).
 TYPE_INFERENCE_ENV = "IMGREC_BEAM_TYPE_INFERENCE"
 
 

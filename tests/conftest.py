@@ -1,7 +1,7 @@
 """Test tiers and shared fixtures.
 
     ./run_tests.sh                 # everything (CI)
-    ./run_tests.sh -m unit         # the inner loop: tests/unit, no conversion (51-54 s, 2 cores)
+    ./run_tests.sh -m unit         # the inner loop: tests/unit, no conversion (48-56 s, 2 cores)
     ./run_tests.sh -m "not e2e"    # unit and integration: everything in this process
     ./run_tests.sh -m e2e          # only the end-to-end tier
 
@@ -20,7 +20,7 @@ A test in a unit or integration file that needs a fresh process (the command lin
 setpriv, MirroredStrategy's logical CPUs, TensorFlow's GCS filesystem, a real browser) or a whole
 conversion on the storage servers carries `@pytest.mark.e2e` itself: it belongs to the e2e tier
 only (it stays beside the fast tests of the same feature). The unit tier's inner loop took
-51-54 s on 2 cores (2026-12-03 14:50, 3 runs; the target is 60 s); its fuzz gets 6 s there
+48-56 s on 2 cores (2026-12-03 14:50-15:07, 5 runs; the target is 60 s); its fuzz gets 6 s there
 (IMGREC_FUZZ_BUDGET_S; CI gives it 40 s).
 
 Shared helpers: tests/runs.py (running imgrec), tests/servers.py (GCS emulator and S3 server
@@ -41,7 +41,7 @@ from core import startup
 # (core/startup.py), so the in-process tests' full collections do not walk them again. And as in
 # the program, TensorFlow's import leaves Keras out (`tf.keras`, TFT and Keras's own imports still
 # load it when a test asks): a worker's collection imported Keras 3 and TensorFlow's legacy Keras
-# layers for nothing, ~1 s of CPU per worker.
+# layers for nothing, ~0.7 s of CPU per worker (7.2 -> 6.5 s, medians of 5 alternating).
 startup.begin()
 startup.defer_keras()
 
