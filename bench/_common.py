@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import glob
+import hashlib
 import json
 import os
 import statistics
@@ -23,6 +25,7 @@ __all__ = [
     "cli_with_compat_off",
     "timed_run",
     "alternate",
+    "output_snapshot",
 ]
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -265,3 +268,21 @@ def eval_config(shards, image_size=(224, 224), batch: int = 64):
         extra_features=(),
         postprocess=None,
     )
+
+
+def output_snapshot(folder: str) -> dict[str, str]:
+    """What a conversion wrote, to compare two runs: the sha256 of every shard, rejected.jsonl
+    and duplicates.jsonl by path under `folder`, and dataset_info.json without its provenance
+    (argv, start and end times)."""
+    found = {}
+    names = glob.glob(os.path.join(folder, "*", "*.tfrecord*")) + [
+        os.path.join(folder, name) for name in ("rejected.jsonl", "duplicates.jsonl")
+    ]
+    for path in sorted(names):
+        with open(path, "rb") as f:
+            found[os.path.relpath(path, folder)] = hashlib.sha256(f.read()).hexdigest()
+    with open(os.path.join(folder, "dataset_info.json")) as f:
+        info = json.load(f)
+    info.pop("provenance")
+    found["dataset_info.json"] = json.dumps(info, sort_keys=True)
+    return found

@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import argparse
 import glob
-import hashlib
 import json
 import os
 import re
@@ -43,7 +42,14 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from bench._common import WORK, corpus, load_average, print_table, run_child  # noqa: E402
+from bench._common import (  # noqa: E402
+    WORK,
+    corpus,
+    load_average,
+    output_snapshot,
+    print_table,
+    run_child,
+)
 
 PY = sys.executable
 ADD_FRACTION = 0.05  # issue 17: "adding 5 % new files"
@@ -84,21 +90,6 @@ def _mutate(view: str, extra: str, num_add: int, num_change: int) -> tuple[int, 
         shutil.copyfile(path, os.path.join(view, label, "new_" + os.path.basename(path)))
         added += 1
     return added, changed
-
-
-def _snapshot(folder: str) -> dict[str, str]:
-    found = {}
-    names = glob.glob(os.path.join(folder, "*", "*.tfrecord")) + [
-        os.path.join(folder, name) for name in ("rejected.jsonl", "duplicates.jsonl")
-    ]
-    for path in sorted(names):
-        with open(path, "rb") as f:
-            found[os.path.relpath(path, folder)] = hashlib.sha256(f.read()).hexdigest()
-    with open(os.path.join(folder, "dataset_info.json")) as f:
-        info = json.load(f)
-    info.pop("provenance")
-    found["dataset_info.json"] = json.dumps(info, sort_keys=True)
-    return found
 
 
 def _convert(view: str, output: str, *extra: str):
@@ -262,15 +253,17 @@ def main() -> None:
     )
     print(f"changes (+5%/1% rerun): {headline2}")
     print(f"changes (no-change rerun): {headline}")
-    print(f"no-change shards equal the previous version's: {_snapshot(v3) == _snapshot(v2)}")
+    print(
+        f"no-change shards equal the previous version's: {output_snapshot(v3) == output_snapshot(v2)}"
+    )
 
     if not args.no_check:
         fresh = os.path.join(work, "fresh")
         scratch = _convert(view, fresh)
         print(
             f"incremental == from-scratch ({scratch['wall_s']:.1f} s) byte for byte: "
-            f"{_snapshot(v2) == _snapshot(fresh)}; no-change == from-scratch: "
-            f"{_snapshot(v3) == _snapshot(fresh)}"
+            f"{output_snapshot(v2) == output_snapshot(fresh)}; no-change == from-scratch: "
+            f"{output_snapshot(v3) == output_snapshot(fresh)}"
         )
     if not args.no_diagnostics:
         one = os.path.join(work, "one")

@@ -28,8 +28,8 @@ from apache_beam.options.pipeline_options import (
     TestOptions,
 )
 
-from core import beam_compat, names, retention, schema, startup, storage, versions
-from core.beam_compat import BeamArgumentParser, is_direct_runner
+from core import names, retention, schema, startup, storage, versions
+from core.beam_compat import BeamArgumentParser, is_direct_runner, skip_type_inference
 from core.errors import ERROR_PREFIX, interrupted
 from pipeline.options import ConvertConfig, ConvertOptions, OptionError
 from pipeline.report.summary import format_summary
@@ -157,7 +157,7 @@ def parse_convert_args(argv: list[str]) -> tuple[PipelineOptions, ConvertConfig,
         argv = _config_to_argv(known.config, parser, cli_dests) + list(argv)
         parser.parse_known_args(argv)  # Re-validate the merged values.
     options = PipelineOptions(argv)
-    beam_compat.skip_type_inference(options)
+    skip_type_inference(options)
     return options, ConvertConfig.from_options(options), argv
 
 

@@ -8,15 +8,13 @@ For each corpus size (bench/_common.corpus, cached under bench/_work/), `python 
 convert --input DIR/*/*.jpg --output OUT` with default options, the two modes alternating so
 the machine's load falls on both alike; `--workers N` adds that option (2: two worker
 processes, whose pipelines are built again from the launcher's). Prints each run, then per size
-the medians and the ratio. Also checks that both modes wrote the same shards, rejects and
-duplicates (sha256 of each file).
+the medians and the ratio. Also checks that both modes wrote the same shards, rejects,
+duplicates and dataset_info.json (bench/_common.output_snapshot: provenance times left out).
 """
 
 from __future__ import annotations
 
 import argparse
-import glob
-import hashlib
 import os
 import shutil
 import sys
@@ -25,20 +23,8 @@ import tempfile
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, REPO)
 
-from bench._common import alternate, corpus, load_average, timed_run  # noqa: E402
+from bench._common import alternate, corpus, load_average, output_snapshot, timed_run  # noqa: E402
 from core.beam_compat import TYPE_INFERENCE_ENV  # noqa: E402
-
-
-def _digest(out: str) -> dict[str, str]:
-    """sha256 of every shard, rejects and duplicates file, by path under `out`."""
-    paths = glob.glob(os.path.join(out, "*", "*.tfrecord*")) + glob.glob(
-        os.path.join(out, "*.jsonl")
-    )
-    found = {}
-    for path in sorted(paths):
-        with open(path, "rb") as f:
-            found[os.path.relpath(path, out)] = hashlib.sha256(f.read()).hexdigest()
-    return found
 
 
 def main() -> None:
@@ -66,7 +52,9 @@ def main() -> None:
 
             run("none")  # page cache
             medians = alternate(tuple(envs), args.repeats, run, label=f"{size} files, ")
-            same = _digest(os.path.join(tmp, "out-B")) == _digest(os.path.join(tmp, "out-n"))
+            same = output_snapshot(os.path.join(tmp, "out-B")) == output_snapshot(
+                os.path.join(tmp, "out-n")
+            )
             results.append((size, medians, same))
     workers = f" --workers {args.workers}" if args.workers else ""
     for size, medians, same in results:
@@ -75,7 +63,7 @@ def main() -> None:
             f"{size} files, default command{workers}, "
             f"median of {args.repeats}: Beam's type inference {w1:.2f} s wall ({c1:.2f} s CPU), "
             f"none {w0:.2f} s wall ({c0:.2f} s CPU): {w1 / w0:.2f}x wall, {c1 / c0:.2f}x CPU; "
-            f"same shards, rejects and duplicates: {same}"
+            f"same shards, rejects, duplicates and dataset_info: {same}"
         )
 
 

@@ -99,7 +99,7 @@ def test_beams_direct_runner_runs_without_prism(tmp_path, monkeypatch, argv_extr
 @pytest.mark.parametrize("env, inferred", [(None, False), ("1", True)])
 def test_the_pipeline_is_built_without_beams_type_inference(tmp_path, monkeypatch, env, inferred):
     """Beam infers each transform's output type from its function's bytecode while a pipeline is
-    built (~0.8 s of CPU per small conversion); imgrec's options turn that off
+    built (~1 s of CPU per small conversion); imgrec's options turn that off
     (core/beam_compat.skip_type_inference) unless IMGREC_BEAM_TYPE_INFERENCE=1."""
     from apache_beam.options.pipeline_options import TypeOptions
     from apache_beam.typehints import trivial_inference
