@@ -26,6 +26,7 @@ __all__ = [
     "timed_run",
     "alternate",
     "output_snapshot",
+    "default_command_ab",
 ]
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -286,3 +287,57 @@ def output_snapshot(folder: str) -> dict[str, str]:
     info.pop("provenance")
     found["dataset_info.json"] = json.dumps(info, sort_keys=True)
     return found
+
+
+def default_command_ab(variable: str, modes: dict[str, str | None], what: str) -> None:
+    """The default `imgrec convert`, whole process, wall clock, with the environment variable
+    `variable` set per mode ({label: value, or None to leave it unset}), the modes alternating
+    so the machine's load falls on all alike. Command line: --sizes (corpus sizes, cached under
+    bench/_work/), --repeats, --workers (0: not passed). Prints each run, then per size the
+    medians, the ratio of the first mode to the second and whether every mode wrote the same
+    shards, rejects, duplicates and dataset_info.json (`output_snapshot`)."""
+    import argparse
+    import shutil
+    import tempfile
+
+    parser = argparse.ArgumentParser(description=f"{what}: {variable}, A/B")
+    parser.add_argument("--sizes", default="1,300", help="comma-separated corpus sizes")
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--workers", type=int, default=0, help="0: the default (not passed)")
+    args = parser.parse_args()
+    base_env = dict(os.environ, PYTHONPATH=REPO, TF_CPP_MIN_LOG_LEVEL="2")
+    base_env.pop(variable, None)
+    envs = {
+        mode: base_env if value is None else dict(base_env, **{variable: value})
+        for mode, value in modes.items()
+    }
+    print(load_average())
+    results = []
+    with tempfile.TemporaryDirectory(prefix="imgrec-bench-") as tmp:
+        for size in (int(s) for s in args.sizes.split(",")):
+            images, _ = corpus(size, broken=size > 1)
+            extra = ["--workers", str(args.workers)] if args.workers else []
+            outs = {mode: os.path.join(tmp, f"out-{i}") for i, mode in enumerate(modes)}
+
+            def run(mode: str, images=images, extra=extra, size=size, outs=outs):
+                shutil.rmtree(outs[mode], ignore_errors=True)
+                argv = [sys.executable, "-m", "pipeline", "convert", "--input",
+                        f"{images}/*/*.jpg", "--output", outs[mode], "--max_bad_fraction", "0.2",
+                        *extra]  # fmt: skip
+                return timed_run(argv, envs[mode], f"{what}: {mode}, {size} files")
+
+            run(list(modes)[-1])  # page cache
+            medians = alternate(tuple(modes), args.repeats, run, label=f"{size} files, ")
+            snapshots = [output_snapshot(out) for out in outs.values()]
+            same = all(snapshot == snapshots[0] for snapshot in snapshots)
+            results.append((size, medians, same))
+    workers = f" --workers {args.workers}" if args.workers else ""
+    first, second = list(modes)[:2]
+    for size, medians, same in results:
+        (w1, c1), (w0, c0) = medians[first], medians[second]
+        print(
+            f"{size} files, default command{workers}, median of {args.repeats}: "
+            f"{what} {first} {w1:.2f} s wall ({c1:.2f} s CPU), {second} {w0:.2f} s wall "
+            f"({c0:.2f} s CPU): {w1 / w0:.2f}x wall, {c1 / c0:.2f}x CPU; "
+            f"same shards, rejects, duplicates and dataset_info: {same}"
+        )

@@ -5,7 +5,8 @@ launcher parses anything, when the command line asks for a local run with analys
 `transforms.analyze_aside.AnalyzeAside` hands it the training rows. Until then it imports TFT
 (and Keras 2) and builds its small pipeline (tracing the preprocessing_fn), on the core the job
 is not yet using; then it waits for the request, runs the analysis and export
-(`transforms.analyze.export_to_scratch`), reads the statistics back and answers. Measured (docs/benchmarks.md, "Fixed cost"): the launcher no longer imports TFT nor
+(`transforms.analyze.export_to_scratch`), takes the statistics (summed exactly, or read back
+from the export: transforms/statistics.py) and answers. Measured (docs/benchmarks.md, "Fixed cost"): the launcher no longer imports TFT nor
 traces before the first image, and the job has no TFT stages of its own.
 
 A run that turns out not to analyse here (--no_analyze in a --config, a remote runner, a local
@@ -161,14 +162,18 @@ def _read_rows(request: dict, handoff: str):
         yield from (row_item(row) for row in rows)
 
 
-def _answer(unused_done, handoff: str, request: dict, sizes: dict) -> None:
-    """Read the statistics from the scratch export and answer the job (or say why not)."""
-    from transforms.analyze import read_statistics
+def _answer(unused_done, handoff: str, request: dict, sizes: dict, totals: dict | None) -> None:
+    """Answer the job once the export is written (or say why not): with the statistics summed
+    exactly from the rows where that gives TFT's own numbers, else read back from the export
+    (transforms/statistics.py)."""
     from transforms.analyze_aside import EXPORT_SUBDIR, FAILED, STATISTICS, write_json_atomic
+    from transforms.statistics import exact_statistics, read_statistics
 
-    export = os.path.join(handoff, EXPORT_SUBDIR)
+    split, names = request["train_split"], request["label_names"]
     try:
-        stats = read_statistics(export, request["train_split"], request["label_names"], sizes)
+        stats = exact_statistics(totals, split, names, sizes)
+        if stats is None:
+            stats = read_statistics(os.path.join(handoff, EXPORT_SUBDIR), split, names, sizes)
     except ValueError as e:  # an empty split: the job fails with these words
         write_json_atomic(os.path.join(handoff, FAILED), {"message": str(e)})
         return
@@ -204,6 +209,7 @@ def _main(handoff: str, parent: int) -> None:
 
         from core import beam_compat
         from transforms.analyze import export_to_scratch
+        from transforms.statistics import ExactSumsFn
 
         options = PipelineOptions(
             ["--direct_num_workers=1", "--direct_running_mode=in_memory"], save_main_session=False
@@ -223,11 +229,13 @@ def _main(handoff: str, parent: int) -> None:
         exported, sizes = export_to_scratch(
             items, names, os.path.join(handoff, TFT_SUBDIR), os.path.join(handoff, EXPORT_SUBDIR)
         )
+        totals = items | "ExactSums" >> beam.CombineGlobally(ExactSumsFn())
         _ = exported | "Answer" >> beam.Map(
             _answer,
             handoff,
             request=beam.pvalue.AsSingleton(request),
             sizes=beam.pvalue.AsSingleton(sizes),
+            totals=beam.pvalue.AsSingleton(totals),
         )
     p.run().wait_until_finish()
 

@@ -18,6 +18,22 @@ from apache_beam.options.pipeline_options import (
 from core import storage
 from core.normalize import IMAGE, LABEL, normalize_layer
 
+# The analyzers' feature names, the label id of an unknown label and the mean/std ops, shared
+# with the statistics read back from the export or summed exactly (transforms/statistics.py).
+from transforms.statistics import (
+    _CHANNELS,
+    _HEIGHT,
+    _LABEL_VOCAB,
+    _NUM_PIXELS,
+    _PIXEL_SUM,
+    _PIXEL_SUMSQ,
+    _STAT_PREFIX,
+    _WIDTH,
+    UNKNOWN_LABEL_ID,
+    mean_std,
+    read_statistics,
+)
+
 __all__ = [
     "IMAGE",
     "LABEL",
@@ -33,30 +49,13 @@ __all__ = [
     "scratch_root",
 ]
 
-# Label text absent from the label names maps here, like an out-of-vocabulary token.
-UNKNOWN_LABEL_ID = -1
 # Percentiles reported for height and width: the tails (1, 99) show outliers that would dominate
 # a resize, the quartiles show where most images sit.
 QUANTILES = (1, 5, 10, 25, 50, 75, 90, 95, 99)
 
-# Per-image statistics fed to the analyzers; the serving transform never needs them.
-_PIXEL_SUM = "pixel_sum"
-_PIXEL_SUMSQ = "pixel_sumsq"
-_NUM_PIXELS = "num_pixels"
-_HEIGHT = "height"
-_WIDTH = "width"
-# Outputs that carry the analyzer results back out of the transform (computable only when the
-# per-image features are fed, so the serving layer never returns them). Values are decimal strings
-# of the float64 results: TFT outputs cannot be float64, and float32 would round the statistics.
-_STAT_PREFIX = "statistics/"
-_STAT_KEYS = ("num_images", "num_stats_images", "pixel_mean", "pixel_std")
-# Vocabulary (with frequencies) of the training labels, stored with the transform's assets.
-# TFRecord format, because the text format silently drops empty labels (--label_from none).
-_LABEL_VOCAB = "label_counts"
 # Rows per Arrow RecordBatch fed to TFT: large enough to amortise a TF call, small enough that a
 # bundle of per-image dicts (a few hundred bytes each) never matters for memory.
 _MIN_BATCH, _MAX_BATCH = 16, 1024
-_CHANNELS = 3
 # Runners whose workers all run on this machine and share its filesystem: TFT's scratch (written
 # and read back through TensorFlow's file layer, which has no s3:// and ignores the GCS emulator)
 # stays in the local temp dir there, whatever --temp_location says.
@@ -153,83 +152,6 @@ def _files_under(root: str) -> list[str]:
             return []
         raise
     return [m.path for m in found if not m.path.endswith("/")]
-
-
-def read_statistics(
-    output_dir: str,
-    train_split: str,
-    label_names: Sequence[str] | None,
-    size_quantiles: dict | None = None,
-) -> dict:
-    """The "statistics" section of dataset_info.json, read back from an exported transform.
-
-    The numbers are the analyzer results baked into `output_dir/transform_fn/`, so the JSON and the
-    normalisation applied in training and serving can never disagree.
-
-    Args:
-        output_dir: directory holding `transform_fn/` and `transformed_metadata/`.
-        train_split: name of the split the statistics describe.
-        label_names: dataset label names (index = label id), or None if unknown here.
-        size_quantiles: {"height_quantiles": ..., "width_quantiles": ...} from `SizeQuantilesFn`
-            (sizes are no part of the transform), or None to leave them out.
-
-    Returns:
-        A JSON-friendly dict; see `AnalyzeDataset`.
-
-    Raises:
-        ValueError: if no analysed image had pixel statistics.
-    """
-    import tensorflow as tf
-    import tensorflow_transform as tft
-
-    output = tft.TFTransformOutput(output_dir)
-    # Feeding only a per-image feature makes the transform compute only the statistics outputs.
-    probe = output.transform_raw_features({_HEIGHT: tf.zeros([1], tf.int64)})
-    values = {key: [float(v) for v in probe[_STAT_PREFIX + key].numpy()[0]] for key in _STAT_KEYS}
-    num_images = int(values["num_images"][0])
-    num_stats_images = int(values["num_stats_images"][0])
-    if num_images == 0:
-        raise ValueError(
-            f"the {train_split!r} split is empty, so there are no statistics to compute: check "
-            "--splits, or pass --no_analyze"
-        )
-    if num_stats_images == 0:
-        raise ValueError(
-            f"none of the {num_images} {train_split!r} images was sampled for pixel statistics: "
-            "raise --stats_sample_fraction, or pass --no_analyze"
-        )
-    counts: dict[str, int] = {}
-    for record in output.vocabulary_by_name(_LABEL_VOCAB):
-        # "<count> <label>"; the label may itself contain spaces.
-        count, _, label = record.decode("utf-8").partition(" ")
-        counts[label] = int(count)
-    present = {label: n for label, n in counts.items() if n > 0}
-    # Without names the transform numbers the sorted training labels (see _SortedLabels).
-    names = list(label_names) if label_names is not None else sorted(counts)
-    return {
-        "train_split": train_split,
-        "num_images": num_images,
-        "num_stats_images": num_stats_images,
-        "pixel_mean": values["pixel_mean"],
-        "pixel_std": values["pixel_std"],
-        "label_counts": dict(sorted(counts.items())),
-        # Inverse-frequency weights with mean 1 over the present classes: n / (k * n_label).
-        "class_weights": {
-            label: num_images / (len(present) * n) for label, n in sorted(present.items())
-        },
-        "unknown_labels": sorted(set(counts) - set(names)),
-        **(size_quantiles or {}),
-        "transform": {
-            "transform_fn": tft.TFTransformOutput.TRANSFORM_FN_DIR,
-            "transformed_metadata": tft.TFTransformOutput.TRANSFORMED_METADATA_DIR,
-            "label_names": names,
-            "inputs": {IMAGE: "uint8 [B, H, W, 3]", LABEL: "string [B]"},
-            "outputs": {
-                IMAGE: "float32 ragged [B, (H), (W), 3]: (image - pixel_mean) / pixel_std",
-                LABEL: f"int64 [B]: index in label_names, {UNKNOWN_LABEL_ID} if absent",
-            },
-        },
-    }
 
 
 def _quantile_dict(counts: dict[int, int]) -> dict[str, int]:
@@ -420,13 +342,7 @@ def _make_preprocessing_fn(label_names: Sequence[str] | beam.PCollection | None)
         sumsq = tft.sum(inputs[_PIXEL_SUMSQ], reduce_instance_dims=False)
         num_images = tft.sum(tf.ones_like(inputs[_HEIGHT]))
         num_stats_images = tft.sum(tf.cast(inputs[_NUM_PIXELS] > 0, tf.int64))
-        # Guard the empty case so tracing and export succeed; read_statistics reports it.
-        safe_pixels = tf.maximum(num_pixels, 1.0)
-        mean = sums / safe_pixels
-        # Sums of integer pixel values are exact in float64 below 2**53 and round at ~1e-16
-        # beyond; E[x^2] - E[x]^2 magnifies that only by E[x^2] / var (about 5 for photos). The
-        # clamp absorbs rounding on constant images.
-        std = tf.sqrt(tf.maximum(sumsq / safe_pixels - mean * mean, 0.0))
+        mean, std = mean_std(num_pixels, sums, sumsq)
         safe_std = tf.where(std > 0, std, tf.ones_like(std))
         tft.vocabulary(
             inputs[LABEL],

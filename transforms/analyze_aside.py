@@ -7,8 +7,9 @@ other core, instead of before its first image (import, tracing) and after its la
 export). This transform is the job's side of it. It writes the per-image rows TFT's analyzers
 read (pixel sums, sides, label; a few dozen bytes each) into the hand-off folder, batch by batch,
 then names them in a request; the process runs `transforms.analyze.export_to_scratch` on them,
-reads the statistics back (`read_statistics`) and answers; the export is published into the
-dataset here, as `AnalyzeDataset` publishes it. Same analyzers, same rows, same export: the
+takes the statistics (`transforms.statistics`: summed exactly from the rows, or read back from
+the export) and answers; the export is published into the dataset here, as `AnalyzeDataset`
+publishes it. Same analyzers, same rows, same export: the
 statistics are exact sums and counts, so the dataset's bytes do not depend on where TFT ran.
 
 The protocol is files in one folder (any process of the job may hold the DoFns: the launcher in
@@ -16,7 +17,7 @@ in-memory runs, a worker process otherwise):
     rows-<id>.pkl       written here (temp name, rename): a list of `analysis_row` tuples
     request.json        written here last: {"parts": [file names], "label_names", "train_split"}
     statistics.json     the process's answer (the "statistics" dict), or
-    failed.json         {"message": ...}: the ValueError read_statistics raised (empty split)
+    failed.json         {"message": ...}: the statistics' ValueError (an empty split)
     tft/export/         TFT's export, published from here
     pid                 the process id, so a wait notices a process that died without answering
 """
@@ -165,7 +166,7 @@ class _AnswerFn(beam.DoFn):
         with open(os.path.join(self._handoff, answer), encoding="utf-8") as f:
             value = json.load(f)
         if answer == FAILED:
-            raise ValueError(value["message"])  # read_statistics's own words (empty split)
+            raise ValueError(value["message"])  # the statistics' own words (empty split)
         publish_export(os.path.join(self._handoff, EXPORT_SUBDIR), self._output_dir)
         shutil.rmtree(os.path.join(self._handoff, TFT_SUBDIR), ignore_errors=True)
         yield value

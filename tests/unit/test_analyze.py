@@ -16,7 +16,7 @@ from apache_beam.testing.util import BeamAssertException, assert_that, equal_to
 
 from tests.runs import ROOT as ROOT_PATH
 from tests.runs import tf_script
-from transforms import analyze
+from transforms import analyze, statistics
 from transforms.analyze import AnalyzeDataset
 
 ROOT = str(ROOT_PATH)
@@ -336,3 +336,81 @@ def _load_layer(out: str):
     import tensorflow_transform as tft
 
     return tft.TFTransformOutput(out).transform_features_layer()
+
+
+# ---------------------------------------------------------------- statistics without the reload
+def _totals(items: list[dict], parts: int = 3) -> dict | None:
+    """ExactSumsFn over the train items, in `parts` accumulators merged as a runner would."""
+    fn = statistics.ExactSumsFn()
+    accumulators = []
+    for i in range(parts):
+        acc = fn.create_accumulator()
+        for item in items[i::parts]:
+            acc = fn.add_input(acc, item)
+        accumulators.append(acc)
+    return fn.extract_output(fn.merge_accumulators(accumulators))
+
+
+def _sizes(stats: dict) -> dict:
+    return {key: stats[key] for key in ("height_quantiles", "width_quantiles")}
+
+
+@pytest.mark.integration  # a TFT analysis pipeline
+def test_exact_statistics_equal_what_the_export_says(analyzed):
+    """The analysis process answers without reloading the export: the same dict, to the bit."""
+    out, stats, _, train = analyzed
+    exact = statistics.exact_statistics(_totals(train), "train", LABEL_NAMES, _sizes(stats))
+    assert exact == statistics.read_statistics(out, "train", LABEL_NAMES, _sizes(stats)) == stats
+
+
+@pytest.mark.integration  # a TFT analysis pipeline
+def test_exact_statistics_equal_the_export_on_large_sums_and_odd_labels(tmp_path):
+    """Sums up to ~2**50 whose quotients do not terminate, a constant channel (std 0), a
+    variance below zero by rounding (clamped), and labels TFT's vocabulary must keep as they
+    are (empty, spaces, a newline, non-ASCII, an escaped byte)."""
+    rng = np.random.default_rng(7)
+    labels = ["", "a b", "x\ny", "été", "caf%E9", "cat"]
+    items = []
+    for i in range(60):
+        pixels = int(rng.integers(1, 2**31))
+        sums = [int(rng.integers(0, 255 * pixels)) for _ in range(2)] + [17 * pixels]
+        sumsq = [int(s * s // pixels + rng.integers(0, 2**18)) for s in sums[:2]] + [289 * pixels]
+        stats = None if i % 7 == 0 else [*map(float, sums), *map(float, sumsq), pixels]
+        items.append(
+            {
+                "path": f"mem://train/{i}.png",
+                "key": f"train/{i}.png",
+                "label": labels[i % len(labels)],
+                "split": "train",
+                "height": 3 + i % 5,
+                "width": 4 + i % 3,
+                "stats": stats,
+            }
+        )
+    stats = run_analyze(str(tmp_path / "ds"), None, items)
+    totals = _totals(items)
+    assert max(totals["sumsq"]) > 2**45  # large enough that a division rounds
+    assert stats["pixel_std"][2] == 0.0
+    exact = statistics.exact_statistics(totals, "train", None, _sizes(stats))
+    assert exact == statistics.read_statistics(str(tmp_path / "ds"), "train", None, _sizes(stats))
+    assert exact == stats
+
+
+def test_exact_statistics_defer_to_the_export_when_float64_may_round():
+    """Totals at 2**53 or more, a fractional or negative input, or IMGREC_EXACT_STATISTICS=0:
+    no answer here (the export is read back); an empty split fails with read_statistics's words."""
+    item = {"label": "cat", "stats": [1.0, 2.0, 3.0, 1.0, 4.0, 9.0, 1]}
+    assert statistics.exact_statistics(_totals([item]), "train", None) is not None
+    big = dict(item, stats=[1.0, 2.0, 3.0, 1.0, 4.0, float(2**53), 1])
+    assert statistics.exact_statistics(_totals([big]), "train", None) is None
+    for bad in ([1.5, 2.0, 3.0, 1.0, 4.0, 9.0, 1], [-1.0, 2.0, 3.0, 1.0, 4.0, 9.0, 1]):
+        assert _totals([item, dict(item, stats=bad)]) is None
+    assert statistics.exact_statistics(None, "train", None) is None
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv(statistics.EXACT_ENV, "0")
+        assert statistics.exact_statistics(_totals([item]), "train", None) is None
+    with pytest.raises(ValueError, match=r"'train' split is empty.*--no_analyze"):
+        statistics.exact_statistics(_totals([]), "train", None)
+    unsampled = dict(item, stats=None)
+    with pytest.raises(ValueError, match=r"none of the 1 'train' images was sampled"):
+        statistics.exact_statistics(_totals([unsampled]), "train", None)
