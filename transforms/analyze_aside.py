@@ -17,7 +17,9 @@ in-memory runs, a worker process otherwise):
     rows-<id>.pkl       written here (temp name, rename): a list of `analysis_row` tuples
     request.json        written here last: {"parts": [file names], "label_names", "train_split"}
     statistics.json     the process's answer (the "statistics" dict), or
-    failed.json         {"message": ...}: the statistics' ValueError (an empty split)
+    failed.json         {"message": ...}: the statistics' ValueError (an empty split), or
+    read_back.json      {"train_split", "label_names", "size_quantiles"}: read the statistics
+                        back from the export here (sums too large to be exact in float64)
     tft/export/         TFT's export, published from here
     pid                 the process id, so a wait notices a process that died without answering
 """
@@ -38,6 +40,7 @@ __all__ = [
     "EXPORT_SUBDIR",
     "FAILED",
     "PID_FILE",
+    "READ_BACK",
     "REQUEST",
     "STATISTICS",
     "analysis_row",
@@ -50,6 +53,9 @@ __all__ = [
 REQUEST = "request.json"
 STATISTICS = "statistics.json"
 FAILED = "failed.json"
+# The answer when only the export can say what TFT computed (transforms/statistics.py): the
+# job reads the statistics back itself, with Keras (the analysis process runs TFT without it).
+READ_BACK = "read_back.json"
 PID_FILE = "pid"
 # TFT's scratch (its Context temp_dir) inside the hand-off folder, and its export inside that.
 TFT_SUBDIR = "tft"
@@ -162,12 +168,17 @@ class _AnswerFn(beam.DoFn):
         del after  # only ordered this step after the stages that make it (the shards)
         with open(os.path.join(self._handoff, PID_FILE), encoding="ascii") as f:
             pid = int(f.read())
-        answer = wait_for_file(self._handoff, (STATISTICS, FAILED), pid)
+        answer = wait_for_file(self._handoff, (STATISTICS, FAILED, READ_BACK), pid)
         with open(os.path.join(self._handoff, answer), encoding="utf-8") as f:
             value = json.load(f)
         if answer == FAILED:
             raise ValueError(value["message"])  # the statistics' own words (empty split)
-        publish_export(os.path.join(self._handoff, EXPORT_SUBDIR), self._output_dir)
+        export = os.path.join(self._handoff, EXPORT_SUBDIR)
+        if answer == READ_BACK:
+            from transforms.statistics import read_statistics
+
+            value = read_statistics(export, **value)
+        publish_export(export, self._output_dir)
         shutil.rmtree(os.path.join(self._handoff, TFT_SUBDIR), ignore_errors=True)
         yield value
 

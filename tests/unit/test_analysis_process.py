@@ -52,14 +52,19 @@ def test_no_fork_once_tensorflow_is_loaded(tmp_path):
 
 # A fresh interpreter: the first conversion forks the analysis process (TensorFlow not loaded
 # yet), the second finds TensorFlow loaded and analyses in the job's own stages. It prints, per
-# run, the hand-off folder the builder claimed (None: in-job) and whether anything is left.
+# run, the hand-off folder the builder claimed (None: in-job), the process's answer and whether
+# anything is left.
 _TWO_RUNS = """
 import json, os, sys, tempfile
 from pipeline import analysis_process, builder, cli
 
-claimed = []
+from transforms import analyze_aside
+
+claimed, answers = [], []
 original = builder._analysis_handoff
 builder._analysis_handoff = lambda options: claimed.append(original(options)) or claimed[-1]
+wait = analyze_aside.wait_for_file  # the job's wait for the answer (the process has its own)
+analyze_aside.wait_for_file = lambda *args: answers.append(wait(*args)) or answers[-1]
 src, out1, out2 = sys.argv[1:4]
 cli.start_program()
 for out in (out1, out2):
@@ -67,7 +72,8 @@ for out in (out1, out2):
                        "--splits", "train=0.8,validation=0.2"])
     assert status == 0, status
 left = [n for n in os.listdir(tempfile.gettempdir()) if n.startswith("imgrec-")]
-print(json.dumps({"claimed": claimed, "left": left, "started": analysis_process._started}))
+print(json.dumps({"claimed": claimed, "left": left, "started": analysis_process._started,
+                  "answers": answers}))
 """
 
 
@@ -86,7 +92,13 @@ def _info(out: str) -> dict:
 
 
 @pytest.mark.e2e  # a fresh interpreter (the fork needs TensorFlow not loaded yet), two conversions
-def test_same_dataset_with_and_without_the_process(tmp_path):
+@pytest.mark.parametrize("exact", ["1", "0"])
+def test_same_dataset_with_and_without_the_process(tmp_path, exact):
+    """Both of the process's answers: the statistics summed exactly ("1", the default) and the
+    job reading them back from the export ("0", as for sums too large to be exact); the
+    in-job run reads them back through TFT with Keras (transforms/statistics.py)."""
+    from transforms.statistics import EXACT_ENV
+
     src = str(tmp_path / "src")
     build_corpus(src, num_images=24, seed=3, long_side=(64, 96), broken=False)
     tmp = tmp_path / "tmp"
@@ -94,7 +106,7 @@ def test_same_dataset_with_and_without_the_process(tmp_path):
     out1, out2 = str(tmp_path / "process"), str(tmp_path / "in-job")
     proc = subprocess.run(
         [sys.executable, "-c", _TWO_RUNS, src, out1, out2],
-        env=cli_env(TMPDIR=str(tmp)),
+        env=cli_env(TMPDIR=str(tmp), **{EXACT_ENV: exact}),
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -106,6 +118,9 @@ def test_same_dataset_with_and_without_the_process(tmp_path):
     assert first and os.path.basename(first).startswith("imgrec-analysis-")
     assert second is None  # TensorFlow was loaded by the first run: TFT ran in the job
     assert facts["started"] is None and facts["left"] == []  # stopped, scratch removed
+    from transforms.analyze_aside import READ_BACK, STATISTICS
+
+    assert facts["answers"] == [STATISTICS if exact == "1" else READ_BACK]
     assert _digests(out1) == _digests(out2) and _digests(out1)
     info1, info2 = _info(out1), _info(out2)
     assert info1["statistics"]["num_images"] > 0
