@@ -15,7 +15,7 @@ import pytest
 from core import schema
 from pipeline import analysis_process
 from pipeline.demo import build_corpus
-from tests.runs import ROOT, cli_env
+from tests.runs import ROOT, cli, cli_env
 
 
 @pytest.mark.parametrize(
@@ -150,6 +150,23 @@ def test_a_wait_ends_when_the_other_side_died(tmp_path):
         wait_for_file(str(tmp_path), (STATISTICS,), pid)  # gone
     (tmp_path / STATISTICS).write_text("{}")
     assert wait_for_file(str(tmp_path), (STATISTICS,), pid) == STATISTICS  # answered, then died
+
+
+@pytest.mark.e2e  # the real command, with its analysis process
+def test_an_empty_training_split_fails_in_the_statistics_own_words(tmp_path):
+    """The process's exact statistics refuse an empty split as read_statistics does: the job
+    fails with one line naming --splits and --no_analyze, and writes no dataset_info.json."""
+    src = str(tmp_path / "src")
+    build_corpus(src, num_images=3, seed=3, long_side=(64, 96), broken=False)
+    out = tmp_path / "ds"
+    proc = cli(
+        "convert", "--input", f"{src}/*/*.jpg", "--output", str(out),
+        "--splits", "train=0.001,validation=0.999", check=False,
+    )  # fmt: skip
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    assert "the 'train' split is empty" in proc.stderr, proc.stderr[-2000:]
+    assert "--splits, or pass --no_analyze" in proc.stderr
+    assert not (out / schema.DATASET_INFO).exists()
 
 
 @pytest.mark.e2e  # the real command, killed
