@@ -3,10 +3,11 @@
 `imgrec convert` forks it (`start`) as soon as Beam and TensorFlow are imported, before the
 launcher parses anything, when the command line asks for a local run with analysis; the job's
 `transforms.analyze_aside.AnalyzeAside` hands it the training rows. Until then it imports TFT
-(and Keras 2) and builds its small pipeline (tracing the preprocessing_fn), on the core the job
-is not yet using; then it waits for the request, runs the analysis and export
-(`transforms.analyze.export_to_scratch`), takes the statistics (summed exactly, or read back
-from the export: transforms/statistics.py) and answers. Measured (docs/benchmarks.md, "Fixed cost"): the launcher no longer imports TFT nor
+(without Keras 2, `_tft_without_keras`) and builds its small pipeline (tracing the
+preprocessing_fn), on the core the job is not yet using; then it waits for the request, runs
+the analysis and export (`transforms.analyze.export_to_scratch`) and answers with the
+statistics summed exactly (transforms/statistics.py), or asks the job to read them back from
+the export. Measured (docs/benchmarks.md, "Fixed cost"): the launcher no longer imports TFT nor
 traces before the first image, and the job has no TFT stages of its own.
 
 A run that turns out not to analyse here (--no_analyze in a --config, a remote runner, a local

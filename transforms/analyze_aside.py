@@ -8,9 +8,9 @@ export). This transform is the job's side of it. It writes the per-image rows TF
 read (pixel sums, sides, label; a few dozen bytes each) into the hand-off folder, batch by batch,
 then names them in a request; the process runs `transforms.analyze.export_to_scratch` on them,
 takes the statistics (`transforms.statistics`: summed exactly from the rows, or read back from
-the export) and answers; the export is published into the dataset here, as `AnalyzeDataset`
-publishes it. Same analyzers, same rows, same export: the
-statistics are exact sums and counts, so the dataset's bytes do not depend on where TFT ran.
+the export here) and answers; the export is published into the dataset here, as
+`AnalyzeDataset` publishes it. Same analyzers, same rows, same export: the statistics are exact
+sums and counts, so the dataset's bytes do not depend on where TFT ran.
 
 The protocol is files in one folder (any process of the job may hold the DoFns: the launcher in
 in-memory runs, a worker process otherwise):
