@@ -25,12 +25,12 @@ import signal
 import sys
 import tempfile
 
-__all__ = ["DISABLE_ENV", "KERAS_ENV", "claim", "start", "stop", "wanted"]
+__all__ = ["DISABLE_ENV", "TFT_KERAS_ENV", "claim", "start", "stop", "wanted"]
 
 # IMGREC_ANALYSIS_PROCESS=0 keeps TFT in the job's own stages (bench/convert.py --aside, A/B).
 DISABLE_ENV = "IMGREC_ANALYSIS_PROCESS"
 # IMGREC_ANALYSIS_KERAS=1 lets TFT import Keras 2 in this process (bench/ablations/tft_keras.py).
-KERAS_ENV = "IMGREC_ANALYSIS_KERAS"
+TFT_KERAS_ENV = "IMGREC_ANALYSIS_KERAS"
 
 _PREFIX = "imgrec-analysis-"
 # Set by start(): (the process id, its hand-off folder); claim() hands the folder to one job.
@@ -216,7 +216,9 @@ def _tft_without_keras() -> None:
     whose `tf_keras` has placeholder classes: no object here is a Keras layer, and the export's
     saved_model.pb was byte-identical with and without (bench/ablations/tft_keras.py checks the
     outputs, dataset_info.json included).
-    Skipped when Keras or TFT is already loaded, or KERAS_ENV is 1.
+    The real keras_lib also sets TF_USE_LEGACY_KERAS=1; the `imgrec` program set it before the
+    fork (`cli.use_keras_2`), and nothing here touches `tf.keras`. Skipped when tf_keras or TFT
+    is already loaded, or TFT_KERAS_ENV is 1.
     """
     import types
 
@@ -224,7 +226,7 @@ def _tft_without_keras() -> None:
     loaded = (
         name in sys.modules or "tensorflow_transform" in sys.modules or "tf_keras" in sys.modules
     )
-    if loaded or os.environ.get(KERAS_ENV) == "1":
+    if loaded or os.environ.get(TFT_KERAS_ENV) == "1":
         return
 
     class Layer:  # placeholders: never instantiated in this process

@@ -6,8 +6,9 @@ process (pipeline/analysis_process.py) answers the job without that reload when 
 same numbers (`exact_statistics`): every analyzer input is an integer (pixel sums and counts),
 so while the totals stay below 2**53 every float64 addition TFT makes is exact, in any order, and
 the totals are the integer sums; mean and std then come from those totals through the same
-TensorFlow ops as in the transform (`mean_std`). Above 2**53 (about 770,000 sampled 450x400
-photos) TFT's totals depend on its summation order, and the statistics are read back as before.
+TensorFlow ops as in the transform (`mean_std`). Above 2**53 (at the earliest ~770,000 sampled
+450x400 photos of pure white; ~2-3 million typical photos) TFT's totals depend on its summation
+order, and the statistics are read back as before.
 Measured at one file, where the analysis is the whole command's critical path: the reload took
 0.22-0.32 s of it (docs/benchmarks.md).
 """

@@ -19,7 +19,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 sys.path.insert(0, REPO)
 
 from bench._common import default_command_ab  # noqa: E402
-from pipeline.analysis_process import KERAS_ENV  # noqa: E402
+from pipeline.analysis_process import TFT_KERAS_ENV  # noqa: E402
 
 if __name__ == "__main__":
-    default_command_ab(KERAS_ENV, {"with Keras": "1", "without": None}, "TFT")
+    default_command_ab(TFT_KERAS_ENV, {"with Keras": "1", "without": None}, "TFT")

@@ -152,6 +152,46 @@ def test_a_wait_ends_when_the_other_side_died(tmp_path):
     assert wait_for_file(str(tmp_path), (STATISTICS,), pid) == STATISTICS  # answered, then died
 
 
+# A fresh interpreter set up as the analysis process is: TFT imported after the stand-in for its
+# keras_lib, then a transform traced, analysed and exported (the process's whole use of TFT).
+_WITHOUT_KERAS = """
+import json, sys
+import apache_beam as beam
+from core import startup
+startup.defer_keras()
+import tensorflow
+from pipeline import analysis_process
+analysis_process._tft_without_keras()
+from transforms.analyze import export_to_scratch
+items = [{"stats": [3.0, 6.0, 9.0, 9.0, 36.0, 81.0, 1], "height": 1, "width": 1, "label": "cat"}]
+with beam.Pipeline() as p:
+    export_to_scratch(p | beam.Create(items), ["cat"], sys.argv[1], sys.argv[2])
+print(json.dumps({"tf_keras": "tf_keras" in sys.modules,
+                  "stand_in": "imgrec" in (sys.modules["tensorflow_transform.keras_lib"].__doc__
+                                           or "")}))
+"""
+
+
+@pytest.mark.e2e  # a fresh interpreter (TFT not imported yet)
+def test_tft_traces_and_exports_without_keras(tmp_path):
+    """The installed TFT imports, traces and exports with the analysis process's stand-in for
+    its keras_lib, and Keras 2 is never loaded: a TFT upgrade that needs more of tf_keras there
+    fails here, not in users' conversions."""
+    export = tmp_path / "export"
+    proc = subprocess.run(
+        [sys.executable, "-c", _WITHOUT_KERAS, str(tmp_path / "tft"), str(export)],
+        env=cli_env(),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    facts = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert facts == {"tf_keras": False, "stand_in": True}
+    assert (export / "transform_fn" / "saved_model.pb").exists()
+
+
 @pytest.mark.e2e  # the real command, with its analysis process
 def test_an_empty_training_split_fails_in_the_statistics_own_words(tmp_path):
     """The process's exact statistics refuse an empty split as read_statistics does: the job

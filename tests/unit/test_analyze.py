@@ -365,9 +365,8 @@ def test_exact_statistics_equal_what_the_export_says(analyzed):
 
 @pytest.mark.integration  # a TFT analysis pipeline
 def test_exact_statistics_equal_the_export_on_large_sums_and_odd_labels(tmp_path):
-    """Sums up to ~2**50 whose quotients do not terminate, a constant channel (std 0), a
-    variance below zero by rounding (clamped), and labels TFT's vocabulary must keep as they
-    are (empty, spaces, a newline, non-ASCII, an escaped byte)."""
+    """Sums up to ~2**50 whose quotients do not terminate, a constant channel (E[x^2] - E[x]^2
+    exactly 0, std 0), and labels TFT's vocabulary must keep as they are (empty, spaces, a newline, non-ASCII, and `caf%E9`, the label a Latin-1 folder gets)."""
     rng = np.random.default_rng(7)
     labels = ["", "a b", "x\ny", "été", "caf%E9", "cat"]
     items = []
