@@ -29,6 +29,7 @@ from transforms.statistics import (
     _PIXEL_SUMSQ,
     _STAT_PREFIX,
     _WIDTH,
+    EXPORT_DIRS,
     UNKNOWN_LABEL_ID,
     mean_std,
     read_statistics,
@@ -71,8 +72,6 @@ _LOCAL_RUNNERS = frozenset(
         "InteractiveRunner",
     }
 )
-# The two folders of TFT's export, in the order they are published.
-EXPORT_DIRS = ("transform_fn", "transformed_metadata")
 
 
 def scratch_root(options: PipelineOptions) -> str:

@@ -25,6 +25,7 @@ from core.normalize import IMAGE, LABEL
 
 __all__ = [
     "EXACT_ENV",
+    "EXPORT_DIRS",
     "UNKNOWN_LABEL_ID",
     "ExactSumsFn",
     "exact_statistics",
@@ -32,6 +33,9 @@ __all__ = [
     "read_statistics",
 ]
 
+# The two folders of TFT's export (tft.TFTransformOutput.TRANSFORM_FN_DIR and
+# TRANSFORMED_METADATA_DIR), in the order they are published.
+EXPORT_DIRS = ("transform_fn", "transformed_metadata")
 # Label text absent from the label names maps here, like an out-of-vocabulary token.
 UNKNOWN_LABEL_ID = -1
 # IMGREC_EXACT_STATISTICS=0: the analysis process reads every answer back from the export
@@ -242,9 +246,8 @@ def _statistics(
         "unknown_labels": sorted(set(counts) - set(names)),
         **(size_quantiles or {}),
         "transform": {
-            # tft.TFTransformOutput.TRANSFORM_FN_DIR and TRANSFORMED_METADATA_DIR
-            "transform_fn": "transform_fn",
-            "transformed_metadata": "transformed_metadata",
+            "transform_fn": EXPORT_DIRS[0],
+            "transformed_metadata": EXPORT_DIRS[1],
             "label_names": names,
             "inputs": {IMAGE: "uint8 [B, H, W, 3]", LABEL: "string [B]"},
             "outputs": {
