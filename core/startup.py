@@ -1,5 +1,6 @@
 """A process's start-up: the `imgrec` program and its workers import without the cyclic garbage
-collector, and TensorFlow's import leaves Keras out (`defer_keras`, below).
+collector, TensorFlow's import leaves Keras out (`defer_keras`, below), and the program's import
+of Beam leaves out the clients of integrations imgrec does not use (`defer_beam_extras`, below).
 
 Importing TensorFlow, Beam and TFT creates ~700,000 long-lived objects the collector tracks
 (modules, functions, protos; `gc.get_freeze_count()` after `imgrec verify`'s imports), and
@@ -25,7 +26,7 @@ from __future__ import annotations
 import gc
 import sys
 
-__all__ = ["begin", "defer_keras", "finish", "without_gc"]
+__all__ = ["begin", "defer_beam_extras", "defer_keras", "finish", "without_gc"]
 
 _started = False  # True while the collector is off because begin() turned it off
 
@@ -94,9 +95,15 @@ class _DeferKeras:
         return None
 
 
-def _tensorflow_initializing() -> bool:
-    module = sys.modules.get("tensorflow")
+def _initializing(package: str) -> bool:
+    """Whether `package`'s __init__ is running: the import system's own flag on the module being
+    executed (`__spec__._initializing`, set by importlib around `exec_module`)."""
+    module = sys.modules.get(package)
     return bool(getattr(getattr(module, "__spec__", None), "_initializing", False))
+
+
+def _tensorflow_initializing() -> bool:
+    return _initializing("tensorflow")
 
 
 def defer_keras() -> None:
@@ -105,3 +112,49 @@ def defer_keras() -> None:
     if "tensorflow" in sys.modules or any(isinstance(f, _DeferKeras) for f in sys.meta_path):
         return
     sys.meta_path.insert(0, _DeferKeras())
+
+
+# `import apache_beam` imports, each inside `try: ... except ImportError`, the client libraries of
+# integrations imgrec never uses: pandas (Beam's DataFrame batch types, with pyarrow after it),
+# pymongo (MongoDB IO), BigQuery and its Storage API, Pub/Sub. ~0.3 s of CPU, 600 of Beam's
+# 2,340 modules (`import apache_beam` without the collector: 1.05-1.30 s -> 0.71-0.97 s, five
+# fresh processes each, alternating; whole commands: bench/ablations/beam_extras.py). Beam's
+# own modules still load (its BigQuery and Pub/Sub transforms, then without their clients), so
+# nothing imgrec or a runner of its uses changes; the Dataflow client (google.cloud.dataflow)
+# is left alone: the Dataflow runner needs it. IMGREC_BEAM_EXTRAS=1 turns this off.
+BEAM_EXTRAS = frozenset(
+    {"pandas", "pymongo", "google.cloud.bigquery", "google.cloud.bigquery_storage_v1",
+     "google.cloud.pubsub"}
+)  # fmt: skip
+BEAM_EXTRAS_ENV = "IMGREC_BEAM_EXTRAS"
+
+
+class _DeferBeamExtras:
+    """A meta path finder that refuses BEAM_EXTRAS while Beam's __init__ is running.
+
+    Only while it runs (as `_DeferKeras` for TensorFlow): once `import apache_beam` is done, the
+    finder lets everything through, so a later `import pandas` (tf_keras imports it when TFT
+    loads an export) works as usual. tests/unit/test_startup.py checks both in a fresh process.
+    """
+
+    def find_spec(self, name, path=None, target=None):
+        if name in BEAM_EXTRAS and _initializing("apache_beam"):
+            raise ModuleNotFoundError(
+                f"imgrec: {name} is not loaded while Beam starts (core/startup.py)", name=name
+            )
+        return None
+
+
+def defer_beam_extras() -> None:
+    """In imgrec's own programs, before anything imports Beam: Beam's import leaves out the
+    clients of integrations imgrec does not use (BEAM_EXTRAS above). A no-op once Beam is in,
+    once the finder is installed, or with IMGREC_BEAM_EXTRAS=1."""
+    import os
+
+    if (
+        "apache_beam" in sys.modules
+        or os.environ.get(BEAM_EXTRAS_ENV) == "1"
+        or any(isinstance(f, _DeferBeamExtras) for f in sys.meta_path)
+    ):
+        return
+    sys.meta_path.insert(0, _DeferBeamExtras())

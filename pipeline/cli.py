@@ -119,13 +119,15 @@ def use_keras_2() -> None:
 
 def start_program() -> None:
     """How a program of imgrec's starts, before anything imports TensorFlow: Keras 2 only (above)
-    for TFT, TensorFlow's import without Keras, and the start-up imports without the garbage
-    collector until the command's work starts (core/startup.py). `run()` and the Flex
+    for TFT, TensorFlow's import without Keras, Beam's without the clients of integrations
+    imgrec does not use, and the start-up imports without the garbage collector until the
+    command's work starts (core/startup.py). `run()` and the Flex
     Template's launcher call it."""
     from core import startup
 
     use_keras_2()
     startup.defer_keras()
+    startup.defer_beam_extras()
     startup.begin()
 
 

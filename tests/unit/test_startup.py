@@ -121,3 +121,66 @@ def test_the_finder_refuses_keras_only_while_tensorflow_initialises(monkeypatch)
         assert finder.find_spec(name) is None, name
     spec._initializing = False
     assert finder.find_spec("tf_keras.src.optimizers") is None
+
+
+_BEAM_EXTRAS = """
+import json, sys
+from core import startup
+startup.defer_beam_extras()
+startup.defer_beam_extras()  # a second call installs nothing more
+finders = sum(isinstance(f, startup._DeferBeamExtras) for f in sys.meta_path)
+import apache_beam as beam
+from apache_beam.io.filesystem import FileSystem
+from apache_beam.io.filesystems import FileSystems
+from apache_beam.testing.util import assert_that, equal_to
+out = {"finders": finders, "loaded": sorted(m for m in startup.BEAM_EXTRAS if m in sys.modules)}
+# Beam's filesystems for every store imgrec reads are registered, and a pipeline runs.
+out["schemes"] = sorted(c.scheme() for c in FileSystem.get_all_subclasses() if c.scheme())
+with beam.Pipeline() as p:
+    assert_that(p | beam.Create([1, 2]) | beam.Map(lambda x: x * 3), equal_to([3, 6]))
+# Once Beam is in, the clients load when someone asks (tfx_bsl asks for pandas).
+import pandas
+out["pandas_later"] = hasattr(pandas, "DataFrame")
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.e2e  # a fresh Beam process (the import under test can happen only once)
+@pytest.mark.parametrize("switch", ["", "1"], ids=["default", "off"])
+def test_beam_starts_without_the_clients_imgrec_does_not_use(switch):
+    """startup.defer_beam_extras, in a fresh process: `import apache_beam` loads none of
+    BEAM_EXTRAS (IMGREC_BEAM_EXTRAS=1 loads them, as without imgrec), GCS and S3 are still
+    registered, a DirectRunner pipeline runs, and pandas imports afterwards."""
+    import json
+    import subprocess
+    import sys
+
+    from tests.runs import ROOT, cli_env
+
+    env = cli_env(**{startup.BEAM_EXTRAS_ENV: switch})
+    proc = subprocess.run(
+        [sys.executable, "-c", _BEAM_EXTRAS], capture_output=True, text=True, cwd=ROOT,
+        timeout=300, env=env,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    got = json.loads(proc.stdout.splitlines()[-1])
+    assert {"gs", "s3"} <= set(got.pop("schemes"))
+    loaded = sorted(startup.BEAM_EXTRAS) if switch else []
+    assert got == {"finders": 0 if switch else 1, "loaded": loaded, "pandas_later": True}
+
+
+def test_the_beam_finder_refuses_only_its_names_and_only_while_beam_initialises(monkeypatch):
+    import sys
+    import types
+
+    finder = startup._DeferBeamExtras()
+    assert finder.find_spec("pandas") is None  # Beam is imported already in this process
+    spec = types.SimpleNamespace(_initializing=True)
+    monkeypatch.setitem(sys.modules, "apache_beam", types.SimpleNamespace(__spec__=spec))
+    for name in sorted(startup.BEAM_EXTRAS):
+        with pytest.raises(ModuleNotFoundError, match="not loaded while Beam starts"):
+            finder.find_spec(name)
+    for name in ("google.cloud.storage", "google.cloud.dataflow", "pyarrow", "pandas.core"):
+        assert finder.find_spec(name) is None, name
+    spec._initializing = False
+    assert finder.find_spec("pandas") is None
