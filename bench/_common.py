@@ -66,10 +66,16 @@ def timed_run(argv: list[str], env: dict, what: str) -> tuple[float, float]:
 def alternate(modes, repeats: int, run_one, label: str = "") -> dict[str, tuple[float, float]]:
     """`run_one(mode) -> (wall s, CPU s)` for each of `modes` in turn, `repeats` rounds, so the
     machine's load falls on every mode alike; prints each run, returns {mode: (median wall,
-    median CPU)}."""
+    median CPU)}.
+
+    Every other round runs the modes in reverse order (A B, B A, ...), and the page cache's dirty
+    pages are written out (`os.sync`) before each run: the run after one that wrote hundreds of
+    MB paid for that write-back (12,000 photos, 2026-12-03: whichever mode ran second in each
+    pair was slower, by up to 1.3x, whichever it was)."""
     times: dict[str, list[tuple[float, float]]] = {m: [] for m in modes}
     for i in range(repeats):
-        for mode in modes:
+        for mode in modes if i % 2 == 0 else tuple(reversed(modes)):
+            os.sync()
             wall, cpu = run_one(mode)
             times[mode].append((wall, cpu))
             print(f"  {label}run {i + 1}, {mode:>6}: {wall:6.2f} s wall {cpu:6.2f} s CPU",

@@ -124,9 +124,13 @@ def run(sizes: list[int], repeats: int, seed: int, aside: bool) -> tuple[str, di
         commands = _commands(corpus_dir, size, aside)
         walls: dict[str, list[float]] = {name: [] for name, _, _ in commands}
         cpus: dict[str, list[float]] = {name: [] for name, _, _ in commands}
-        for _ in range(repeats):
-            for name, argv, env in commands:
+        for i in range(repeats):
+            # Each round in a rotated order, and the previous runs' output written out first:
+            # a run right after one that wrote hundreds of MB pays for their write-back
+            # (bench/_common.alternate).
+            for name, argv, env in commands[i % len(commands) :] + commands[: i % len(commands)]:
                 _clean(argv)
+                os.sync()
                 r = run_child(argv, env=env)
                 if r["rc"] != 0:
                     raise SystemExit(f"{name} failed ({r['rc']}):\n{r['stderr'][-3000:]}")
