@@ -8,11 +8,15 @@ measured in a worker process); the bundles then find them imported. The launcher
 plugin to DirectRunner runs with worker processes (`_configure_runner`).
 """
 
-from core.startup import defer_keras, without_gc
+from core.startup import defer_beam_extras, defer_keras, without_gc
 
 __all__: list[str] = []
 
 defer_keras()  # TensorFlow's import without Keras, as in the `imgrec` program (startup.py)
+# Beam's without the clients imgrec does not use, as in the program: in Dask's workers and
+# scheduler (pipeline/runners/dask_preload.py), which import Beam here first; a no-op in
+# DirectRunner workers, whose `sdk_worker_main` has imported Beam before its plugins.
+defer_beam_extras()
 with without_gc():
     import tensorflow  # noqa: F401 - the stages' decoders, writers and TFT analyzers use it
 
