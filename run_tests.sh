@@ -5,7 +5,8 @@
 # workers 273-286 s at 98 % CPU, 4 workers 299 s; 2026-12-03, 3 workers beside other engineers'
 # runs, load 3-7: 1,227 s wall, 1,883 s CPU; 2026-12-03 quiet, merged main: 858 s wall, 1,616 s
 # CPU; 2026-12-03 17:20 on a faster host: 564 s wall, 1,016 s CPU, 625 s / 1,132 s at 16:30
-# before the analysis process lost its reload and Keras), each test file on one worker (its module fixtures, corpora and servers, are built once), the slowest files first
+# before the analysis process lost its reload and Keras; 19:00-20:00, three runs: 541-611 s
+# wall, 1,001-1,135 s CPU), each test file on one worker (its module fixtures, corpora and servers, are built once), the slowest files first
 # (tests/conftest.py, _SLOWEST_FIRST; --no-loadscope-reorder keeps that order).
 # Extra arguments go to pytest: test paths (default: pytest.ini's testpaths, tests/), options (a
 # later -n wins: `-n 0` runs in this process, for pdb). The tiers (tests/conftest.py): tests/unit
@@ -14,7 +15,8 @@
 #   ./run_tests.sh                 everything (what CI runs)
 #   ./run_tests.sh -m unit         the inner loop: tests/unit without its server and TFT-pipeline
 #                                  tests (those run with integration), one worker per core:
-#                                  38 s on 2 cores (2026-12-03 17:50, a faster host); 48-56 s
+#                                  38 s on 2 cores (2026-12-03 17:50, a faster host; 47 s
+#                                  at 20:05); 48-56 s
 #                                  (2026-12-03 14:50-15:07, 5 runs; 71-80 s just
 #                                  before, with Keras loaded in the workers, a 12 s fuzz and the
 #                                  broad format corpus's TensorFlow child in the tier; 150 s

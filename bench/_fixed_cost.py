@@ -127,7 +127,7 @@ def run(sizes: list[int], repeats: int, seed: int, aside: bool) -> tuple[str, di
         for i in range(repeats):
             # Each round in a rotated order, and the previous runs' output written out first:
             # a run right after one that wrote hundreds of MB pays for their write-back
-            # (bench/_common.alternate).
+            # (`alternate` in bench/_common.py).
             for name, argv, env in commands[i % len(commands) :] + commands[: i % len(commands)]:
                 _clean(argv)
                 os.sync()
