@@ -104,23 +104,43 @@ def test_tensorflow_loads_without_keras_and_keras_loads_later(start):
                    "tf_keras": True, "tf.keras": True}  # fmt: skip
 
 
-def test_the_finder_refuses_keras_only_while_tensorflow_initialises(monkeypatch):
-    """Outside TensorFlow's import (always so in this test process) it lets every name through;
-    inside it, only Keras's submodules are refused, never the packages TensorFlow looks up."""
+# (finder, the package whose import it watches, names it refuses then, names it lets through,
+# the words of its refusal)
+_FINDERS = {
+    "keras": (
+        startup._DeferKeras, "tensorflow",
+        ("tf_keras.src.optimizers", "keras.src.optimizers", "keras._tf_keras"),
+        ("tf_keras", "keras", "tensorflow.python.keras", "kerasx.y"),
+        "not loaded while TensorFlow starts",
+    ),
+    "beam extras": (
+        startup._DeferBeamExtras, "apache_beam", tuple(sorted(startup.BEAM_EXTRAS)),
+        ("google.cloud.storage", "google.cloud.dataflow", "pyarrow", "pandas.core"),
+        "not loaded while Beam starts",
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("which", sorted(_FINDERS))
+def test_a_finder_refuses_only_its_names_and_only_while_its_package_initialises(which, monkeypatch):
+    """Outside the package's import (always so in this test process) a finder lets every name
+    through; inside it, only its names are refused (for Keras: only its submodules, never the
+    packages TensorFlow looks up)."""
     import sys
     import types
 
-    finder = startup._DeferKeras()
-    assert finder.find_spec("tf_keras.src.optimizers") is None  # TensorFlow is imported already
+    make, package, refused, allowed, words = _FINDERS[which]
+    finder = make()
+    assert finder.find_spec(refused[0]) is None  # the package is imported already
     spec = types.SimpleNamespace(_initializing=True)
-    monkeypatch.setitem(sys.modules, "tensorflow", types.SimpleNamespace(__spec__=spec))
-    for name in ("tf_keras.src.optimizers", "keras.src.optimizers", "keras._tf_keras"):
-        with pytest.raises(ModuleNotFoundError, match="not loaded while TensorFlow starts"):
+    monkeypatch.setitem(sys.modules, package, types.SimpleNamespace(__spec__=spec))
+    for name in refused:
+        with pytest.raises(ModuleNotFoundError, match=words):
             finder.find_spec(name)
-    for name in ("tf_keras", "keras", "tensorflow.python.keras", "kerasx.y"):
+    for name in allowed:
         assert finder.find_spec(name) is None, name
     spec._initializing = False
-    assert finder.find_spec("tf_keras.src.optimizers") is None
+    assert finder.find_spec(refused[0]) is None
 
 
 _BEAM_EXTRAS = """
@@ -167,20 +187,3 @@ def test_beam_starts_without_the_clients_imgrec_does_not_use(switch):
     assert {"gs", "s3"} <= set(got.pop("schemes"))
     loaded = sorted(startup.BEAM_EXTRAS) if switch else []
     assert got == {"finders": 0 if switch else 1, "loaded": loaded, "pandas_later": True}
-
-
-def test_the_beam_finder_refuses_only_its_names_and_only_while_beam_initialises(monkeypatch):
-    import sys
-    import types
-
-    finder = startup._DeferBeamExtras()
-    assert finder.find_spec("pandas") is None  # Beam is imported already in this process
-    spec = types.SimpleNamespace(_initializing=True)
-    monkeypatch.setitem(sys.modules, "apache_beam", types.SimpleNamespace(__spec__=spec))
-    for name in sorted(startup.BEAM_EXTRAS):
-        with pytest.raises(ModuleNotFoundError, match="not loaded while Beam starts"):
-            finder.find_spec(name)
-    for name in ("google.cloud.storage", "google.cloud.dataflow", "pyarrow", "pandas.core"):
-        assert finder.find_spec(name) is None, name
-    spec._initializing = False
-    assert finder.find_spec("pandas") is None
