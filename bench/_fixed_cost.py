@@ -125,9 +125,9 @@ def run(sizes: list[int], repeats: int, seed: int, aside: bool) -> tuple[str, di
         walls: dict[str, list[float]] = {name: [] for name, _, _ in commands}
         cpus: dict[str, list[float]] = {name: [] for name, _, _ in commands}
         for i in range(repeats):
-            # Each round in a rotated order, and the previous runs' output written out first:
-            # a run right after one that wrote hundreds of MB pays for their write-back
-            # (`alternate` in bench/_common.py).
+            # The previous runs' output written out first: a run right after one that wrote
+            # hundreds of MB pays for their write-back (`alternate` in bench/_common.py). The
+            # rotation only varies which command opens a round.
             for name, argv, env in commands[i % len(commands) :] + commands[: i % len(commands)]:
                 _clean(argv)
                 os.sync()

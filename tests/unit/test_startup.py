@@ -115,7 +115,7 @@ _FINDERS = {
     ),
     "beam extras": (
         startup._DeferBeamExtras, "apache_beam", tuple(sorted(startup.BEAM_EXTRAS)),
-        ("google.cloud.storage", "google.cloud.dataflow", "pyarrow", "pandas.core"),
+        ("google.cloud.storage", "google.cloud.dataflow", "pyarrow", "pandas.core", "pymongo"),
         "not loaded while Beam starts",
     ),
 }  # fmt: skip
@@ -145,18 +145,21 @@ def test_a_finder_refuses_only_its_names_and_only_while_its_package_initialises(
 
 _BEAM_EXTRAS = """
 import json, sys
+from pipeline.cli import start_program
 from core import startup
-startup.defer_beam_extras()
+start_program()  # as the `imgrec` program starts
 startup.defer_beam_extras()  # a second call installs nothing more
 finders = sum(isinstance(f, startup._DeferBeamExtras) for f in sys.meta_path)
 import apache_beam as beam
 from apache_beam.io.filesystem import FileSystem
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.testing.util import assert_that, equal_to
+from core.beam_compat import DirectRunner
 out = {"finders": finders, "loaded": sorted(m for m in startup.BEAM_EXTRAS if m in sys.modules)}
-# Beam's filesystems for every store imgrec reads are registered, and a pipeline runs.
+# Beam's filesystems for every store imgrec reads are registered, and a pipeline runs on
+# imgrec's DirectRunner (the FnApiRunner, as a conversion runs).
 out["schemes"] = sorted(c.scheme() for c in FileSystem.get_all_subclasses() if c.scheme())
-with beam.Pipeline() as p:
+with beam.Pipeline(runner=DirectRunner()) as p:
     assert_that(p | beam.Create([1, 2]) | beam.Map(lambda x: x * 3), equal_to([3, 6]))
 # Once Beam is in, the clients load when someone asks (tfx_bsl asks for pandas).
 import pandas
@@ -168,9 +171,10 @@ print(json.dumps(out))
 @pytest.mark.e2e  # a fresh Beam process (the import under test can happen only once)
 @pytest.mark.parametrize("switch", ["", "1"], ids=["default", "off"])
 def test_beam_starts_without_the_clients_imgrec_does_not_use(switch):
-    """startup.defer_beam_extras, in a fresh process: `import apache_beam` loads none of
-    BEAM_EXTRAS (IMGREC_BEAM_EXTRAS=1 loads them, as without imgrec), GCS and S3 are still
-    registered, a DirectRunner pipeline runs, and pandas imports afterwards."""
+    """startup.defer_beam_extras, in a fresh process started as the `imgrec` program starts
+    (`cli.start_program`): `import apache_beam` loads none of BEAM_EXTRAS (IMGREC_BEAM_EXTRAS=1
+    loads them, as without imgrec), GCS and S3 are still registered, a pipeline runs on imgrec's
+    DirectRunner, and pandas imports afterwards."""
     import json
     import subprocess
     import sys
