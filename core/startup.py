@@ -87,7 +87,7 @@ class _DeferKeras:
     """
 
     def find_spec(self, name, path=None, target=None):
-        if name.startswith(_KERAS_PREFIXES) and _tensorflow_initializing():
+        if name.startswith(_KERAS_PREFIXES) and _initializing("tensorflow"):
             raise ModuleNotFoundError(
                 f"imgrec: {name} is not loaded while TensorFlow starts (core/startup.py)",
                 name=name,
@@ -100,10 +100,6 @@ def _initializing(package: str) -> bool:
     executed (`__spec__._initializing`, set by importlib around `exec_module`)."""
     module = sys.modules.get(package)
     return bool(getattr(getattr(module, "__spec__", None), "_initializing", False))
-
-
-def _tensorflow_initializing() -> bool:
-    return _initializing("tensorflow")
 
 
 def defer_keras() -> None:
@@ -134,8 +130,8 @@ class _DeferBeamExtras:
     """A meta path finder that refuses BEAM_EXTRAS while Beam's __init__ is running.
 
     Only while it runs (as `_DeferKeras` for TensorFlow): once `import apache_beam` is done, the
-    finder lets everything through, so a later `import pandas` (tf_keras imports it when TFT
-    loads an export) works as usual. tests/unit/test_startup.py checks both in a fresh process.
+    finder lets everything through, so a later `import pandas` (tfx_bsl's Arrow types in TFT's
+    analysis, tf_keras when TFT loads an export) works as usual. tests/unit/test_startup.py checks both in a fresh process.
     """
 
     def find_spec(self, name, path=None, target=None):

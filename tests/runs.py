@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import os
 import subprocess
 import sys
@@ -43,6 +44,21 @@ def tf_script(script: str, *args: str) -> list[str]:
 def cli_env(**extra: str) -> dict[str, str]:
     """The environment of a `python -m pipeline` child: this checkout first on the path."""
     return dict(os.environ, PYTHONPATH=str(ROOT), TF_CPP_MIN_LOG_LEVEL="2", **extra)
+
+
+def script_facts(script: str, *args: str, timeout: float = 600, **env: str) -> dict:
+    """Run `script` in a fresh interpreter (this checkout's environment plus `env`); the JSON
+    its last line of output prints."""
+    proc = subprocess.run(
+        [sys.executable, "-c", script, *args],
+        env=cli_env(**env),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
 def ok(proc: subprocess.CompletedProcess) -> subprocess.CompletedProcess:

@@ -15,7 +15,7 @@ import pytest
 from core import schema
 from pipeline import analysis_process
 from pipeline.demo import build_corpus
-from tests.runs import ROOT, cli, cli_env
+from tests.runs import ROOT, cli, cli_env, script_facts
 
 
 @pytest.mark.parametrize(
@@ -77,21 +77,6 @@ print(json.dumps({"claimed": claimed, "left": left, "started": analysis_process.
 """
 
 
-def _script_facts(script: str, *args: str, **env: str) -> dict:
-    """Run `script` in a fresh interpreter (this checkout's environment plus `env`); the JSON
-    its last line of output prints."""
-    proc = subprocess.run(
-        [sys.executable, "-c", script, *args],
-        env=cli_env(**env),
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
-
-
 def _digests(out: str) -> dict[str, str]:
     files = sorted(glob.glob(os.path.join(out, "*", "*.tfrecord")))
     return {
@@ -119,7 +104,7 @@ def test_same_dataset_with_and_without_the_process(tmp_path, exact):
     tmp = tmp_path / "tmp"
     tmp.mkdir()
     out1, out2 = str(tmp_path / "process"), str(tmp_path / "in-job")
-    facts = _script_facts(_TWO_RUNS, src, out1, out2, TMPDIR=str(tmp), **{EXACT_ENV: exact})
+    facts = script_facts(_TWO_RUNS, src, out1, out2, TMPDIR=str(tmp), **{EXACT_ENV: exact})
     first, second = facts["claimed"]
     assert first and os.path.basename(first).startswith("imgrec-analysis-")
     assert second is None  # TensorFlow was loaded by the first run: TFT ran in the job
@@ -184,7 +169,7 @@ def test_tft_traces_and_exports_without_keras(tmp_path):
     its keras_lib, and Keras 2 is never loaded: a TFT upgrade that needs more of tf_keras there
     fails here, not in users' conversions."""
     export = tmp_path / "export"
-    facts = _script_facts(_WITHOUT_KERAS, str(tmp_path / "tft"), str(export))
+    facts = script_facts(_WITHOUT_KERAS, str(tmp_path / "tft"), str(export))
     assert facts == {"tf_keras": False, "stand_in": True}
     assert (export / "transform_fn" / "saved_model.pb").exists()
 

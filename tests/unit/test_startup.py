@@ -87,19 +87,9 @@ def test_tensorflow_loads_without_keras_and_keras_loads_later(start):
     """startup.defer_keras: a fresh process's `import tensorflow` (the program's, or the worker
     start-up plugin's) loads no Keras module; `import tf_keras` and `tf.keras` work afterwards.
     Fails loudly if TensorFlow ever needs Keras at import (the import would raise)."""
-    import json
-    import subprocess
-    import sys
+    from tests.runs import script_facts
 
-    from tests.runs import ROOT, cli_env
-
-    proc = subprocess.run(
-        [sys.executable, "-c", _DEFERRED.format(start=start)],
-        capture_output=True, text=True, cwd=ROOT, timeout=300,
-        env=cli_env(TF_USE_LEGACY_KERAS="1"),
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    got = json.loads(proc.stdout.splitlines()[-1])
+    got = script_facts(_DEFERRED.format(start=start), timeout=300, TF_USE_LEGACY_KERAS="1")
     assert got == {"finders": 1, "with_tensorflow": [], "tf_path_has_keras": True,
                    "tf_keras": True, "tf.keras": True}  # fmt: skip
 
@@ -175,19 +165,9 @@ def test_beam_starts_without_the_clients_imgrec_does_not_use(switch):
     (`cli.start_program`): `import apache_beam` loads none of BEAM_EXTRAS (IMGREC_BEAM_EXTRAS=1
     loads them, as without imgrec), GCS and S3 are still registered, a pipeline runs on imgrec's
     DirectRunner, and pandas imports afterwards."""
-    import json
-    import subprocess
-    import sys
+    from tests.runs import script_facts
 
-    from tests.runs import ROOT, cli_env
-
-    env = cli_env(**{startup.BEAM_EXTRAS_ENV: switch})
-    proc = subprocess.run(
-        [sys.executable, "-c", _BEAM_EXTRAS], capture_output=True, text=True, cwd=ROOT,
-        timeout=300, env=env,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    got = json.loads(proc.stdout.splitlines()[-1])
+    got = script_facts(_BEAM_EXTRAS, timeout=300, **{startup.BEAM_EXTRAS_ENV: switch})
     assert {"gs", "s3"} <= set(got.pop("schemes"))
     loaded = sorted(startup.BEAM_EXTRAS) if switch else []
     assert got == {"finders": 0 if switch else 1, "loaded": loaded, "pandas_later": True}
