@@ -424,21 +424,48 @@ class DirectRunner(PipelineRunner):
     processes. imgrec's pipeline is batch and uses none of what the FnApiRunner lacks (streaming
     reads, TestStream, real-time timers). Passed to `beam.Pipeline(runner=...)`, so the options
     still say DirectRunner (provenance, `scratch_root`).
+
+    Args:
+        worker_command: for worker processes (direct_running_mode multi_processing), the shell
+            command that starts one in place of Beam's `python -m
+            apache_beam.runners.worker.sdk_worker_main` (pipeline/runners/forked_workers.py);
+            None for Beam's.
     """
+
+    def __init__(self, worker_command: str | None = None):
+        super().__init__()
+        self._worker_command = worker_command
 
     def run_pipeline(self, pipeline, options):
         from apache_beam.options.pipeline_options import DirectOptions
         from apache_beam.portability.api import beam_provision_api_pb2
         from apache_beam.runners.portability.fn_api_runner import fn_runner
         from apache_beam.runners.portability.portable_runner import JobServiceHandle
+        from apache_beam.transforms import environments
 
-        if options.view_as(DirectOptions).direct_running_mode != "in_memory":
+        direct = options.view_as(DirectOptions)
+        if direct.direct_running_mode != "in_memory":
             keep_loopback_off_proxies(os.environ)  # the SDK workers' gRPC channels
         encoded = JobServiceHandle.encode_pipeline_options(options.get_all_options())
         provision = fn_runner.ExtendedProvisionInfo(
             beam_provision_api_pb2.ProvisionInfo(pipeline_options=encoded)
         )
-        return fn_runner.FnApiRunner(provision_info=provision).run_pipeline(pipeline, options)
+        if not self._worker_command or direct.direct_running_mode != "multi_processing":
+            return fn_runner.FnApiRunner(provision_info=provision).run_pipeline(pipeline, options)
+        workers = environments.SubprocessSDKEnvironment.from_command_string(self._worker_command)
+        runner = fn_runner.FnApiRunner(default_environment=workers, provision_info=provision)
+        # FnApiRunner.run_pipeline replaces the default environment with its own worker command
+        # for the modes it names: while it runs, the mode is one it does not name.
+        direct.direct_running_mode = _OWN_WORKER_COMMAND
+        try:
+            return runner.run_pipeline(pipeline, options)
+        finally:
+            direct.direct_running_mode = "multi_processing"
+
+
+# The direct_running_mode DirectRunner gives FnApiRunner while it runs worker processes started
+# by DirectRunner's worker_command (any value Beam's run_pipeline does not test for).
+_OWN_WORKER_COMMAND = "imgrec_worker_command"
 
 
 # Beam infers each PCollection's element type while a pipeline is built, by disassembling the

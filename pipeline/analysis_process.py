@@ -37,7 +37,6 @@ _PREFIX = "imgrec-analysis-"
 _started: tuple[int, str] | None = None
 # Options that decide, from the command line alone, that no local analysis will run.
 _NOT_HERE = ("--no_analyze", "--dry_run", "--help", "-h")
-_LOCAL_RUNNER_NAMES = ("directrunner", "direct", "bundlebaseddirectrunner")
 
 
 def wanted(argv: list[str]) -> bool:
@@ -49,12 +48,9 @@ def wanted(argv: list[str]) -> bool:
         return False
     if any(a == flag or a.startswith(flag + "=") for a in argv for flag in _NOT_HERE):
         return False
-    for i, a in enumerate(argv):
-        if a == "--runner" and i + 1 < len(argv):
-            return argv[i + 1].lower() in _LOCAL_RUNNER_NAMES
-        if a.startswith("--runner="):
-            return a.split("=", 1)[1].lower() in _LOCAL_RUNNER_NAMES
-    return True
+    from pipeline.runners.forked_workers import local_runner
+
+    return local_runner(argv)
 
 
 def start() -> None:

@@ -9,6 +9,7 @@ from apache_beam.options.pipeline_options import PipelineOptions, StandardOption
 
 from core import beam_compat
 from pipeline.options import ConvertConfig
+from pipeline.runners import forked_workers
 from transforms.count_progress import CountProgress
 from transforms.dedupe import DropDuplicates
 from transforms.describe import DescribeDataset
@@ -207,7 +208,10 @@ def build_pipeline(
     Beam's DirectRunner (the default) runs as `beam_compat.DirectRunner`: never on a Prism
     binary downloaded at run time."""
     runner = options.view_as(StandardOptions).runner
-    direct = beam_compat.DirectRunner() if beam_compat.is_direct_runner(runner) else None
+    direct = None
+    if beam_compat.is_direct_runner(runner):
+        # Worker processes forked by `imgrec convert`'s zygote, where it runs one.
+        direct = beam_compat.DirectRunner(worker_command=forked_workers.command())
     p = beam.Pipeline(runner=direct, options=options)
     add_convert(p, config, provenance, rerun_key)
     return p

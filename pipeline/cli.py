@@ -215,17 +215,26 @@ def _dispatch(argv: list[str]) -> int:
         if status is not None:
             return status
         from pipeline import analysis_process
+        from pipeline.runners import forked_workers
 
+        fresh = "tensorflow" not in sys.modules  # so TensorFlow has run nothing: forks are safe
         # TFT's import, tracing and analysis in a process of their own, started before the
         # launcher imports Beam (pipeline/analysis_process.py); stopped when the command ends.
         if analysis_process.wanted(rest):
             analysis_process.start()
+        # DirectRunner's worker processes forked with everything imported, not fresh
+        # interpreters (pipeline/runners/forked_workers.py).
+        if fresh and forked_workers.local_runner(rest) and "--dry_run" not in rest:
+            import tensorflow  # noqa: F401 - imported once for the command and its workers
+
+            forked_workers.start()
         try:
             from pipeline.launcher import run_convert
 
             return run_convert(rest)
         finally:
             analysis_process.stop()
+            forked_workers.stop()
     if command == "versions":
         from core import startup
         from pipeline.versions.show import main as versions_main

@@ -180,6 +180,8 @@ class ConvertOptions(PipelineOptions):
         g.add_argument(
             "--dedupe",
             type=_str2bool,
+            nargs="?",
+            const=True,  # a bare flag is true, as Beam's PipelineOptions.from_dictionary writes it
             default=True,
             help="Drop files whose bytes equal another's (default true).",
         )
@@ -204,6 +206,8 @@ class ConvertOptions(PipelineOptions):
         g.add_argument(
             "--apply_exif_orientation",
             type=_str2bool,
+            nargs="?",
+            const=True,  # a bare flag is true, as Beam's PipelineOptions.from_dictionary writes it
             default=True,
             help="Re-encode images whose EXIF orientation is not upright (default true).",
         )

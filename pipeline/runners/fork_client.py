@@ -1,0 +1,34 @@
+"""One DirectRunner worker process, as Beam starts it, made by imgrec's zygote.
+
+Run by Beam as the worker command (`forked_workers.command()`: `python -I -S fork_client.py
+SOCKET`, a bare interpreter: ~20 ms). It sends the zygote (pipeline/runners/forked_workers.py)
+its environment (Beam's control and logging addresses, the pipeline options, the worker id) and
+its standard streams, waits while the forked worker runs, and exits with the worker's status.
+Killing it kills the worker. Standard library only: it runs without site-packages.
+"""
+
+import json
+import os
+import socket
+import struct
+import sys
+
+
+def main(socket_path: str) -> int:
+    try:
+        conn = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        conn.connect(socket_path)
+        message = json.dumps({**os.environ, "\0cwd": os.getcwd()}).encode()
+        socket.send_fds(conn, [message], [0, 1, 2])
+    except OSError:  # no zygote (it has gone): Beam's own worker, started as Beam would
+        module = "apache_beam.runners.worker.sdk_worker_main"
+        os.execv(sys.executable, [sys.executable, "-m", module])
+    reply = conn.recv(4)
+    if len(reply) != 4:
+        print("imgrec: the worker zygote ended before its worker did", file=sys.stderr)
+        return 1
+    return struct.unpack("!i", reply)[0]
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1]))

@@ -1,0 +1,236 @@
+"""DirectRunner's worker processes forked from a process that has everything imported already.
+
+Beam starts each DirectRunner worker process (`--workers 2`, and the default from
+AUTO_PROCESSES_MIN_FILES files) as a fresh interpreter, `python -m
+apache_beam.runners.worker.sdk_worker_main`, which imports Python's start-up, Beam, TensorFlow
+and the stages' modules again: ~4 s of CPU per worker on this machine (0.9 s of it saved by
+`worker_start`'s start-up without the collector), paid while the launcher waits for its workers.
+
+`imgrec convert` instead forks a *zygote* (`start`) at the point where it forks the analysis
+process: Beam, TensorFlow and the stages are imported and TensorFlow has run nothing. Beam still
+starts its worker command (`command()`, given to `beam_compat.DirectRunner`), but that command
+is `fork_client.py`, a bare interpreter that hands the zygote its environment and its standard
+streams over a Unix socket; the zygote forks a worker that runs Beam's own
+`sdk_worker_main.main` with them, and reports the worker's exit status back, which the client
+exits with. So Beam sees the worker process it expects (its command, environment, streams, exit
+status; killing the client kills the worker), and the worker starts in milliseconds.
+
+Where there is no zygote (a library caller, a test, not Linux, a remote runner,
+`IMGREC_FORKED_WORKERS=0` for A/B runs) Beam's own command runs, as before. A client that finds
+no zygote runs Beam's worker itself.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import json
+import os
+import select
+import shlex
+import shutil
+import signal
+import socket
+import struct
+import sys
+import tempfile
+
+__all__ = ["DISABLE_ENV", "command", "local_runner", "start", "stop"]
+
+# IMGREC_FORKED_WORKERS=0: Beam's fresh worker processes (bench/convert.py A/B runs).
+DISABLE_ENV = "IMGREC_FORKED_WORKERS"
+_CLIENT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fork_client.py")
+_PREFIX = "imgrec-workers-"
+# The client's working directory travels in its environment message under this name.
+_CWD_KEY = "\0cwd"
+# One message: the client's environment (PIPELINE_OPTIONS is its largest variable, ~10 KB).
+_MAX_MESSAGE = 1 << 22
+# How often the idle zygote checks that the command still runs (it exits once it has gone).
+_PARENT_CHECK_S = 1.0
+_LOCAL_RUNNER_NAMES = ("directrunner", "direct", "bundlebaseddirectrunner", "switchingdirectrunner")
+# Set by start(): (the zygote's process id, its socket's folder).
+_started: tuple[int, str] | None = None
+
+
+def local_runner(argv: list[str]) -> bool:
+    """Whether `imgrec convert argv` runs on this machine's DirectRunner (argv alone decides)."""
+    for i, a in enumerate(argv):
+        if a == "--runner" and i + 1 < len(argv):
+            return argv[i + 1].lower() in _LOCAL_RUNNER_NAMES
+        if a.startswith("--runner="):
+            return a.split("=", 1)[1].lower() in _LOCAL_RUNNER_NAMES
+    return True
+
+
+def start() -> None:
+    """Fork the zygote (once). Call only where the analysis process could be forked: Beam and
+    TensorFlow imported by this process itself, TensorFlow having run nothing (its thread pools
+    would not exist in the forked workers)."""
+    global _started
+    if _started is not None or sys.platform != "linux" or os.environ.get(DISABLE_ENV) == "0":
+        return
+    import pipeline.builder  # noqa: F401 - every stage module the workers unpickle DoFns from
+
+    folder = tempfile.mkdtemp(prefix=_PREFIX)
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    try:
+        listener.bind(os.path.join(folder, "s"))
+        listener.listen(16)
+    except OSError:  # a temp path too long for a socket's name: Beam's own workers
+        listener.close()
+        shutil.rmtree(folder, ignore_errors=True)
+        return
+    parent = os.getpid()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    try:
+        pid = os.fork()
+    except OSError:  # no process to spare: Beam's own workers
+        listener.close()
+        shutil.rmtree(folder, ignore_errors=True)
+        return
+    if pid == 0:  # the zygote: never returns into the command's code
+        status = 1
+        try:
+            _zygote(listener, parent)
+            status = 0
+        finally:
+            os._exit(status)
+    listener.close()
+    _started = (pid, folder)
+    atexit.register(stop)
+
+
+def command() -> str | None:
+    """The worker command for Beam's SubprocessSDKEnvironment; None where no zygote runs."""
+    if _started is None:
+        return None
+    socket_path = os.path.join(_started[1], "s")
+    return " ".join(shlex.quote(a) for a in (sys.executable, "-I", "-S", _CLIENT, socket_path))
+
+
+def stop() -> None:
+    """End the zygote (its workers end with the job) and remove its socket."""
+    global _started
+    if _started is None:
+        return
+    pid, folder = _started
+    _started = None
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGTERM)
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(pid, 0)
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+# ----------------------------------------------------------------------------- the zygote
+def _zygote(listener: socket.socket, parent: int) -> None:
+    """Fork a worker for each client; send each client its worker's exit status."""
+    atexit._clear()  # the command's exit handlers (the analysis process's stop) are not ours
+    from pipeline import analysis_process
+
+    analysis_process._started = None
+    devnull = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):  # hold none of the command's streams (a pipe's reader waits for EOF)
+        os.dup2(devnull, fd)
+    os.close(devnull)
+    os.closerange(3, listener.fileno())
+    os.closerange(listener.fileno() + 1, 1 << 16)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    workers: dict[int, tuple[int, socket.socket]] = {}  # pidfd -> (pid, the client's socket)
+    clients: dict[int, int] = {}  # client socket fd -> its worker's pidfd
+    try:
+        while True:
+            ready, _, _ = select.select(
+                [listener.fileno(), *clients, *workers], [], [], _PARENT_CHECK_S
+            )
+            if not ready and os.getppid() != parent:
+                return  # the command has gone
+            for fd in ready:
+                if fd == listener.fileno():
+                    pidfd, conn = _fork_worker(listener, workers)
+                    if pidfd is not None:
+                        clients[conn.fileno()] = pidfd
+                elif fd in workers:  # a worker ended: its status to its client
+                    pid, conn = workers.pop(fd)
+                    os.close(fd)
+                    _, status = os.waitpid(pid, 0)
+                    clients.pop(conn.fileno(), None)
+                    with contextlib.suppress(OSError):
+                        conn.send(struct.pack("!i", os.waitstatus_to_exitcode(status)))
+                    conn.close()
+                elif fd in clients:  # the client ended (Beam killed it): so does its worker
+                    with contextlib.suppress(OSError, ProcessLookupError):
+                        os.kill(workers[clients.pop(fd)][0], signal.SIGKILL)
+    finally:
+        for pid, _ in workers.values():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+
+def _fork_worker(listener: socket.socket, workers: dict) -> tuple[int | None, socket.socket]:
+    """Accept one client and fork its worker; returns (the worker's pidfd, the client's socket)."""
+    conn, _ = listener.accept()
+    try:
+        message, fds, _, _ = socket.recv_fds(conn, _MAX_MESSAGE, 3)
+        environment = json.loads(message)
+    except (OSError, ValueError):
+        conn.close()
+        return None, conn
+    pid = os.fork()
+    if pid == 0:
+        listener.close()
+        conn.close()
+        for _, other in workers.values():
+            other.close()
+        _worker(environment, fds)  # never returns
+    for fd in fds:
+        os.close(fd)
+    pidfd = os.pidfd_open(pid)
+    workers[pidfd] = (pid, conn)
+    return pidfd, conn
+
+
+def _worker(environment: dict, fds: list[int]) -> None:
+    """Become the worker process Beam asked for: its environment and streams (the client's),
+    logging and exit handlers as a fresh process has them, then Beam's `sdk_worker_main`."""
+    import logging
+    import threading
+
+    from core import startup
+
+    status = 1
+    try:
+        for target, fd in enumerate(fds):
+            os.dup2(fd, target)
+            os.close(fd)
+        sys.stdout, sys.stderr = sys.__stdout__, sys.__stderr__  # not the command's tees
+        os.chdir(environment.pop(_CWD_KEY))
+        os.environ.clear()
+        os.environ.update(environment)
+        root = logging.getLogger()
+        root.handlers = []  # sdk_worker_main sends the worker's logs to the runner
+        root.setLevel(logging.WARNING)
+        logging.captureWarnings(False)
+        threading.excepthook = threading.__excepthook__
+        for sig in (signal.SIGTERM, signal.SIGCHLD):
+            signal.signal(sig, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        startup.finish()  # the collector back on, the inherited imports frozen
+        from apache_beam.runners.worker import sdk_worker_main
+
+        sys.argv = [sdk_worker_main.__file__]  # not the command's: Beam parses it for options
+        sdk_worker_main.main(sys.argv)
+        status = 0
+    except SystemExit as e:
+        status = e.code if isinstance(e.code, int) else 1
+    except BaseException:  # noqa: BLE001 - as an interpreter would: the traceback, status 1
+        import traceback
+
+        traceback.print_exc()
+    finally:
+        with contextlib.suppress(BaseException):
+            atexit._run_exitfuncs()  # the worker's own (its decoder processes)
+            sys.stdout.flush()
+            sys.stderr.flush()
+        os._exit(status)
