@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import dataclasses
 import datetime
 import errno
 import itertools
@@ -20,20 +19,19 @@ import uuid
 
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import (
-    DirectOptions,
     GoogleCloudOptions,
     PipelineOptions,
-    SetupOptions,
     StandardOptions,
     TestOptions,
 )
 
 from core import names, retention, schema, startup, storage, versions
-from core.beam_compat import BeamArgumentParser, is_direct_runner, skip_type_inference
+from core.beam_compat import BeamArgumentParser, skip_type_inference
 from core.errors import ERROR_PREFIX, interrupted
 from pipeline.options import ConvertConfig, ConvertOptions, OptionError
 from pipeline.report.summary import format_summary
 from pipeline.runners import dask_runner
+from pipeline.runners.choose import AUTO_PROCESSES_MIN_FILES, configure_runner
 from pipeline.versions import fast_rerun
 from transforms.list_images import ManifestError, read_manifest_rows, resolve_local
 
@@ -53,16 +51,6 @@ EXIT_TOO_MANY_REJECTS = 3
 
 # Set in a Dataflow Flex Template's launcher container (templates/flex/Dockerfile).
 _FLEX_TEMPLATE_ENV = "FLEX_TEMPLATE_PYTHON_PY_FILE"
-
-# Default DirectRunner worker choice (--workers not given): below this many listed files the job
-# runs in-process. Extra worker processes each start their own Beam + TensorFlow (+ TFT) before
-# converting anything: measured start-up 4.5 s in-process vs 7.4 s with 2 processes, steady
-# 2,582 vs 4,103 img/s (bench/convert.py, 36,000 photos, README "Benchmarks"), so 2 processes
-# only win beyond (7.4 - 4.5) / (1/2582 - 1/4103) ~ 20,000 files. Counting stops here, so the
-# preflight never lists a huge input to the end.
-AUTO_PROCESSES_MIN_FILES = 20_000
-# The module DirectRunner worker processes import first (--beam_plugins; pipeline/runners/worker_start.py).
-WORKER_START_PLUGIN = "pipeline.runners.worker_start"
 
 
 class PreflightError(ValueError):
@@ -414,45 +402,6 @@ def _bracket_hint(pattern: str) -> str:
     )
 
 
-def _configure_runner(
-    options: PipelineOptions, argv: list[str], config: ConvertConfig, num_files: int = 0
-):
-    """Default to DirectRunner, choosing its workers; returns the config to run.
-
-    Without --workers: one in-process worker for inputs under AUTO_PROCESSES_MIN_FILES files
-    (`num_files`, counted by the preflight), else one worker process per core. Several workers
-    run as processes: on 12,000 photos, 2 processes converted ~1.3x faster than 2 threads of
-    one process (Beam's per-element Python work contends for the GIL), at the cost of ~2.9 s
-    more start-up and one more TensorFlow in RAM (bench/convert.py). One worker runs in-process
-    and decodes on one thread per core (decoders release the GIL).
-    """
-    standard = options.view_as(StandardOptions)
-    if standard.runner is None:
-        standard.runner = "DirectRunner"
-    decode_threads = 1  # Distributed runners run one SDK process per core already.
-    if dask_runner.is_dask(standard.runner):
-        standard.runner = dask_runner.IMGREC_DASK_RUNNER  # Beam's, with fixes (docs/runners.md)
-    if is_direct_runner(standard.runner) or standard.runner == "BundleBasedDirectRunner":
-        direct = options.view_as(DirectOptions)
-        cores = os.cpu_count() or 1
-        workers = options.view_as(ConvertOptions).workers or (
-            cores if num_files >= AUTO_PROCESSES_MIN_FILES else 1
-        )
-        if not any(a.startswith("--direct_num_workers") for a in argv):
-            direct.direct_num_workers = workers
-        if not any(a.startswith("--direct_running_mode") for a in argv):
-            direct.direct_running_mode = "multi_processing" if workers > 1 else "in_memory"
-        if direct.direct_running_mode == "multi_processing":
-            # Each worker process imports TensorFlow and the stages at start-up, without the
-            # garbage collector: ~0.9 s of CPU less per worker (pipeline/runners/worker_start.py).
-            setup = options.view_as(SetupOptions)
-            setup.beam_plugins = [*(setup.beam_plugins or []), WORKER_START_PLUGIN]
-        decode_threads = max(1, cores // max(1, direct.direct_num_workers or 1))
-    if not options.view_as(ConvertOptions).decode_threads:
-        config = dataclasses.replace(config, decode_threads=decode_threads)
-    return config
-
-
 def _beam_error_line(exc: BaseException) -> str:
     text = str(exc)
     if ERROR_PREFIX in text:
@@ -506,7 +455,7 @@ def run_convert(argv: list[str]) -> int:
             print(version_note.format(name=versions.split_version_dir(config.output)[1]))
         if config.overwrite and not dry_run:  # A dry run builds the job and touches nothing.
             _delete_dataset(config.output)
-        config = _configure_runner(options, argv, config, num_files)
+        config = configure_runner(options, argv, config, num_files)
     except (OptionError, PreflightError, ManifestError, versions.VersionError) as e:
         print(f"imgrec: {e}", file=sys.stderr)
         return 2

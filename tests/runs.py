@@ -18,7 +18,17 @@ import subprocess
 import sys
 from pathlib import Path
 
-__all__ = ["ROOT", "TF_PRELUDE", "cli", "cli_env", "in_process", "ok", "read_records", "tf_script"]
+__all__ = [
+    "ROOT",
+    "TF_PRELUDE",
+    "cli",
+    "cli_env",
+    "in_process",
+    "ok",
+    "output_digests",
+    "read_records",
+    "tf_script",
+]
 
 ROOT = Path(__file__).resolve().parent.parent
 # A conversion of a test corpus takes seconds; this only stops a hung run.
@@ -116,3 +126,33 @@ def read_records(path: str) -> list[bytes]:
     import tensorflow as tf
 
     return [r.numpy() for r in tf.data.TFRecordDataset(path)]
+
+
+# Files whose bytes must match across runners and worker modes. transform_fn/saved_model.pb and
+# fingerprint.pb embed TensorFlow's per-process function counters (`__inference_..._1955`): they
+# differ between two DirectRunner processes too, so they are compared by their variables and
+# assets instead.
+_PER_PROCESS = ("saved_model.pb", "fingerprint.pb")
+# report.html shows when and by which runner the dataset was converted (its provenance).
+_NOT_COMPARED = _PER_PROCESS + ("report.html",)
+
+
+def output_digests(out: str) -> dict[str, str]:
+    """sha256 of every file imgrec wrote, dataset_info.json without provenance."""
+    import glob
+    import hashlib
+
+    from core import schema
+
+    found = {}
+    for path in sorted(glob.glob(os.path.join(out, "**"), recursive=True)):
+        rel = os.path.relpath(path, out)
+        if not os.path.isfile(path) or os.path.basename(path) in _NOT_COMPARED:
+            continue
+        data = open(path, "rb").read()
+        if rel == schema.DATASET_INFO:
+            info = json.loads(data)
+            info.pop("provenance")
+            data = json.dumps(info, sort_keys=True).encode()
+        found[rel] = hashlib.sha256(data).hexdigest()
+    return found

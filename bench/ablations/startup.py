@@ -58,16 +58,16 @@ mode = sys.argv.pop(1)
 if mode in ("keras3", "keras2"):
     import pipeline.cli
     import core.startup
-    import pipeline.launcher
+    import pipeline.runners.choose
     core.startup.defer_keras = lambda: None
-    pipeline.launcher.WORKER_START_PLUGIN = "bench.ablations._worker_start_keras"
+    pipeline.runners.choose.WORKER_START_PLUGIN = "bench.ablations._worker_start_keras"
     if mode == "keras3":
         pipeline.cli.use_keras_2 = lambda: None
 elif mode == "gc_on":
     import core.startup
-    import pipeline.launcher
+    import pipeline.runners.choose
     core.startup.begin = lambda: None
-    pipeline.launcher.WORKER_START_PLUGIN = "core"  # a package that imports nothing
+    pipeline.runners.choose.WORKER_START_PLUGIN = "core"  # a package that imports nothing
 elif mode == "beam_direct":
     import core.beam_compat
     core.beam_compat.DirectRunner = lambda: None  # beam.Pipeline(runner=None): Beam's

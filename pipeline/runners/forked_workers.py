@@ -127,9 +127,6 @@ def stop() -> None:
 def _zygote(listener: socket.socket, parent: int) -> None:
     """Fork a worker for each client; send each client its worker's exit status."""
     atexit._clear()  # the command's exit handlers (the analysis process's stop) are not ours
-    from pipeline import analysis_process
-
-    analysis_process._started = None
     devnull = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2):  # hold none of the command's streams (a pipe's reader waits for EOF)
         os.dup2(devnull, fd)

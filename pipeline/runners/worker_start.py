@@ -5,7 +5,7 @@ before it takes any work. Importing TensorFlow and the stages' modules here, wit
 garbage collector off until they are in (core/startup.py), takes each worker ~0.9 s
 less CPU than letting the first bundle's DoFns import them with it on (2.2-2.7 s -> 1.4-1.8 s,
 measured in a worker process); the bundles then find them imported. The launcher adds this
-plugin to DirectRunner runs with worker processes (`_configure_runner`).
+plugin to DirectRunner runs with worker processes (`pipeline.runners.choose.configure_runner`).
 """
 
 from core.startup import defer_beam_extras, defer_keras, without_gc

@@ -21,6 +21,7 @@ from core import schema
 from pipeline.demo import build_corpus
 from tests.runs import ROOT as ROOT_PATH
 from tests.runs import in_process
+from tests.runs import output_digests as digests
 from tests.servers import free_port
 
 ROOT = str(ROOT_PATH)
@@ -34,15 +35,9 @@ SCHEDULER_ARGS = ("--no-dashboard", *PRELOAD)
 # The demo corpus has 3 broken files of 45 (6.7%): above the default 5% limit.
 COMMON = ("--max_bad_fraction", "0.2", "--target_shard_mb", "0.05")
 COMMON += ("--splits", "train=0.7,validation=0.3")
-# Files whose bytes must match across runners. transform_fn/saved_model.pb and fingerprint.pb
-# embed TensorFlow's per-process function counters (`__inference_..._1955`): they differ between
-# two DirectRunner processes too, so they are compared by their variables and assets instead.
-_PER_PROCESS = ("saved_model.pb", "fingerprint.pb")
 # Dask's own allowed-failures (how often a task whose worker died is rerun), what the shared
 # cluster's scheduler starts with and gets back after each kill test.
 DASK_ALLOWED_FAILURES = 3
-# report.html shows when and by which runner the dataset was converted (its provenance).
-_NOT_COMPARED = _PER_PROCESS + ("report.html",)
 
 
 def _env(**extra) -> dict:
@@ -145,22 +140,6 @@ def run(*args: str, check: bool = True) -> tuple[int, str, str]:
     if check and p.returncode != 0:
         raise AssertionError(f"exit {p.returncode}\nstdout:{out}\nstderr:{err}")
     return p.returncode, out, err
-
-
-def digests(out: str) -> dict[str, str]:
-    """sha256 of every file imgrec wrote, dataset_info.json without provenance."""
-    found = {}
-    for path in sorted(glob.glob(os.path.join(out, "**"), recursive=True)):
-        rel = os.path.relpath(path, out)
-        if not os.path.isfile(path) or os.path.basename(path) in _NOT_COMPARED:
-            continue
-        data = open(path, "rb").read()
-        if rel == schema.DATASET_INFO:
-            info = json.loads(data)
-            info.pop("provenance")
-            data = json.dumps(info, sort_keys=True).encode()
-        found[rel] = hashlib.sha256(data).hexdigest()
-    return found
 
 
 @pytest.fixture(scope="module")

@@ -6,15 +6,16 @@ import pytest
 from apache_beam.options.pipeline_options import DirectOptions, SetupOptions
 
 from pipeline import launcher
+from pipeline.runners import choose
 
 
 def _configure(tmp_path, argv_extra: list[str], num_files: int, monkeypatch, cores: int = 2):
-    monkeypatch.setattr(launcher.os, "cpu_count", lambda: cores)
+    monkeypatch.setattr(choose.os, "cpu_count", lambda: cores)
     (tmp_path / "in").mkdir(exist_ok=True)
     argv = ["--input", str(tmp_path / "in" / "*.jpg"), "--output", str(tmp_path / "out")]
     argv += argv_extra
     options, config, argv = launcher.parse_convert_args(argv)
-    config = launcher._configure_runner(options, argv, config, num_files)
+    config = choose.configure_runner(options, argv, config, num_files)
     direct = options.view_as(DirectOptions)
     return direct.direct_num_workers, direct.direct_running_mode, config.decode_threads
 
@@ -23,11 +24,25 @@ def _configure(tmp_path, argv_extra: list[str], num_files: int, monkeypatch, cor
     "num_files, expected",
     [
         (1, (1, "in_memory", 2)),
-        (launcher.AUTO_PROCESSES_MIN_FILES - 1, (1, "in_memory", 2)),
-        (launcher.AUTO_PROCESSES_MIN_FILES, (2, "multi_processing", 1)),
+        (choose.AUTO_PROCESSES_MIN_FILES - 1, (1, "in_memory", 2)),
+        (choose.AUTO_PROCESSES_MIN_FILES, (2, "multi_processing", 1)),
     ],
 )
 def test_default_workers_follow_the_input_size(tmp_path, monkeypatch, num_files, expected):
+    assert _configure(tmp_path, [], num_files, monkeypatch) == expected
+
+
+@pytest.mark.parametrize(
+    "num_files, expected",
+    [
+        (choose.FORKED_PROCESSES_MIN_FILES - 1, (1, "in_memory", 2)),
+        (choose.FORKED_PROCESSES_MIN_FILES, (2, "multi_processing", 1)),
+    ],
+)
+def test_forked_workers_lower_the_threshold(tmp_path, monkeypatch, num_files, expected):
+    """Where the command forks its workers ready-imported (pipeline/runners/forked_workers.py),
+    worker processes pay off from FORKED_PROCESSES_MIN_FILES files on."""
+    monkeypatch.setattr(choose.forked_workers, "command", lambda: "python -I -S client.py s")
     assert _configure(tmp_path, [], num_files, monkeypatch) == expected
 
 
@@ -41,7 +56,7 @@ def test_worker_processes_import_the_stages_at_start_up(tmp_path, monkeypatch):
     gave; an in-process run has no worker process to give it to."""
     argv = ["--input", str(tmp_path / "*.jpg"), "--output", str(tmp_path / "out")]
     for extra, plugins in [
-        (["--workers", "2"], [launcher.WORKER_START_PLUGIN]),
+        (["--workers", "2"], [choose.WORKER_START_PLUGIN]),
         (
             ["--workers", "2", "--beam_plugins", "my.plugin"],
             ["my.plugin", "pipeline.runners.worker_start"],
@@ -49,7 +64,7 @@ def test_worker_processes_import_the_stages_at_start_up(tmp_path, monkeypatch):
         (["--workers", "1"], None),
     ]:
         options, config, args = launcher.parse_convert_args(argv + extra)
-        launcher._configure_runner(options, args, config, 5)
+        choose.configure_runner(options, args, config, 5)
         assert options.view_as(SetupOptions).beam_plugins == plugins, extra
 
 
@@ -89,7 +104,7 @@ def test_beams_direct_runner_runs_without_prism(tmp_path, monkeypatch, argv_extr
     (tmp_path / "in").mkdir()
     argv = ["--input", str(tmp_path / "in" / "*.jpg"), "--output", str(tmp_path / "out")]
     options, config, args = launcher.parse_convert_args([*argv, *argv_extra])
-    config = launcher._configure_runner(options, args, config, 1)
+    config = choose.configure_runner(options, args, config, 1)
     p = build_pipeline(config, options, {"argv": args})
     assert isinstance(p.runner, beam_compat.DirectRunner) is direct
     if not argv_extra:
@@ -121,7 +136,7 @@ def test_the_pipeline_is_built_without_beams_type_inference(tmp_path, monkeypatc
     (tmp_path / "in").mkdir()
     argv = ["--input", str(tmp_path / "in" / "*.jpg"), "--output", str(tmp_path / "out")]
     options, config, args = launcher.parse_convert_args([*argv, "--no_analyze"])
-    config = launcher._configure_runner(options, args, config, 1)
+    config = choose.configure_runner(options, args, config, 1)
     assert options.view_as(TypeOptions).pipeline_type_check is inferred
     build_pipeline(config, options, {"argv": args})
     assert bool(calls) is inferred, calls[:5]

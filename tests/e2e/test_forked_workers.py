@@ -1,0 +1,171 @@
+"""pipeline/runners/forked_workers.py: DirectRunner's worker processes forked from the command's
+zygote, seen from Beam's side (its worker command, exit status, streams, a killed worker process)
+and from the user's (the same dataset as Beam's own worker processes). Fresh processes: the
+zygote forks only where TensorFlow has run nothing."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from pipeline.demo import build_corpus
+from tests.runs import cli, cli_env, output_digests, script_facts
+
+pytestmark = pytest.mark.e2e
+
+# A fresh interpreter started as the `imgrec` program starts, with the zygote forked.
+_PRELUDE = """
+import json, os, sys
+from pipeline import cli
+cli.start_program()
+import apache_beam as beam
+import tensorflow
+from pipeline.runners import forked_workers
+forked_workers.start()
+zygote = forked_workers._started[0]
+"""
+
+_PIPELINE = (
+    _PRELUDE
+    + """
+from apache_beam.options.pipeline_options import PipelineOptions
+from core import beam_compat
+
+out = sys.argv[1]
+options = PipelineOptions(["--direct_num_workers=2", "--direct_running_mode=multi_processing"])
+runner = beam_compat.DirectRunner(worker_command=forked_workers.command())
+with beam.Pipeline(runner=runner, options=options) as p:
+    _ = (
+        p
+        | beam.Create(range(40))
+        | beam.Reshuffle()
+        | beam.Map(lambda i: json.dumps([i, os.getpid(), os.getppid()]))
+        | beam.io.WriteToText(out, num_shards=1, shard_name_template="")
+    )
+forked_workers.stop()
+rows = [json.loads(line) for line in open(out)]
+print(json.dumps({"zygote": zygote, "rows": rows, "zygote_left": os.path.exists(f"/proc/{zygote}"),
+                  "command": runner._worker_command}))
+"""
+)
+
+
+def test_a_pipelines_workers_are_forked_by_the_zygote(tmp_path):
+    facts = script_facts(_PIPELINE, str(tmp_path / "rows.txt"))
+    assert sorted(r[0] for r in facts["rows"]) == list(range(40))  # every element, once
+    # Each element ran in a worker whose parent is the zygote, not Beam's shell or python -m.
+    assert {r[2] for r in facts["rows"]} == {facts["zygote"]}
+    assert "fork_client.py" in facts["command"] and "-S" in facts["command"]
+    assert not facts["zygote_left"]  # stop() ended and reaped it
+
+
+_CLIENT = (
+    _PRELUDE
+    + """
+print(json.dumps({"zygote": zygote, "command": forked_workers.command()}), flush=True)
+sys.stdin.read()  # until the test closes it
+forked_workers.stop()
+"""
+)
+
+
+def _children(pid: int) -> set[int]:
+    with open(f"/proc/{pid}/task/{pid}/children") as f:
+        return {int(c) for c in f.read().split()}
+
+
+def _gone(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            return "\nState:\tZ" in f.read()  # a zombie no parent reaps in a container
+    except FileNotFoundError:
+        return True
+
+
+def _wait(condition, timeout: float = 20.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.05)
+    return condition()
+
+
+@pytest.fixture
+def zygote():
+    """A program with its zygote started: (its pid, the worker command, the program)."""
+    program = subprocess.Popen(
+        [sys.executable, "-c", _CLIENT],
+        env=cli_env(),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    facts = json.loads(program.stdout.readline())
+    yield facts["zygote"], facts["command"], program
+    program.stdin.close()
+    program.wait(timeout=60)
+
+
+def test_the_workers_exit_status_and_streams_reach_beams_process(zygote):
+    """A worker that fails (no control address to serve) fails the client Beam started, with its
+    traceback on the client's own stderr, as Beam's own worker process would."""
+    _, command, _ = zygote
+    proc = subprocess.run(
+        shlex.split(command),
+        env={"PIPELINE_OPTIONS": "{}", "PATH": os.environ.get("PATH", "")},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 1, proc
+    assert "CONTROL_API_SERVICE_DESCRIPTOR" in proc.stderr  # the KeyError, on this stderr
+
+
+def test_killing_beams_worker_process_kills_the_forked_worker(zygote):
+    """Beam kills a worker's process to stop it: the forked worker goes with it."""
+    pid, command, _ = zygote
+    env = {
+        "PIPELINE_OPTIONS": "{}",
+        "CONTROL_API_SERVICE_DESCRIPTOR": 'url: "localhost:1"',  # nothing there: it waits (60 s)
+        "PATH": os.environ.get("PATH", ""),
+    }
+    client = subprocess.Popen(shlex.split(command), env=env, stderr=subprocess.DEVNULL)
+    worker = _wait(lambda: _children(pid))
+    assert len(worker) == 1, worker
+    (worker,) = worker
+    client.send_signal(signal.SIGKILL)
+    client.wait(timeout=10)
+    assert _wait(lambda: _gone(worker)), f"forked worker {worker} outlived its client"
+
+
+def test_the_zygote_ends_with_the_program(zygote):
+    pid, _, program = zygote
+    program.send_signal(signal.SIGKILL)  # no stop(): the zygote sees its parent gone
+    program.wait(timeout=10)
+    assert _wait(lambda: _gone(pid)), "the zygote outlived the program"
+
+
+def test_the_default_command_writes_the_same_dataset_with_forked_or_beams_workers(tmp_path):
+    """The command line with two worker processes, forked (the default) and Beam's own
+    (IMGREC_FORKED_WORKERS=0): every file imgrec writes is byte-identical."""
+    src = str(tmp_path / "in")
+    build_corpus(src, num_images=40, seed=3, long_side=(48, 96))
+    outs = {}
+    for forked in ("1", "0"):
+        outs[forked] = str(tmp_path / f"out{forked}")
+        cli(
+            "convert", "--input", f"{src}/*/*.jpg", "--output", outs[forked],
+            "--workers", "2", "--max_bad_fraction", "0.2",
+            env={"IMGREC_FORKED_WORKERS": forked},
+        )  # fmt: skip
+    assert output_digests(outs["1"]) == output_digests(outs["0"])
+    assert any(name.endswith(".tfrecord") for name in output_digests(outs["1"]))
