@@ -9,7 +9,8 @@ then again. Commands:
                       the files and its own TFRecord file (the parent imports no TensorFlow)
   imgrec              `python -m pipeline convert --input ... --output ...`
   --aside adds: imgrec with IMGREC_ANALYSIS_PROCESS=0 (TFT in the job's stages, the old path)
-                and, above 1 file, imgrec --workers 2 (two worker processes)
+                and, above 1 file, imgrec with IMGREC_FORKED_WORKERS=0 (Beam's own worker
+                processes, from 20,000 files; in-process below: the default before 2026-12-03)
 Size 1 is one photo (a corpus of 1 healthy image, no odd files).
 """
 
@@ -96,8 +97,14 @@ def _commands(corpus_dir: str, size: int, aside: bool) -> list[tuple[str, list[s
         ("plain loop", [PY, _BENCH, "--_child", "loop", corpus_dir, out + "-loop"], {}),
         ("loop on both cores", [PY, _BENCH, "--_child", "loop2", corpus_dir, out + "-loop2"], {}),
     ]
-    if aside and 1 < size < 20_000:  # two processes: the mode the default does not choose here
-        rows.append(("imgrec --workers 2", imgrec + [out + "-w2", "--workers", "2"], {}))
+    if aside and size > 1:  # the default before forked workers: in-process below 20,000 files
+        rows.append(
+            (
+                "imgrec, Beam's own worker processes (before)",
+                imgrec + [out + "-beamw"],
+                {"IMGREC_FORKED_WORKERS": "0"},
+            )
+        )
     if aside:
         rows.append(
             (

@@ -391,7 +391,11 @@ def main(argv=None) -> int:
         help="only the fixed-cost rows (bench/_fixed_cost.py) for these comma-separated sizes: "
         "imgrec default vs plain loop vs loop on both cores, best of --repeats",
     )
-    ap.add_argument("--aside", action="store_true", help="--fixed_cost: also the old TFT path")
+    ap.add_argument(
+        "--aside",
+        action="store_true",
+        help="--fixed_cost: also the old TFT path and Beam's own worker processes (before)",
+    )
     ap.add_argument("--_child", nargs="+", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
 

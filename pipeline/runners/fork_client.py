@@ -9,12 +9,15 @@ Killing it kills the worker. Standard library only: it runs without site-package
 
 import json
 import os
+import signal
 import socket
 import struct
 import sys
 
 
 def main(socket_path: str) -> int:
+    # Ctrl-C reaches the worker too: this process waits for the worker's status and exits with it.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         conn = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         conn.connect(socket_path)
@@ -22,6 +25,7 @@ def main(socket_path: str) -> int:
         socket.send_fds(conn, [message], [0, 1, 2])
     except OSError:  # no zygote (it has gone): Beam's own worker, started as Beam would
         module = "apache_beam.runners.worker.sdk_worker_main"
+        signal.signal(signal.SIGINT, signal.SIG_DFL)  # exec keeps an ignored signal ignored
         os.execv(sys.executable, [sys.executable, "-m", module])
     reply = conn.recv(4)
     if len(reply) != 4:

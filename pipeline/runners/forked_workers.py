@@ -134,6 +134,9 @@ def _zygote(listener: socket.socket, parent: int) -> None:
     os.closerange(3, listener.fileno())
     os.closerange(listener.fileno() + 1, 1 << 16)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    # Ctrl-C reaches the whole process group: the workers stop as Beam's would, the zygote
+    # reports their statuses, and the command's stop() (or its exit) ends the zygote.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     workers: dict[int, tuple[int, socket.socket]] = {}  # pidfd -> (pid, the client's socket)
     clients: dict[int, int] = {}  # client socket fd -> its worker's pidfd
     try:

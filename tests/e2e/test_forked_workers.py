@@ -169,3 +169,19 @@ def test_the_default_command_writes_the_same_dataset_with_forked_or_beams_worker
         )  # fmt: skip
     assert output_digests(outs["1"]) == output_digests(outs["0"])
     assert any(name.endswith(".tfrecord") for name in output_digests(outs["1"]))
+
+
+def test_a_client_without_its_zygote_runs_beams_own_worker(tmp_path):
+    """The zygote gone (its command ended): Beam's worker command still starts a worker."""
+    from pipeline.runners import forked_workers
+
+    client = os.path.join(os.path.dirname(forked_workers.__file__), "fork_client.py")
+    proc = subprocess.run(
+        [sys.executable, "-I", "-S", client, str(tmp_path / "no-such-socket")],
+        env=cli_env(PIPELINE_OPTIONS="{}"),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 1, proc
+    assert "CONTROL_API_SERVICE_DESCRIPTOR" in proc.stderr and "create_harness" in proc.stderr
