@@ -5,7 +5,7 @@
 
 Each trial starts the default command (plus --workers) on a generated corpus in its own process
 group and temp dir, waits until the command has its children (the analysis process and, with
---workers 2, Beam's two worker processes), waits --delay seconds, then sends SIGINT to the whole
+--workers 2, the workers' zygote and Beam's two worker commands), waits --delay seconds, then sends SIGINT to the whole
 group. It prints the exit status, the seconds to exit and the terminal's last line. A run that
 has not exited after --hang_s is reported as a hang with a stack dump (py-spy, when it is on the
 PATH) and its children, then killed. Not a test: one run in 25 under pytest hung once
@@ -45,7 +45,9 @@ def main() -> int:
     work = tempfile.mkdtemp(prefix="imgrec-ctrl-c-")
     src = os.path.join(work, "src")
     build_corpus(src, num_images=args.num_images, seed=2, long_side=(300, 500), broken=False)
-    want = 1 + (args.workers if args.workers > 1 else 0)  # analysis process + worker processes
+    # The analysis process, and with worker processes the zygote and Beam's worker commands
+    # (pipeline/runners/forked_workers.py).
+    want = 1 + (1 + args.workers if args.workers > 1 else 0)
     hangs = 0
     try:
         for trial in range(args.trials):

@@ -14,6 +14,9 @@ import socket
 import struct
 import sys
 
+# forked_workers.STARTED: the worker is forked (this script imports nothing of imgrec's).
+STARTED = b"S"
+
 
 def main(socket_path: str) -> int:
     # Ctrl-C reaches the worker too: this process waits for the worker's status and exits with it.
@@ -23,7 +26,10 @@ def main(socket_path: str) -> int:
         conn.connect(socket_path)
         message = json.dumps({**os.environ, "\0cwd": os.getcwd()}).encode()
         socket.send_fds(conn, [message], [0, 1, 2])
-    except OSError:  # no zygote (it has gone): Beam's own worker, started as Beam would
+        started = conn.recv(1) == STARTED
+    except OSError:
+        started = False
+    if not started:  # no zygote (it has gone), or no fork: Beam's own worker, as Beam starts it
         module = "apache_beam.runners.worker.sdk_worker_main"
         signal.signal(signal.SIGINT, signal.SIG_DFL)  # exec keeps an ignored signal ignored
         os.execv(sys.executable, [sys.executable, "-m", module])

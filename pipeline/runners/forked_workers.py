@@ -48,6 +48,9 @@ _MAX_MESSAGE = 1 << 22
 # How often the idle zygote checks that the command still runs (it exits once it has gone).
 _PARENT_CHECK_S = 1.0
 _LOCAL_RUNNER_NAMES = ("directrunner", "direct", "bundlebaseddirectrunner", "switchingdirectrunner")
+# The zygote's first message to a client: its worker is forked (then the exit status, "!i").
+# A client that gets none starts Beam's own worker (fork_client.py).
+STARTED = b"S"
 # Set by start(): (the zygote's process id, its socket's folder).
 _started: tuple[int, str] | None = None
 
@@ -68,6 +71,10 @@ def start() -> None:
     would not exist in the forked workers)."""
     global _started
     if _started is not None or sys.platform != "linux" or os.environ.get(DISABLE_ENV) == "0":
+        return
+    try:  # the zygote waits on its workers through pidfds (Linux 5.3; a sandbox may refuse)
+        os.close(os.pidfd_open(os.getpid()))
+    except (AttributeError, OSError):
         return
     import pipeline.builder  # noqa: F401 - every stage module the workers unpickle DoFns from
 
@@ -177,7 +184,10 @@ def _fork_worker(listener: socket.socket, workers: dict) -> tuple[int | None, so
     except (OSError, ValueError):
         conn.close()
         return None, conn
-    pid = os.fork()
+    try:
+        pid = os.fork()
+    except OSError:  # no process to spare: the client starts Beam's own worker instead
+        pid = None
     if pid == 0:
         listener.close()
         conn.close()
@@ -186,8 +196,13 @@ def _fork_worker(listener: socket.socket, workers: dict) -> tuple[int | None, so
         _worker(environment, fds)  # never returns
     for fd in fds:
         os.close(fd)
+    if pid is None:
+        conn.close()
+        return None, conn
     pidfd = os.pidfd_open(pid)
     workers[pidfd] = (pid, conn)
+    with contextlib.suppress(OSError):
+        conn.send(STARTED)
     return pidfd, conn
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import runpy
 import shlex
 import signal
 import subprocess
@@ -185,3 +186,5 @@ def test_a_client_without_its_zygote_runs_beams_own_worker(tmp_path):
     )
     assert proc.returncode == 1, proc
     assert "CONTROL_API_SERVICE_DESCRIPTOR" in proc.stderr and "create_harness" in proc.stderr
+    # The client imports nothing of imgrec's: its copy of the zygote's first message must agree.
+    assert runpy.run_path(client)["STARTED"] == forked_workers.STARTED
