@@ -32,10 +32,11 @@ __all__ = [
 AUTO_PROCESSES_MIN_FILES = 20_000
 # The same threshold where `imgrec convert` forks its worker processes ready-imported
 # (pipeline/runners/forked_workers.py): they start in milliseconds, not ~4 s of CPU each. Default
-# command, 3 interleaved pairs (docs/benchmarks.md, 2026-12-03 22:00): 1,000 files 8.1 s with 2
-# forked workers against 7.1 s in-process; 3,000 files 10.2 against 11.8 s (medians); 12,000
-# photos 12.4-14.2 s against 14.8-17.8 s. The two cross near 2,000 files.
-FORKED_PROCESSES_MIN_FILES = 2_000
+# command against in-process, interleaved (docs/benchmarks.md, 2026-12-03 22:00-22:40): 1,000
+# files 8.1 s with 2 forked workers against 7.1 s (medians of 3); 3,000 files even (8.28 against
+# 8.15 s, medians of 5; 10.2 against 11.8 s in another series of 3); 12,000 photos 14.4
+# against 16.7 s (best of 2).
+FORKED_PROCESSES_MIN_FILES = 3_000
 # The module DirectRunner worker processes import first (--beam_plugins; pipeline/runners/worker_start.py).
 WORKER_START_PLUGIN = "pipeline.runners.worker_start"
 
@@ -48,10 +49,9 @@ def configure_runner(
     Without --workers: one in-process worker for inputs under FORKED_PROCESSES_MIN_FILES files
     (`num_files`, counted by the preflight) where the command forks its workers ready-imported,
     under AUTO_PROCESSES_MIN_FILES where Beam starts them, else one worker process per core.
-    Several workers run as processes: on 12,000 photos, 2 processes converted ~1.3x faster than 2 threads of
-    one process (Beam's per-element Python work contends for the GIL), at the cost of ~2.9 s
-    more start-up and one more TensorFlow in RAM (bench/convert.py). One worker runs in-process
-    and decodes on one thread per core (decoders release the GIL).
+    Several workers run as processes: on 12,000 photos, 2 processes converted ~1.3x faster than
+    2 threads of one process (Beam's per-element Python work contends for the GIL). One worker
+    runs in-process and decodes on one thread per core (decoders release the GIL).
     """
     standard = options.view_as(StandardOptions)
     if standard.runner is None:
