@@ -39,6 +39,12 @@ _started: tuple[int, str] | None = None
 _NOT_HERE = ("--no_analyze", "--dry_run", "--help", "-h")
 
 
+def runs_nothing_here(argv: list[str]) -> bool:
+    """Whether argv alone says no local job will analyse or run workers (help, a dry run,
+    --no_analyze: no analysis; the others: nothing at all)."""
+    return any(a == flag or a.startswith(flag + "=") for a in argv for flag in _NOT_HERE)
+
+
 def wanted(argv: list[str]) -> bool:
     """Whether `imgrec convert argv` will analyse on this machine (read from argv alone).
 
@@ -46,7 +52,7 @@ def wanted(argv: list[str]) -> bool:
     """
     if os.environ.get(DISABLE_ENV) == "0":
         return False
-    if any(a == flag or a.startswith(flag + "=") for a in argv for flag in _NOT_HERE):
+    if runs_nothing_here(argv):
         return False
     from pipeline.runners.forked_workers import local_runner
 

@@ -117,6 +117,9 @@ def use_keras_2() -> None:
     os.environ.setdefault(KERAS_ENV, "1")
 
 
+_as_program = False  # set by run(): this process is the `imgrec` program
+
+
 def start_program() -> None:
     """How a program of imgrec's starts, before anything imports TensorFlow: Keras 2 only (above)
     for TFT, TensorFlow's import without Keras, Beam's without the clients of integrations
@@ -143,7 +146,9 @@ def run() -> None:
     import logging
     import os
 
+    global _as_program
     start_program()
+    _as_program = True
     status = main()
     atexit._run_exitfuncs()
     logging.shutdown()
@@ -217,14 +222,17 @@ def _dispatch(argv: list[str]) -> int:
         from pipeline import analysis_process
         from pipeline.runners import forked_workers
 
-        fresh = "tensorflow" not in sys.modules  # so TensorFlow has run nothing: forks are safe
+        # Forks are safe in the program only (a library caller's threads and handlers are its
+        # own), and only before TensorFlow has run anything.
+        fresh = _as_program and "tensorflow" not in sys.modules
         # TFT's import, tracing and analysis in a process of their own, started before the
         # launcher imports Beam (pipeline/analysis_process.py); stopped when the command ends.
         if analysis_process.wanted(rest):
             analysis_process.start()
         # DirectRunner's worker processes forked with everything imported, not fresh
         # interpreters (pipeline/runners/forked_workers.py).
-        if fresh and forked_workers.local_runner(rest) and "--dry_run" not in rest:
+        idle = analysis_process.runs_nothing_here([a for a in rest if a != "--no_analyze"])
+        if fresh and forked_workers.local_runner(rest) and not idle:
             import tensorflow  # noqa: F401 - imported once for the command and its workers
 
             forked_workers.start()

@@ -119,9 +119,9 @@ class ConvertOptions(PipelineOptions):
             "--workers",
             type=int,
             default=0,
-            help="Local DirectRunner workers (default: 1, in-process, for inputs of up to "
-            "20,000 files; one worker process per core above that, where the processes' "
-            "start-up pays off).",
+            help="Local DirectRunner workers (default: 1, in-process, for inputs under "
+            "3,000 files; one worker process per core from there, forked ready-imported; "
+            "20,000 files where Beam starts its own worker processes).",
         )
         g.add_argument(
             "--resume",
@@ -181,7 +181,9 @@ class ConvertOptions(PipelineOptions):
             "--dedupe",
             type=_str2bool,
             nargs="?",
-            const=True,  # a bare flag is true, as Beam's PipelineOptions.from_dictionary writes it
+            # A bare flag is true, as Beam's PipelineOptions.from_dictionary writes it (it drops
+            # a false one, so a worker rebuilding the options reads the default: none does).
+            const=True,
             default=True,
             help="Drop files whose bytes equal another's (default true).",
         )

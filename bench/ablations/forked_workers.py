@@ -7,7 +7,7 @@ start as fresh interpreters (IMGREC_FORKED_WORKERS=0; the default then stays in-
     PYTHONPATH=. .venv/bin/python bench/ablations/forked_workers.py --sizes 300 --workers 2
 
 At one file it measures what the zygote costs a run that forks no worker (the fork, the stage
-modules imported before it); from 2,000 files the default runs two forked worker processes.
+modules imported before it); from 3,000 files the default runs two forked worker processes.
 Same loop as bench/ablations/beam_extras.py (`default_command_ab` in bench/_common.py): the modes
 alternate, and the outputs must be the same.
 """

@@ -62,7 +62,7 @@ def configure_runner(
     if is_direct_runner(standard.runner) or standard.runner == "BundleBasedDirectRunner":
         direct = options.view_as(DirectOptions)
         cores = os.cpu_count() or 1
-        forked = forked_workers.command() is not None
+        forked = forked_workers.command() is not None and is_direct_runner(standard.runner)
         least = FORKED_PROCESSES_MIN_FILES if forked else AUTO_PROCESSES_MIN_FILES
         workers = options.view_as(ConvertOptions).workers or (cores if num_files >= least else 1)
         if not any(a.startswith("--direct_num_workers") for a in argv):
@@ -74,8 +74,8 @@ def configure_runner(
             # garbage collector: ~0.9 s of CPU less per worker (pipeline/runners/worker_start.py).
             setup = options.view_as(SetupOptions)
             setup.beam_plugins = [*(setup.beam_plugins or []), WORKER_START_PLUGIN]
-        else:
-            forked_workers.stop()  # an in-process run forks no workers: free the zygote now
+        if not forked or direct.direct_running_mode != "multi_processing":
+            forked_workers.stop()  # no worker to fork in this run: free the zygote now
         decode_threads = max(1, cores // max(1, direct.direct_num_workers or 1))
     if not options.view_as(ConvertOptions).decode_threads:
         config = dataclasses.replace(config, decode_threads=decode_threads)

@@ -37,7 +37,11 @@ def main(socket_path: str) -> int:
     if len(reply) != 4:
         print("imgrec: the worker zygote ended before its worker did", file=sys.stderr)
         return 1
-    return struct.unpack("!i", reply)[0]
+    status = struct.unpack("!i", reply)[0]
+    if status < 0:  # killed by a signal: so is this process, as Beam's own worker would be
+        signal.signal(-status, signal.SIG_DFL)
+        os.kill(os.getpid(), -status)
+    return status
 
 
 if __name__ == "__main__":

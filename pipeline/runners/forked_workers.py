@@ -1,7 +1,7 @@
 """DirectRunner's worker processes forked from a process that has everything imported already.
 
-Beam starts each DirectRunner worker process (`--workers 2`, and the default from
-AUTO_PROCESSES_MIN_FILES files) as a fresh interpreter, `python -m
+Beam starts each DirectRunner worker process (`--workers 2`, and the default from 3,000 files,
+pipeline/runners/choose.py) as a fresh interpreter, `python -m
 apache_beam.runners.worker.sdk_worker_main`, which imports Python's start-up, Beam, TensorFlow
 and the stages' modules again: ~4 s of CPU per worker on this machine (0.9 s of it saved by
 `worker_start`'s start-up without the collector), paid while the launcher waits for its workers.
@@ -15,7 +15,8 @@ streams over a Unix socket; the zygote forks a worker that runs Beam's own
 exits with. So Beam sees the worker process it expects (its command, environment, streams, exit
 status; killing the client kills the worker), and the worker starts in milliseconds.
 
-Where there is no zygote (a library caller, a test, not Linux, a remote runner,
+Only the `imgrec` program starts one (`cli.run`). Where there is no zygote (a library caller, a
+test, not Linux, a remote runner,
 `IMGREC_FORKED_WORKERS=0` for A/B runs) Beam's own command runs, as before. A client that finds
 no zygote runs Beam's worker itself.
 """
@@ -78,8 +79,11 @@ def start() -> None:
         return
     import pipeline.builder  # noqa: F401 - every stage module the workers unpickle DoFns from
 
-    folder = tempfile.mkdtemp(prefix=_PREFIX)
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    try:  # no usable temp dir: the preflight names it; a sandbox without SEQPACKET sockets
+        folder = tempfile.mkdtemp(prefix=_PREFIX)
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    except OSError:
+        return
     try:
         listener.bind(os.path.join(folder, "s"))
         listener.listen(16)
@@ -102,6 +106,7 @@ def start() -> None:
             _zygote(listener, parent)
             status = 0
         finally:
+            shutil.rmtree(folder, ignore_errors=True)  # also when the command was killed
             os._exit(status)
     listener.close()
     _started = (pid, folder)
@@ -148,9 +153,10 @@ def _zygote(listener: socket.socket, parent: int) -> None:
     clients: dict[int, int] = {}  # client socket fd -> its worker's pidfd
     try:
         while True:
-            ready, _, _ = select.select(
-                [listener.fileno(), *clients, *workers], [], [], _PARENT_CHECK_S
-            )
+            poller = select.poll()  # not select(): no limit of 1,024 descriptors
+            for fd in (listener.fileno(), *clients, *workers):
+                poller.register(fd, select.POLLIN)
+            ready = [fd for fd, _ in poller.poll(_PARENT_CHECK_S * 1000)]
             if not ready and os.getppid() != parent:
                 return  # the command has gone
             for fd in ready:
@@ -237,8 +243,11 @@ def _worker(environment: dict, fds: list[int]) -> None:
         sys.argv = [sdk_worker_main.__file__]  # not the command's: Beam parses it for options
         sdk_worker_main.main(sys.argv)
         status = 0
-    except SystemExit as e:
-        status = e.code if isinstance(e.code, int) else 1
+    except SystemExit as e:  # as the interpreter exits: None is 0, a message is printed
+        if e.code is None or isinstance(e.code, int):
+            status = e.code or 0
+        else:
+            print(e.code, file=sys.stderr)
     except BaseException:  # noqa: BLE001 - as an interpreter would: the traceback, status 1
         import traceback
 

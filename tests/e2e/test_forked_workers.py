@@ -149,10 +149,12 @@ def test_killing_beams_worker_process_kills_the_forked_worker(zygote):
 
 
 def test_the_zygote_ends_with_the_program(zygote):
-    pid, _, program = zygote
+    pid, command, program = zygote
+    folder = os.path.dirname(shlex.split(command)[-1])  # the socket's
     program.send_signal(signal.SIGKILL)  # no stop(): the zygote sees its parent gone
     program.wait(timeout=10)
     assert _wait(lambda: _gone(pid)), "the zygote outlived the program"
+    assert _wait(lambda: not os.path.exists(folder)), f"{folder} left behind"
 
 
 def test_the_default_command_writes_the_same_dataset_with_forked_or_beams_workers(tmp_path):
