@@ -18,7 +18,6 @@ of every convert command. The process exits by itself once its parent has gone.
 from __future__ import annotations
 
 import atexit
-import contextlib
 import os
 import shutil
 import signal
@@ -124,11 +123,9 @@ def stop() -> None:
         return
     pid, handoff = _started
     _started = None
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, signal.SIGKILL)  # done already, or no longer needed
-    with contextlib.suppress(ChildProcessError):
-        os.waitpid(pid, 0)
-    shutil.rmtree(handoff, ignore_errors=True)
+    from pipeline.runners.forked_workers import end_child
+
+    end_child(pid, signal.SIGKILL, handoff)  # done already, or no longer needed
 
 
 # ----------------------------------------------------------------------------- the process

@@ -36,7 +36,7 @@ import struct
 import sys
 import tempfile
 
-__all__ = ["DISABLE_ENV", "command", "local_runner", "start", "stop"]
+__all__ = ["DISABLE_ENV", "STARTED", "command", "end_child", "local_runner", "start", "stop"]
 
 # IMGREC_FORKED_WORKERS=0: Beam's fresh worker processes (bench/convert.py A/B runs).
 DISABLE_ENV = "IMGREC_FORKED_WORKERS"
@@ -128,8 +128,14 @@ def stop() -> None:
         return
     pid, folder = _started
     _started = None
+    end_child(pid, signal.SIGTERM, folder)  # SIGTERM: it ends its workers first
+
+
+def end_child(pid: int, sig: int, folder: str) -> None:
+    """Send a child the command forked `sig` (it may have ended already), reap it, and remove
+    the folder it worked in (the analysis process's hand-off, the zygote's socket)."""
     with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, signal.SIGTERM)
+        os.kill(pid, sig)
     with contextlib.suppress(ChildProcessError):
         os.waitpid(pid, 0)
     shutil.rmtree(folder, ignore_errors=True)
