@@ -85,6 +85,11 @@ def _open_stored(encoded: bytes, fields: dict):
         return Image.frombytes(mode, (w, h), encoded)
     image = Image.open(io.BytesIO(encoded))
     image.seek(0)
+    # A JPEG decoded by libjpeg at the smallest DCT scale still twice the thumbnail's side
+    # (Image.thumbnail's reducing_gap, which _thumb's convert("RGB") would defeat): a
+    # 4000x3000 photo's thumbnail 14-18 ms against 96 ms, of up to 8 per class; photos under
+    # 640 px are decoded whole as before.
+    image.draft(None, (2 * THUMB_PX, 2 * THUMB_PX))
     return image
 
 
@@ -146,40 +151,41 @@ def _eval_crops(info: dict, records: list[bytes]) -> list[str | None]:
 
 
 def _contact_sheet(data_dir: str, info: dict, split: str) -> dict[str, list[dict]]:
-    """label -> up to PER_CLASS {"path", "size", "original", "eval"} from `split`'s records."""
+    """label -> up to PER_CLASS {"path", "size", "original", "eval"} from `split`'s records.
+
+    Reads records until every class has PER_CLASS of them (or EVAL_SEARCH_RECORDS were read):
+    at 5 classes that is a few dozen records, where reading on to the end of the first shard
+    parsed 4,096 (0.3 s of a 12,000-photo conversion's report, docs/benchmarks.md).
+    """
     names = info.get("label_names", [])
+    wanted = set(names) or {"(no label)"}
     chosen = collections.defaultdict(list)
     keys = SCAN_KEYS | {schema.ENCODED, schema.SHA256, schema.CHANNELS}
     shards = [s for s in info["splits"][split].get("shards", []) if s.get("num_examples")]
     read = 0
-    for sh in shards:
-        for record in read_records(storage.join(data_dir, sh["file"])):
-            read += 1
-            fields = parse_example(record, keys)
-            label = fields.get(schema.LABEL, -1)
-            name = names[label] if 0 <= label < len(names) else "(no label)"
-            if len(chosen[name]) >= PER_CLASS:
-                if read >= EVAL_SEARCH_RECORDS:
-                    break
-                continue
-            try:
-                original = _thumb(_open_stored(fields[schema.ENCODED], fields))
-            except Exception:  # noqa: BLE001 - shown as missing; `imgrec verify` names the cause
-                original = None
-            chosen[name].append(
-                {
-                    "path": file_names.printable(fields.get(schema.FILENAME, b"")),
-                    "size": f"{fields.get(schema.WIDTH)}×{fields.get(schema.HEIGHT)}",
-                    "record": record,
-                    "original": original,
-                }
-            )
-        if (
-            read >= EVAL_SEARCH_RECORDS
-            or all(len(chosen[n]) >= PER_CLASS for n in names)
-            and len(chosen) >= len(names)
-        ):
+    for record in (r for sh in shards for r in read_records(storage.join(data_dir, sh["file"]))):
+        if read >= EVAL_SEARCH_RECORDS or not wanted:
             break
+        read += 1
+        fields = parse_example(record, keys)
+        label = fields.get(schema.LABEL, -1)
+        name = names[label] if 0 <= label < len(names) else "(no label)"
+        if len(chosen[name]) >= PER_CLASS:
+            continue
+        try:
+            original = _thumb(_open_stored(fields[schema.ENCODED], fields))
+        except Exception:  # noqa: BLE001 - shown as missing; `imgrec verify` names the cause
+            original = None
+        chosen[name].append(
+            {
+                "path": file_names.printable(fields.get(schema.FILENAME, b"")),
+                "size": f"{fields.get(schema.WIDTH)}×{fields.get(schema.HEIGHT)}",
+                "record": record,
+                "original": original,
+            }
+        )
+        if len(chosen[name]) >= PER_CLASS:
+            wanted.discard(name)
     items = [c for v in chosen.values() for c in v]
     for c, crop in zip(items, _eval_crops(info, [c.pop("record") for c in items]), strict=True):
         c["eval"] = crop
