@@ -29,7 +29,7 @@ BUCKETS = [
     ("pixel stats (numpy)", ("_channel_stats",)),
     ("PIL header (Image.open)", ("PIL/",)),
     ("sha256", ("sha256", "hexdigest")),
-    ("Example build (protobuf)", ("make_example",)),
+    ("Example build", ("make_example", "_bytes_feature", "_int64_feature")),
     ("TFRecord write + crc", ("write_record", "_HashingWriter", "_masked_crc32c")),
     ("file read (FileSystems)", ("read_bytes", "filesystems.py", "localfilesystem.py")),
     (
