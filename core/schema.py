@@ -150,8 +150,15 @@ def _bytes_feature(value: str | bytes) -> tuple[bytes, bytes]:
 
 
 def _int64_feature(value: int) -> tuple[bytes, bytes]:
-    """Feature{int64_list: Int64List{value: [value]}} (packed, as proto3 repeats scalars)."""
-    packed = _varint(int(value))
+    """Feature{int64_list: Int64List{value: [value]}} (packed, as proto3 repeats scalars).
+
+    Raises:
+        ValueError: `value` is outside int64 (as protobuf refuses it).
+    """
+    value = int(value)
+    if not -(1 << 63) <= value < 1 << 63:
+        raise ValueError(f"{value} is outside the int64 range of a tf.train.Int64List")
+    packed = _varint(value)
     int_list = b"\x0a" + _length(len(packed)) + packed
     return b"\x1a" + _length(len(int_list)) + int_list, b""  # Feature.int64_list, field 3
 

@@ -77,3 +77,12 @@ def test_what_tensorflow_parses_back_is_what_was_written():
     assert parsed[schema.VERSION].numpy() == schema.SCHEMA_VERSION
     text = fields["label_text"]
     assert parsed[schema.LABEL_TEXT].numpy() == text.encode("utf-8")
+
+
+@pytest.mark.parametrize("value", [2**63, -(2**63) - 1, 2**70])
+def test_an_integer_outside_int64_is_refused_as_protobuf_refuses_it(value):
+    fields = _fields(random.Random(1)) | {"height": value}
+    with pytest.raises(ValueError):
+        _protobuf(**fields)
+    with pytest.raises(ValueError, match="int64"):
+        schema.make_example(**fields)
