@@ -17,7 +17,7 @@ import time
 import pytest
 
 from pipeline.demo import build_corpus
-from tests.runs import cli, cli_env, output_digests, script_facts
+from tests.runs import ROOT, cli, cli_env, output_digests, script_facts
 
 pytestmark = pytest.mark.e2e
 
@@ -157,19 +157,68 @@ def test_the_zygote_ends_with_the_program(zygote):
     assert _wait(lambda: not os.path.exists(folder)), f"{folder} left behind"
 
 
+def _descendants(pid: int) -> set[int]:
+    """Every process below `pid` now, whichever of their parents' threads started them
+    (Beam starts its worker processes from a thread); vanished ones are skipped."""
+    found, todo = set(), [pid]
+    while todo:
+        parent = todo.pop()
+        try:
+            tasks = os.listdir(f"/proc/{parent}/task")
+        except FileNotFoundError:
+            continue
+        for task in tasks:
+            try:
+                with open(f"/proc/{parent}/task/{task}/children") as f:
+                    children = {int(c) for c in f.read().split()} - found
+            except FileNotFoundError:
+                continue
+            todo += children
+            found |= children
+    return found
+
+
+def _convert_watching_workers(args: list[str], env: dict) -> set[str]:
+    """`imgrec convert ARGS` as a user runs it; the kinds of worker process seen below it while
+    it ran, polled every 50 ms: "fork_client" (Beam's command for a forked worker) and
+    "sdk_worker_main" (Beam's own worker process)."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pipeline", "convert", *args],
+        cwd=ROOT,
+        env=cli_env(**env),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    kinds = set()
+    while proc.poll() is None:
+        for pid in _descendants(proc.pid):
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    cmdline = f.read()
+            except OSError:
+                continue
+            kinds |= {k for k in ("fork_client", "sdk_worker_main") if k.encode() in cmdline}
+        time.sleep(0.05)
+    output = proc.stdout.read().decode(errors="replace")
+    assert proc.wait() == 0, output[-3000:]
+    return kinds
+
+
 def test_the_default_command_writes_the_same_dataset_with_forked_or_beams_workers(tmp_path):
     """The command line with two worker processes, forked (the default) and Beam's own
-    (IMGREC_FORKED_WORKERS=0): every file imgrec writes is byte-identical."""
+    (IMGREC_FORKED_WORKERS=0): every file imgrec writes is byte-identical, and each run used
+    the workers it says (Beam's worker command is the fork client only where forked)."""
     src = str(tmp_path / "in")
     build_corpus(src, num_images=40, seed=3, long_side=(48, 96))
-    outs = {}
+    outs, kinds = {}, {}
     for forked in ("1", "0"):
         outs[forked] = str(tmp_path / f"out{forked}")
-        cli(
-            "convert", "--input", f"{src}/*/*.jpg", "--output", outs[forked],
-            "--workers", "2", "--max_bad_fraction", "0.2",
+        kinds[forked] = _convert_watching_workers(
+            ["--input", f"{src}/*/*.jpg", "--output", outs[forked], "--workers", "2",
+             "--max_bad_fraction", "0.2"],
             env={"IMGREC_FORKED_WORKERS": forked},
         )  # fmt: skip
+    assert kinds == {"1": {"fork_client"}, "0": {"sdk_worker_main"}}
     assert output_digests(outs["1"]) == output_digests(outs["0"])
     assert any(name.endswith(".tfrecord") for name in output_digests(outs["1"]))
 
