@@ -13,7 +13,8 @@ is `fork_client.py`, a bare interpreter that hands the zygote its environment an
 streams over a Unix socket; the zygote forks a worker that runs Beam's own
 `sdk_worker_main.main` with them, and reports the worker's exit status back, which the client
 exits with. So Beam sees the worker process it expects (its command, environment, streams, exit
-status; killing the client kills the worker), and the worker starts in milliseconds.
+status; killing the client kills the worker), and the worker starts in milliseconds. A zygote
+that is killed takes its workers with it (PR_SET_PDEATHSIG).
 
 Only the `imgrec` program starts one (`cli.run`). Where there is no zygote (a library caller, a
 test, not Linux, a remote runner,
@@ -41,6 +42,8 @@ __all__ = ["DISABLE_ENV", "STARTED", "command", "end_child", "local_runner", "st
 # IMGREC_FORKED_WORKERS=0: Beam's fresh worker processes (bench/convert.py A/B runs).
 DISABLE_ENV = "IMGREC_FORKED_WORKERS"
 _CLIENT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fork_client.py")
+# linux/prctl.h: the signal this process gets when its parent thread exits.
+_PR_SET_PDEATHSIG = 1
 _PREFIX = "imgrec-workers-"
 # The client's working directory travels in its environment message under this name.
 _CWD_KEY = "\0cwd"
@@ -190,6 +193,7 @@ def _zygote(listener: socket.socket, parent: int) -> None:
 def _fork_worker(listener: socket.socket, workers: dict) -> tuple[int | None, socket.socket]:
     """Accept one client and fork its worker; returns (the worker's pidfd, the client's socket)."""
     conn, _ = listener.accept()
+    zygote = os.getpid()
     try:
         message, fds, _, _ = socket.recv_fds(conn, _MAX_MESSAGE, 3)
         environment = json.loads(message)
@@ -201,6 +205,7 @@ def _fork_worker(listener: socket.socket, workers: dict) -> tuple[int | None, so
     except OSError:  # no process to spare: the client starts Beam's own worker instead
         pid = None
     if pid == 0:
+        _die_with(zygote)
         listener.close()
         conn.close()
         for _, other in workers.values():
@@ -216,6 +221,25 @@ def _fork_worker(listener: socket.socket, workers: dict) -> tuple[int | None, so
     with contextlib.suppress(OSError):
         conn.send(STARTED)
     return pidfd, conn
+
+
+def _die_with(zygote: int) -> None:
+    """Have the kernel SIGKILL this worker when the zygote dies (PR_SET_PDEATHSIG).
+
+    The zygote kills its workers when it exits by itself; killed (the OOM killer, a SIGKILL), it
+    cannot, and a worker whose client has failed the job would run on, re-parented, until its
+    runner's channel closed. Where prctl is unavailable nothing changes.
+    """
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
+            return
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != zygote:  # it died before prctl took effect
+        os._exit(1)
 
 
 def _worker(environment: dict, fds: list[int]) -> None:

@@ -148,6 +148,27 @@ def test_killing_beams_worker_process_kills_the_forked_worker(zygote):
     assert _wait(lambda: _gone(worker)), f"forked worker {worker} outlived its client"
 
 
+def test_a_killed_zygote_takes_its_workers_with_it(zygote):
+    """The zygote killed (the OOM killer's SIGKILL: no handler runs) while a worker waits: the
+    kernel kills the worker too (PR_SET_PDEATHSIG) instead of leaving it to run on."""
+    pid, command, _ = zygote
+    env = {
+        "PIPELINE_OPTIONS": "{}",
+        "CONTROL_API_SERVICE_DESCRIPTOR": 'url: "localhost:1"',  # nothing there: it waits (60 s)
+        "PATH": os.environ.get("PATH", ""),
+    }
+    client = subprocess.Popen(shlex.split(command), env=env, stderr=subprocess.DEVNULL)
+    try:
+        worker = _wait(lambda: _children(pid))
+        assert len(worker) == 1, worker
+        (worker,) = worker
+        os.kill(pid, signal.SIGKILL)
+        assert _wait(lambda: _gone(worker), timeout=10), f"worker {worker} outlived its zygote"
+    finally:
+        client.kill()
+        client.wait(timeout=10)
+
+
 def test_the_zygote_ends_with_the_program(zygote):
     pid, command, program = zygote
     folder = os.path.dirname(shlex.split(command)[-1])  # the socket's
