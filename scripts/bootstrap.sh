@@ -14,9 +14,24 @@ want="$(cd "$IMGREC_ROOT" && for f in requirements.txt requirements-test.txt con
   if [ -f "$f" ]; then cat "$f"; fi; done | sha256sum | cut -d' ' -f1)"
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   echo "imgrec: installing pinned dependencies into $VENV (first run takes a few minutes)" >&2
-  "$VENV/bin/python" -m pip install -q --disable-pip-version-check --upgrade pip >&2
-  "$VENV/bin/python" -m pip install -q --disable-pip-version-check -c "$IMGREC_ROOT/constraints.txt" \
-    -r "$IMGREC_ROOT/requirements.txt" -r "$IMGREC_ROOT/requirements-test.txt" >&2
+  "$VENV/bin/python" -m pip install -q --disable-pip-version-check --retries 10 --timeout 60 --upgrade pip >&2
+  # The registry connection here drops mid-download now and then: a CI run on 2026-12-04 lost the
+  # 424 MB DALI wheel at 289.7 MB after pip's default 5 resumes. So pip resumes a wheel up to 50
+  # times, retries a connection 10 times, and the whole install is tried 3 times (wheels already
+  # fetched come from pip's cache on the next try).
+  attempt=1
+  until "$VENV/bin/python" -m pip install -q --disable-pip-version-check --retries 10 --timeout 60 \
+    --resume-retries 50 -c "$IMGREC_ROOT/constraints.txt" \
+    -r "$IMGREC_ROOT/requirements.txt" -r "$IMGREC_ROOT/requirements-test.txt" >&2; do
+    if [ "$attempt" -ge 3 ]; then
+      echo "imgrec: installing the pinned dependencies failed 3 times (see pip's message above);" \
+        "check the connection to the package registry and run this command again" >&2
+      exit 1
+    fi
+    attempt=$((attempt + 1))
+    echo "imgrec: pip install failed; trying again (attempt $attempt of 3)" >&2
+    sleep "${IMGREC_PIP_RETRY_SLEEP_S:-10}"
+  done
   if [ -f "$IMGREC_ROOT/setup.py" ]; then
     "$VENV/bin/python" -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e "$IMGREC_ROOT" >&2
   fi

@@ -198,3 +198,57 @@ def test_example_config_is_a_valid_convert_config():
     )  # fmt: skip
     assert config.check.resize_filter == "bilinear"
     assert config.check.jpeg_verify == "strict"
+
+
+_FAKE_PYTHON = """#!/bin/bash
+# Stands in for the venv's python: `pip install -r ...` fails until the FAIL_UNTIL-th try.
+case "$*" in
+  *requirements.txt*)
+    n=$(( $(cat "$0.tries" 2>/dev/null || echo 0) + 1 ))
+    echo "$n" > "$0.tries"
+    echo "fake pip: try $n" >&2
+    [ "$n" -ge "${FAIL_UNTIL}" ] ;;
+  *) exit 0 ;;
+esac
+"""
+
+
+def _bootstrap_with_fake_pip(
+    tmp_path: Path, fail_until: int
+) -> tuple[subprocess.CompletedProcess, Path]:
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    python = venv / "bin" / "python"
+    python.write_text(_FAKE_PYTHON)
+    python.chmod(0o755)
+    env = dict(
+        os.environ, IMGREC_VENV=str(venv), IMGREC_PIP_RETRY_SLEEP_S="0", FAIL_UNTIL=str(fail_until)
+    )
+    proc = subprocess.run(
+        ["bash", "-c", f"source {ROOT / 'scripts' / 'bootstrap.sh'} && echo sourced"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=BUILD_TIMEOUT_S,
+    )
+    return proc, venv
+
+
+def test_bootstrap_tries_the_dependency_install_again_after_a_dropped_download(tmp_path):
+    """A registry connection that drops mid-wheel (CI, 2026-12-04: DALI at 289.7 of 424.5 MB)
+    costs a retry, not the run: the third try's success installs and stamps the venv."""
+    proc, venv = _bootstrap_with_fake_pip(tmp_path, fail_until=3)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "sourced"
+    assert (venv / "bin" / "python.tries").read_text().strip() == "3"
+    assert "trying again (attempt 3 of 3)" in proc.stderr
+    assert (venv / ".imgrec-installed").is_file()
+
+
+def test_bootstrap_gives_up_after_three_failed_installs_with_a_message(tmp_path):
+    proc, venv = _bootstrap_with_fake_pip(tmp_path, fail_until=99)
+    assert proc.returncode == 1
+    assert "sourced" not in proc.stdout
+    assert (venv / "bin" / "python.tries").read_text().strip() == "3"
+    assert "failed 3 times" in proc.stderr and "package registry" in proc.stderr
+    assert not (venv / ".imgrec-installed").exists()
