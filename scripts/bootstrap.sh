@@ -14,18 +14,21 @@ want="$(cd "$IMGREC_ROOT" && for f in requirements.txt requirements-test.txt con
   if [ -f "$f" ]; then cat "$f"; fi; done | sha256sum | cut -d' ' -f1)"
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   echo "imgrec: installing pinned dependencies into $VENV (first run takes a few minutes)" >&2
-  "$VENV/bin/python" -m pip install -q --disable-pip-version-check --retries 10 --timeout 60 --upgrade pip >&2
-  # The registry connection here drops mid-download now and then: a CI run on 2026-12-04 lost the
-  # 424 MB DALI wheel at 289.7 MB after pip's default 5 resumes. So pip resumes a wheel up to 50
-  # times, retries a connection 10 times, and the whole install is tried 3 times (wheels already
-  # fetched come from pip's cache on the next try).
+  "$VENV/bin/python" -m pip install -q --disable-pip-version-check --retries 10 --upgrade pip >&2
+  # A CI run on 2026-12-04 lost the 424 MB DALI wheel at 289.7 MB after pip's default 5 resumes
+  # ("Connection interrupted while downloading"; pip says the same when the disk fills, as a
+  # clone here found with 8 KB left). So pip resumes a wheel up to 50 times, retries a connection
+  # 10 times, and the whole install is tried 3 times; the last failure names the free space (the
+  # pinned environment takes ~4.4 GB).
   attempt=1
-  until "$VENV/bin/python" -m pip install -q --disable-pip-version-check --retries 10 --timeout 60 \
+  until "$VENV/bin/python" -m pip install -q --disable-pip-version-check --retries 10 \
     --resume-retries 50 -c "$IMGREC_ROOT/constraints.txt" \
     -r "$IMGREC_ROOT/requirements.txt" -r "$IMGREC_ROOT/requirements-test.txt" >&2; do
     if [ "$attempt" -ge 3 ]; then
-      echo "imgrec: installing the pinned dependencies failed 3 times (see pip's message above);" \
-        "check the connection to the package registry and run this command again" >&2
+      free_mb="$(df -Pm "$VENV" | awk 'NR == 2 {print $4}')"
+      echo "imgrec: installing the pinned dependencies into $VENV failed 3 times (pip's message is" \
+        "above); they need ~4.4 GB and ${free_mb} MB are free there. Check the free space and the" \
+        "connection to the package registry, then run this command again" >&2
       exit 1
     fi
     attempt=$((attempt + 1))

@@ -251,4 +251,5 @@ def test_bootstrap_gives_up_after_three_failed_installs_with_a_message(tmp_path)
     assert "sourced" not in proc.stdout
     assert (venv / "bin" / "python.tries").read_text().strip() == "3"
     assert "failed 3 times" in proc.stderr and "package registry" in proc.stderr
+    assert re.search(r"need ~4.4 GB and \d+ MB are free there", proc.stderr), proc.stderr
     assert not (venv / ".imgrec-installed").exists()
