@@ -206,7 +206,10 @@ def build_pipeline(
     """A ready-to-run `beam.Pipeline` converting `config`'s input into `config.output`.
 
     Beam's DirectRunner (the default) runs as `beam_compat.DirectRunner`: never on a Prism
-    binary downloaded at run time."""
+    binary downloaded at run time. Beam's construction-time type inference is off in `options`
+    (`beam_compat.skip_type_inference`), whoever made them: the command line, a test or a
+    script building the job itself."""
+    beam_compat.skip_type_inference(options)
     runner = options.view_as(StandardOptions).runner
     direct = None
     if beam_compat.is_direct_runner(runner):

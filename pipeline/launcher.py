@@ -26,7 +26,7 @@ from apache_beam.options.pipeline_options import (
 )
 
 from core import names, retention, schema, startup, storage, versions
-from core.beam_compat import BeamArgumentParser, skip_type_inference
+from core.beam_compat import BeamArgumentParser
 from core.errors import ERROR_PREFIX, interrupted
 from pipeline.options import ConvertConfig, ConvertOptions, OptionError
 from pipeline.report.summary import format_summary
@@ -145,7 +145,6 @@ def parse_convert_args(argv: list[str]) -> tuple[PipelineOptions, ConvertConfig,
         argv = _config_to_argv(known.config, parser, cli_dests) + list(argv)
         parser.parse_known_args(argv)  # Re-validate the merged values.
     options = PipelineOptions(argv)
-    skip_type_inference(options)
     return options, ConvertConfig.from_options(options), argv
 
 

@@ -111,16 +111,23 @@ def test_beams_direct_runner_runs_without_prism(tmp_path, monkeypatch, argv_extr
         assert options.view_as(StandardOptions).runner == "DirectRunner"  # as provenance says
 
 
+@pytest.mark.parametrize("made_by", ["command", "script"])
 @pytest.mark.parametrize("env, inferred", [(None, False), ("1", True)])
-def test_the_pipeline_is_built_without_beams_type_inference(tmp_path, monkeypatch, env, inferred):
+def test_the_pipeline_is_built_without_beams_type_inference(
+    tmp_path, monkeypatch, env, inferred, made_by
+):
     """Beam infers each transform's output type from its function's bytecode while a pipeline is
-    built (~1 s of CPU per small conversion); imgrec's options turn that off
-    (core/beam_compat.skip_type_inference) unless IMGREC_BEAM_TYPE_INFERENCE=1."""
-    from apache_beam.options.pipeline_options import TypeOptions
+    built (~1 s of CPU per small conversion); the builder turns that off
+    (core/beam_compat.skip_type_inference) unless IMGREC_BEAM_TYPE_INFERENCE=1, in options the
+    command line parsed and in options a script or test made itself (`PipelineOptions(args)`:
+    those kept Beam's inference until 2026-12-04, so the tests that build the job directly did not
+    run what the command runs)."""
+    from apache_beam.options.pipeline_options import PipelineOptions, TypeOptions
     from apache_beam.typehints import trivial_inference
 
     from core.beam_compat import TYPE_INFERENCE_ENV
     from pipeline.builder import build_pipeline
+    from pipeline.options import ConvertConfig
 
     if env is None:
         monkeypatch.delenv(TYPE_INFERENCE_ENV, raising=False)
@@ -135,8 +142,13 @@ def test_the_pipeline_is_built_without_beams_type_inference(tmp_path, monkeypatc
     )
     (tmp_path / "in").mkdir()
     argv = ["--input", str(tmp_path / "in" / "*.jpg"), "--output", str(tmp_path / "out")]
-    options, config, args = launcher.parse_convert_args([*argv, "--no_analyze"])
-    config = choose.configure_runner(options, args, config, 1)
-    assert options.view_as(TypeOptions).pipeline_type_check is inferred
+    if made_by == "command":
+        options, config, args = launcher.parse_convert_args([*argv, "--no_analyze"])
+        config = choose.configure_runner(options, args, config, 1)
+    else:
+        args = [*argv, "--no_analyze", "--direct_num_workers", "1"]
+        options = PipelineOptions([*args, "--direct_running_mode", "in_memory"])
+        config = ConvertConfig.from_options(options)
     build_pipeline(config, options, {"argv": args})
+    assert options.view_as(TypeOptions).pipeline_type_check is inferred
     assert bool(calls) is inferred, calls[:5]
