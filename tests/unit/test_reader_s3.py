@@ -33,7 +33,7 @@ from tests.servers import (
     S3Server,
     ServerProcess,
     _s3_error,
-    _venv_bin,
+    _server_main,
     free_port,
 )
 from tests.unit.test_reader import IMAGE_SIZE, write_dataset
@@ -83,7 +83,7 @@ def s3rec(cloud_env, tmp_path_factory) -> RecordedS3:  # noqa: F811 - fixture ar
     port = free_port()
     server = ServerProcess(
         "moto_server",
-        [_venv_bin("moto_server"), "-H", HOST, "-p", str(port)],
+        [*_server_main("s3"), "-H", HOST, "-p", str(port)],
         port,
         "/",
         root / "server.log",
