@@ -595,9 +595,9 @@ class GcsServer(_Store):
     def stop_process(self) -> None:
         """Stop the emulator process, between two of its writes.
 
-        The emulator rewrites one JSON file of all metadata (`DATA/.cloudstorage/.meta`), not
-        atomically, on every change; killed in the middle of that write it cannot start again.
-        So the relay goes down first (clients see a dead server from this moment), the process
+        The emulator rewrites one JSON file of all metadata (`DATA/.cloudstorage/.meta`) on every
+        change (atomically as the tests run it, tests/storage_servers.py; the emulator's own
+        write is not). So the relay goes down first (clients see a dead server from this moment), the process
         is left to finish what it had been asked, and it is stopped once that file has stayed
         whole and unchanged for a moment: no request can reach it any more, so nothing is
         half-written.
@@ -927,9 +927,9 @@ def gcs(cloud_env, tmp_path_factory) -> Iterator[GcsServer]:
 def own_gcs(cloud_env, tmp_path_factory) -> Iterator[GcsServer]:
     """A GCS emulator of this test's own, for a test that stops and restarts the process.
 
-    Stop it with `stop_process()`, not `server.stop()`: the emulator rewrites one JSON file of
-    every object's metadata, not atomically, on each write, and stopped in the middle of one it
-    cannot start again. A private emulator also means no other test loses the session's one.
+    Stop it with `stop_process()`, not `server.stop()`: clients are cut off first and the
+    emulator finishes what it was asked before it stops. A private emulator also means no other
+    test loses the session's one.
     """
     with _gcs_server(tmp_path_factory.mktemp("own_gcs")) as server:
         yield server
