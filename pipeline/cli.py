@@ -220,8 +220,13 @@ def _dispatch(argv: list[str]) -> int:
         if status is not None:
             return status
         from pipeline import analysis_process
+        from pipeline.launcher import check_options
         from pipeline.runners import forked_workers
 
+        # --help and a bad option answer before TensorFlow's import and the forks below.
+        status = check_options(rest)
+        if status is not None:
+            return status
         # Forks are safe in the program only (a library caller's threads and handlers are its
         # own), and only before TensorFlow has run anything.
         fresh = _as_program and "tensorflow" not in sys.modules

@@ -11,11 +11,13 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
+import sys
 
 import pytest
 
 from pipeline.demo import build_corpus
-from tests.runs import cli
+from tests.runs import ROOT, cli, cli_env, script_facts
 from tests.servers import ProxyTrap
 
 
@@ -97,6 +99,46 @@ def test_bad_option_exits_2_with_one_line_and_writes_nothing(corpus, tmp_path):
     unknown = cli("--input", f"{src}/*/*.jpg", "--output", str(out), "--nope", "1", check=False)
     assert unknown.returncode == 2
     assert unknown.stderr.strip() == "imgrec: unknown option --nope; see `imgrec convert --help`"
+
+
+# The `imgrec` program (`cli.run`) with argv from the command line; as it exits, it prints whether
+# TensorFlow was imported and how many processes it forked.
+_WATCHED_PROGRAM = """
+import json, os, sys
+from pipeline import cli
+program, forks = os.getpid(), []
+real_fork, real_exit = os.fork, os._exit
+def fork():
+    forks.append(1)
+    return real_fork()
+def leave(status):
+    if os.getpid() == program:  # not the forked children's exits
+        seen = {"status": status, "tensorflow": "tensorflow" in sys.modules, "forks": len(forks)}
+        print(json.dumps(seen), flush=True)
+    real_exit(status)
+os.fork, os._exit = fork, leave
+sys.argv = ["imgrec", *sys.argv[1:]]
+cli.run()
+"""
+
+
+def test_a_bad_option_is_answered_before_tensorflow_is_imported(corpus, tmp_path):
+    """A typo costs ~0.6 s, not the ~2 s of TensorFlow's import and the analysis process's and
+    the zygote's forks first (cli._dispatch parses before them: launcher.check_options)."""
+    src, _ = corpus
+    argv = ["convert", "--input", f"{src}/*/*.jpg", "--output", str(tmp_path / "o")]
+    for bad in (["--nope", "1"], ["--splits", "train=0.5"]):
+        proc = subprocess.run(
+            [sys.executable, "-c", _WATCHED_PROGRAM, *argv, *bad],
+            cwd=ROOT, env=cli_env(), capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+        assert proc.returncode == 2, proc.stderr
+        seen = json.loads(proc.stdout.strip().splitlines()[-1])
+        assert seen == {"status": 2, "tensorflow": False, "forks": 0}, bad
+        assert proc.stderr.startswith("imgrec: ") and len(proc.stderr.splitlines()) == 1
+    # The watch sees both in a run that goes on (its analysis process and zygote).
+    good = script_facts(_WATCHED_PROGRAM, *argv, "--no_report", "--workers", "1")
+    assert good["status"] == 0 and good["tensorflow"] and good["forks"] >= 1, good
 
 
 def test_existing_dataset_exits_2_naming_overwrite(default_run, corpus):
