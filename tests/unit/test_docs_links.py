@@ -10,6 +10,7 @@ import subprocess
 
 import pytest
 
+from tests import source_ast
 from tests.runs import ROOT as ROOT_PATH
 
 ROOT = str(ROOT_PATH)
@@ -114,7 +115,7 @@ def test_python_snippets_compile_and_import_what_they_use():
         for i, block in enumerate(re.findall(r"```python\n(.*?)```", text, re.S)):
             where = f"{os.path.relpath(doc, ROOT)} python block {i + 1}"
             try:
-                tree = ast.parse(block)
+                tree = source_ast.parse(block)
             except SyntaxError as e:
                 problems.append(f"{where}: {e}")
                 continue

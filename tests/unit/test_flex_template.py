@@ -19,6 +19,7 @@ import pytest
 
 from pipeline.launcher import parse_convert_args
 from pipeline.options import ConvertOptions
+from tests import source_ast
 from tests.runs import ROOT
 
 FLEX = ROOT / "templates" / "flex"
@@ -165,7 +166,7 @@ def test_dockerfile_installs_exactly_the_pinned_requirements_on_the_pinned_beam_
 
 
 def _dag_options() -> tuple[ast.Module, list[str]]:
-    tree = ast.parse(DAG.read_text(), filename=str(DAG))
+    tree = source_ast.parse(DAG.read_text(), str(DAG))
     names = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Dict):

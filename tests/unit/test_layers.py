@@ -26,6 +26,7 @@ import textwrap
 import pytest
 
 from pipeline import cli
+from tests import source_ast
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PACKAGES = ("core", "pipeline", "transforms")
@@ -60,7 +61,7 @@ def _imports(path: str) -> set[str]:
 def _parse_imports(source: str, package: str) -> set[str]:
     """The imports of `source`, a module of `package`, wherever they stand (functions too)."""
     names = set()
-    for node in ast.walk(ast.parse(source)):
+    for node in ast.walk(source_ast.parse(source)):
         if isinstance(node, ast.Import):
             names.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
@@ -216,7 +217,7 @@ def test_private_beam_names_are_imported_in_beam_compat_only():
     found = {}
     for path in MODULES:
         with open(os.path.join(ROOT, path), encoding="utf-8") as f:
-            tree = ast.parse(f.read(), path)
+            tree = source_ast.parse(f.read(), path)
         for node in ast.walk(tree):
             if isinstance(node, ast.ImportFrom) and _within(node.module or "", "apache_beam"):
                 private = [a.name for a in node.names if a.name.startswith("_")]
