@@ -137,7 +137,7 @@ def test_a_bad_option_is_answered_before_tensorflow_is_imported(corpus, tmp_path
         assert seen == {"status": 2, "tensorflow": False, "forks": 0}, bad
         assert proc.stderr.startswith("imgrec: ") and len(proc.stderr.splitlines()) == 1
     # The watch sees both in a run that goes on (its analysis process and zygote).
-    good = script_facts(_WATCHED_PROGRAM, *argv, "--no_report", "--workers", "1")
+    good = script_facts(_WATCHED_PROGRAM, *argv, "--no_analyze", "--no_report", "--workers", "1")
     assert good["status"] == 0 and good["tensorflow"] and good["forks"] >= 1, good
 
 
