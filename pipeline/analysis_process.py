@@ -184,25 +184,6 @@ def _answer(unused_done, handoff: str, request: dict, sizes: dict, totals: dict 
     write_json_atomic(os.path.join(handoff, STATISTICS), stats)
 
 
-def _pickle_uncompressed() -> None:
-    """This process's pipeline is pickled without bz2: it never leaves the process.
-
-    Beam pickles every DoFn (TFT's carry the traced graph) with bz2 at level 9 and unpickles
-    it again to run it in memory; here nothing pickled reaches another process, so the bytes
-    need no compression. Measured on the 1-file conversion (the analysis is its critical path):
-    this process's CPU until its answer 4.25 s against 4.69 s (medians of 3, interleaved).
-    Skipped if Beam's pickler no longer compresses through a module-level `bz2`.
-    """
-    import types
-
-    from apache_beam.internal import cloudpickle_pickler
-
-    if getattr(cloudpickle_pickler, "bz2", None) is not None:
-        cloudpickle_pickler.bz2 = types.SimpleNamespace(
-            compress=lambda data, compresslevel=9: data, decompress=lambda data: data
-        )
-
-
 def _tft_without_keras() -> None:
     """TFT imported without Keras 2 in this process: ~0.4 s off the 1-file critical path.
 
@@ -260,7 +241,10 @@ def _main(handoff: str, parent: int) -> None:
             ["--direct_num_workers=1", "--direct_running_mode=in_memory"], save_main_session=False
         )
         beam_compat.skip_type_inference(options)
-        _pickle_uncompressed()
+        # Nothing this process pickles leaves it: Beam's pickles without bz2 at level 9. Its CPU
+        # until the answer on the 1-file conversion (the critical path there): 4.25 s against
+        # 4.69 s (medians of 3, interleaved; docs/benchmarks.md).
+        beam_compat.keep_pickles_in_process()
         p = beam.Pipeline(runner=beam_compat.DirectRunner(), options=options)
         request = (
             p

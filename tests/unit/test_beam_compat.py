@@ -7,6 +7,7 @@ TensorFlow cannot read or an option error nobody understands.
 from __future__ import annotations
 
 import argparse
+import base64
 import io
 
 import pytest
@@ -344,3 +345,38 @@ def test_cached_state_weights_are_beams_and_follow_newly_imported_modules(tmp_pa
         sys.modules.pop("imgrec_fresh_module", None)
     beam_compat.weigh_cached_state_once_per_module_set()  # idempotent
     assert statecache.get_deep_size is ours
+
+
+def test_pickles_are_uncompressed_only_inside_the_context_and_both_kinds_load():
+    from apache_beam.internal import pickler
+
+    value = {"dofn": [1, 2, 3], "text": "x" * 1000}
+    outside = pickler.dumps(value)
+    with beam_compat.pickles_kept_in_process():
+        inside = pickler.dumps(value)
+        assert pickler.loads(outside) == value  # made before, compressed: still loads
+    after = pickler.dumps(value)
+    assert base64.b64decode(outside)[:3] == base64.b64decode(after)[:3] == b"BZh"
+    assert base64.b64decode(inside)[:1] == b"\x80" and len(inside) > len(outside)
+    assert pickler.loads(inside) == pickler.loads(after) == value
+
+
+def test_an_in_memory_run_pickles_uncompressed_and_leaves_compression_on(monkeypatch):
+    import apache_beam as beam
+    from apache_beam.internal import cloudpickle_pickler
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    compressed = []
+    real = cloudpickle_pickler.dumps
+
+    def dumps(o, *args, **kwargs):
+        out = real(o, *args, **kwargs)
+        compressed.append(base64.b64decode(out)[:3] == b"BZh")
+        return out
+
+    monkeypatch.setattr(cloudpickle_pickler, "dumps", dumps)
+    options = PipelineOptions(["--direct_running_mode=in_memory"])
+    with beam.Pipeline(runner=beam_compat.DirectRunner(), options=options) as p:
+        _ = p | beam.Create([1, 2]) | beam.Map(lambda x: x + 1) | beam.Map(lambda x: x * 2)
+    assert False in compressed  # the runner's pickles: uncompressed
+    assert base64.b64decode(cloudpickle_pickler.dumps([1]))[:3] == b"BZh"  # and after the run
