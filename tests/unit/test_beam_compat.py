@@ -377,6 +377,11 @@ def test_an_in_memory_run_pickles_uncompressed_and_leaves_compression_on(monkeyp
     monkeypatch.setattr(cloudpickle_pickler, "dumps", dumps)
     options = PipelineOptions(["--direct_running_mode=in_memory"])
     with beam.Pipeline(runner=beam_compat.DirectRunner(), options=options) as p:
-        _ = p | beam.Create([1, 2]) | beam.Map(lambda x: x + 1) | beam.Map(lambda x: x * 2)
+        _ = (
+            p
+            | beam.Create([1, 2])
+            | "Add" >> beam.Map(lambda x: x + 1)
+            | "Double" >> beam.Map(lambda x: x * 2)
+        )
     assert False in compressed  # the runner's pickles: uncompressed
     assert base64.b64decode(cloudpickle_pickler.dumps([1]))[:3] == b"BZh"  # and after the run
