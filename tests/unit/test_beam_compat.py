@@ -385,3 +385,30 @@ def test_an_in_memory_run_pickles_uncompressed_and_leaves_compression_on(monkeyp
         )
     assert False in compressed  # the runner's pickles: uncompressed
     assert base64.b64decode(cloudpickle_pickler.dumps([1]))[:3] == b"BZh"  # and after the run
+
+
+def test_the_yield_return_lint_reads_each_functions_source_once(monkeypatch):
+    import inspect
+
+    import apache_beam as beam
+    from apache_beam.transforms import core
+
+    beam_compat.memoize_yield_return_check()
+    read = []
+    real = inspect.getsourcelines
+    monkeypatch.setattr(inspect, "getsourcelines", lambda f: read.append(f) or real(f))
+
+    class Mixed(beam.DoFn):
+        def process(self, x):
+            if x:
+                return [x]
+            yield x
+
+    class Clean(beam.DoFn):
+        def process(self, x):
+            yield x
+
+    for _ in range(3):
+        assert core._check_fn_use_yield_and_return(Mixed().process)  # noqa: SLF001
+        assert not core._check_fn_use_yield_and_return(Clean().process)  # noqa: SLF001
+    assert len(read) == 2
