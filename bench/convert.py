@@ -19,8 +19,7 @@ DIAGNOSTICS follow. In one run, on the same cached corpus (bench/_work/, git-ign
   cli:*     `python -m pipeline convert --no_analyze --workers K` as a subprocess; wall time
             includes start-up. "steady" throughput excludes the fixed start-up by differencing
             two corpus sizes: (N - n) / (T(N) - T(n)) with n = --small (default N/10).
-Every child's peak RSS: the kernel's per-process peak (wait4) and the polled process-tree sum.
-The two corpus sizes double as the memory-scaling check (peak RSS at N vs at N/10).
+Every child's peak RSS (wait4's per-process peak, the polled tree sum), at N and at N/10.
 """
 
 from __future__ import annotations
@@ -47,7 +46,6 @@ from bench._common import (  # noqa: E402
 PY = sys.executable
 
 
-# ----------------------------------------------------------------------------- child modes
 def _child_loop(corpus_dir: str, output: str) -> dict:
     """The plain loop a user would write; prints JSON timings (imports excluded)."""
     import tensorflow as tf
@@ -277,7 +275,6 @@ def _child_components(corpus_dir: str, summary_json: str, limit: int) -> dict:
     return {"us_per_image": out, "images": n}
 
 
-# ----------------------------------------------------------------------------- parent
 def _cli(corpus_dir: str, out_dir: str, extra: list[str]) -> dict:
     argv = [
         PY,
