@@ -100,6 +100,10 @@ class ProxyTrap:
 
     `env` is what points urllib, requests and libcurl at it; `calls` what reached it. A
     conversion run with `env` must leave `calls` empty: it downloads nothing at run time.
+    Loopback addresses stay off the trap (NO_PROXY): it is for calls that leave the machine.
+    A CI run once saw a request of another test's to the session's GCS emulator on 127.0.0.1
+    (`GET .../storage/v1/b/dst-...?projection=noAcl`, made in the same test worker while the
+    trap's variables were set) fail a conversion test that had called nothing.
     """
 
     def __init__(self):
@@ -112,7 +116,8 @@ class ProxyTrap:
         self.env = {
             name: url for name in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy")
         }
-        self.env.update(NO_PROXY="", no_proxy="")
+        loopback = "127.0.0.1,localhost,::1"
+        self.env.update(NO_PROXY=loopback, no_proxy=loopback)
         threading.Thread(target=self._serve, daemon=True).start()
 
     def _serve(self) -> None:
