@@ -8,7 +8,8 @@ any thread formatting a traceback does), the first parse fails with "SystemError
 constructor recursion depth mismatch (before=147, after=14)": seen once in a whole-suite run
 (tests/unit/test_layers.py, 2026-12-04), and in 1,392 of 1,452 parses of a stress script (a
 thread formatting tracebacks, cyclic garbage with finalizers). With the collector paused for the
-parse, no Python code runs inside it: 0 of 5,298 in the same script.
+parse, no Python code runs inside it: 0 of 5,298 in the same script. tests/unit/test_source_ast.py
+makes it happen on one thread: a finalizer that parses, run by a collection inside the parse.
 """
 
 from __future__ import annotations
