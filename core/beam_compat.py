@@ -487,13 +487,12 @@ class DirectRunner(PipelineRunner):
         provision = fn_runner.ExtendedProvisionInfo(
             beam_provision_api_pb2.ProvisionInfo(pipeline_options=encoded)
         )
-        if direct.direct_running_mode in ("in_memory", "multi_threading"):
-            with pickles_kept_in_process():
+        if not self._worker_command or direct.direct_running_mode != "multi_processing":
+            in_memory = direct.direct_running_mode in ("in_memory", "multi_threading")
+            with pickles_kept_in_process() if in_memory else contextlib.nullcontext():
                 return fn_runner.FnApiRunner(provision_info=provision).run_pipeline(
                     pipeline, options
                 )
-        if not self._worker_command or direct.direct_running_mode != "multi_processing":
-            return fn_runner.FnApiRunner(provision_info=provision).run_pipeline(pipeline, options)
         workers = environments.SubprocessSDKEnvironment.from_command_string(self._worker_command)
         runner = fn_runner.FnApiRunner(default_environment=workers, provision_info=provision)
         # FnApiRunner.run_pipeline replaces the default environment with its own worker command

@@ -602,8 +602,8 @@ class GcsServer(_Store):
 
         The emulator rewrites one JSON file of all metadata (`DATA/.cloudstorage/.meta`) on every
         change (atomically as the tests run it, tests/storage_servers.py; the emulator's own
-        write is not). So the relay goes down first (clients see a dead server from this moment), the process
-        is left to finish what it had been asked, and it is stopped once that file has stayed
+        write is not). So the relay goes down first (clients see a dead server from this
+        moment), the process is left to finish what it had been asked, and it is stopped once that file has stayed
         whole and unchanged for a moment: no request can reach it any more, so nothing is
         half-written.
         """
