@@ -2,6 +2,7 @@
 
     python bench/ablations/critical_path.py --repeats 3                # 1 file (the fixed cost)
     python bench/ablations/critical_path.py --input 'DIR/*/*' --repeats 1
+    python bench/ablations/critical_path.py --input 'DIR/*/*' --repeats 1 --stages
 
 Runs the default `imgrec convert` (whole process, fresh each time) with a few functions wrapped
 to write a timestamp (seconds since the command started) and, in the analysis process, its own
@@ -9,7 +10,9 @@ CPU seconds: the fork (`analysis_process.start` returns once Beam and TensorFlow
 the request the job writes, the analysis process's answer and the end. Prints one
 line per run and the medians. Wall clock on a shared host is noisy: compare variants run
 interleaved, and read the analysis process's CPU until its answer (its chain is the 1-file
-critical path, docs/benchmarks.md).
+critical path, docs/benchmarks.md). --stages also times every Beam stage (each bundle FnApiRunner
+runs, from its start to its end, in the command and in the analysis process) and the report,
+and prints those over 0.1 s after each run.
 """
 
 from __future__ import annotations
@@ -53,17 +56,66 @@ def wrap(module, name):
 for module, name in ((ap, "start"), (ap, "_answer"), (aside, "write_json_atomic"),
                      (launcher, "run_convert")):
     wrap(module, name)
+
+if os.environ.get("CP_STAGES"):
+    from apache_beam.runners.portability.fn_api_runner import fn_runner
+    import pipeline.report.page as page
+
+    def timed_bundle(inner):
+        def run(self, context, manager, data):
+            name = "stage:" + manager.stage.name.replace(" ", "_")
+            mark(name + ">")
+            try:
+                return inner(self, context, manager, data)
+            finally:
+                mark(name + "<")
+        return run
+
+    fn_runner.FnApiRunner._execute_bundle = timed_bundle(fn_runner.FnApiRunner._execute_bundle)
+    build_report = page.build_report
+
+    def timed_report(*args, **kwargs):
+        mark("stage:report>")
+        try:
+            return build_report(*args, **kwargs)
+        finally:
+            mark("stage:report<")
+
+    page.build_report = timed_report
 sys.argv = ["imgrec", *sys.argv[1:]]
 from pipeline.cli import run
 run()
 """
 
 
-def one(input_glob: str, out: str) -> dict:
+def _stage_lines(log: str, at_least: float = 0.1) -> list[str]:
+    """One line per timed stage bundle of `at_least` seconds: start, end, length, process, name."""
+    opened, lines = {}, []
+    with open(log) as f:
+        for line in f:
+            at, pid, what, _ = line.split()
+            if what.startswith("stage:") and what.endswith(">"):
+                opened[(pid, what[6:-1])] = float(at)
+            elif what.startswith("stage:") and what.endswith("<"):
+                start = opened.pop((pid, what[6:-1]), None)
+                if start is not None and float(at) - start >= at_least:
+                    lines.append(
+                        (
+                            start,
+                            f"  {start:6.2f} {float(at):6.2f} {float(at) - start:5.2f}"
+                            f"  pid {pid:>7}  {what[6:-1][:90]}",
+                        )
+                    )
+    return [text for _, text in sorted(lines)]
+
+
+def one(input_glob: str, out: str, stages: bool = False) -> dict:
     fd, log = tempfile.mkstemp(prefix="imgrec-cp-")
     os.close(fd)
     shutil.rmtree(out, ignore_errors=True)
     env = dict(os.environ, CP_T0=repr(time.time()), CP_LOG=log, PYTHONPATH=ROOT)
+    if stages:
+        env["CP_STAGES"] = "1"
     start = time.time()
     subprocess.run(
         [sys.executable, "-c", _CHILD, "convert", "--input", input_glob, "--output", out],
@@ -75,6 +127,9 @@ def one(input_glob: str, out: str) -> dict:
         for line in f:
             at, _, what, cpu = line.split()
             marks.setdefault(what, (float(at), float(cpu)))  # the first of each (the request)
+    if stages:
+        print("  start    end  secs  process    stage (bundles of 0.1 s or more)")
+        print("\n".join(_stage_lines(log)))
     os.remove(log)
     fork = marks["start"][0]
     return {
@@ -92,6 +147,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--input", default=os.path.join(ROOT, "bench/_work/corpus-1-s0-clean/*/*.jpg"))
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--stages", action="store_true", help="also time every Beam stage")
     args = ap.parse_args()
     if args.input.endswith("corpus-1-s0-clean/*/*.jpg") and not os.path.isdir(
         os.path.dirname(os.path.dirname(args.input))
@@ -102,7 +158,7 @@ def main() -> None:
     out = tempfile.mkdtemp(prefix="imgrec-cp-out-")
     rows = []
     for i in range(args.repeats):
-        row = one(args.input, os.path.join(out, "ds"))
+        row = one(args.input, os.path.join(out, "ds"), args.stages)
         rows.append(row)
         print(f"run {i + 1}: " + "  ".join(f"{k} {v:.2f}" for k, v in row.items()), flush=True)
     shutil.rmtree(out, ignore_errors=True)
