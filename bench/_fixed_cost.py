@@ -105,6 +105,9 @@ def _commands(corpus_dir: str, size: int, aside: bool) -> list[tuple[str, list[s
                 {"IMGREC_FORKED_WORKERS": "0"},
             )
         )
+        # What the pixel statistics' sample costs (docs/benchmarks.md): a quarter of the default's.
+        stats = ["--stats_max_images", "1000"]
+        rows.append(("imgrec --stats_max_images 1000", imgrec + [out + "-stats"] + stats, {}))
     if aside:
         rows.append(
             (

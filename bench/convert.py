@@ -391,7 +391,7 @@ def main(argv=None) -> int:
     ap.add_argument(
         "--aside",
         action="store_true",
-        help="--fixed_cost: also the old TFT path and Beam's own worker processes (before)",
+        help="--fixed_cost: also the old TFT path, Beam's own workers, --stats_max_images 1000",
     )
     ap.add_argument("--_child", nargs="+", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
