@@ -433,15 +433,22 @@ def print_help() -> None:
 
 def check_options(argv: list[str]) -> int | None:
     """Parse `argv` as `run_convert` will, for the `imgrec` program to call before its heavy
-    imports and forks: `--help` and a bad option are answered after Beam's import alone (~1 s
-    of CPU), not after TensorFlow's, the analysis process's and the zygote's too (~3 s).
-    Returns the exit status to end with, or None to go on."""
+    imports and forks: `--help`, a bad option and (on this machine's disk) an input that
+    matches nothing, a missing manifest or an output that already holds a dataset are answered
+    after Beam's import alone (~1 s of CPU), not after TensorFlow's, the analysis process's and
+    the zygote's too (~3 s). Returns the exit status to end with, or None to go on."""
     if any(a in ("-h", "--help") for a in argv):
         print_help()
         return 0
     try:
-        parse_convert_args(argv)
-    except OptionError as e:
+        _, config, _ = parse_convert_args(argv)
+        # `run_convert` runs the same preflight again (and counts the files): on local paths
+        # this one stops at each pattern's first match, a few ms. Buckets wait for it: their
+        # clients start threads, and the program forks after this.
+        paths = [*config.inputs, config.manifest or "", config.output]
+        if not config.versioned and all(storage.is_local(p) for p in paths):
+            preflight(config)
+    except (OptionError, PreflightError, ManifestError) as e:
         print(f"imgrec: {e}", file=sys.stderr)
         return 2
     return None

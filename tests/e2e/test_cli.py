@@ -122,21 +122,35 @@ cli.run()
 """
 
 
-def test_a_bad_option_is_answered_before_tensorflow_is_imported(corpus, tmp_path):
-    """A typo costs ~0.6 s, not the ~2 s of TensorFlow's import and the analysis process's and
-    the zygote's forks first (cli._dispatch parses before them: launcher.check_options)."""
+def test_a_bad_option_or_path_is_answered_before_tensorflow_is_imported(corpus, tmp_path):
+    """A typo costs ~0.7 s, not the ~2 s of TensorFlow's import and the analysis process's and
+    the zygote's forks first (cli._dispatch parses, and on local paths runs the preflight,
+    before them: launcher.check_options)."""
     src, _ = corpus
-    argv = ["convert", "--input", f"{src}/*/*.jpg", "--output", str(tmp_path / "o")]
-    for bad in (["--nope", "1"], ["--splits", "train=0.5"]):
+    out = str(tmp_path / "o")
+    done = tmp_path / "done"
+    done.mkdir()
+    (done / "dataset_info.json").write_text("{}")
+    cases = (
+        (["--input", f"{src}/*/*.jpg", "--output", out, "--nope", "1"], "unknown option --nope"),
+        (["--input", f"{src}/*/*.jpg", "--output", out, "--splits", "train=0.5"], "sum to 0.5"),
+        (["--input", str(tmp_path / "none" / "*.jpg"), "--output", out], "matched no files"),
+        (["--manifest", str(tmp_path / "none.csv"), "--output", out], "no such file"),
+        (["--input", f"{src}/*/*.jpg", "--output", str(done)], "already holds a dataset"),
+    )
+    for argv, says in cases:
         proc = subprocess.run(
-            [sys.executable, "-c", _WATCHED_PROGRAM, *argv, *bad],
+            [sys.executable, "-c", _WATCHED_PROGRAM, "convert", *argv],
             cwd=ROOT, env=cli_env(), capture_output=True, text=True, timeout=300,
         )  # fmt: skip
         assert proc.returncode == 2, proc.stderr
         seen = json.loads(proc.stdout.strip().splitlines()[-1])
-        assert seen == {"status": 2, "tensorflow": False, "forks": 0}, bad
+        assert seen == {"status": 2, "tensorflow": False, "forks": 0}, argv
         assert proc.stderr.startswith("imgrec: ") and len(proc.stderr.splitlines()) == 1
+        assert says in proc.stderr, proc.stderr
+    assert not os.path.exists(out)
     # The watch sees both in a run that goes on (its analysis process and zygote).
+    argv = ["convert", "--input", f"{src}/*/*.jpg", "--output", out]
     good = script_facts(_WATCHED_PROGRAM, *argv, "--no_analyze", "--no_report", "--workers", "1")
     assert good["status"] == 0 and good["tensorflow"] and good["forks"] >= 1, good
 
