@@ -223,7 +223,8 @@ def _dispatch(argv: list[str]) -> int:
         from pipeline.launcher import check_options
         from pipeline.runners import forked_workers
 
-        # --help and a bad option answer before TensorFlow's import and the forks below.
+        # --help, a bad option and a local path mistake answer before TensorFlow's import and
+        # the forks below.
         status = check_options(rest)
         if status is not None:
             return status
