@@ -443,8 +443,9 @@ def check_options(argv: list[str]) -> int | None:
     try:
         _, config, _ = parse_convert_args(argv)
         # `run_convert` runs the same preflight again (and counts the files): on local paths
-        # this one stops at each pattern's first match, a few ms. Buckets wait for it: their
-        # clients start threads, and the program forks after this.
+        # this one stops at each pattern's first match, a few ms; a --manifest is read whole
+        # by both (and by the listing). Buckets wait for it: their clients start threads, and
+        # the program forks after this.
         paths = [*config.inputs, config.manifest or "", config.output]
         if not config.versioned and all(storage.is_local(p) for p in paths):
             preflight(config)
