@@ -1,8 +1,9 @@
 """The fixed-cost rows of bench/convert.py (`--fixed_cost 1,12000,48000`), issue 33.
 
 Whole process, wall clock, DEFAULT options (nothing but --input/--output; the output folder is
-removed before each run, outside the timing), page cache warm (one untimed warm-up pass over the
-inputs), best of --repeats, interleaved per size: imgrec, the plain loop, the loop on both cores,
+removed before each run, outside the timing), page cache warm (an untimed pass over the inputs
+before every run: this VM's kernel pages out file pages idle for 60 s, DAMON_RECLAIM, so a
+command that followed a pause re-read them; docs/benchmarks.md), best of --repeats, interleaved per size: imgrec, the plain loop, the loop on both cores,
 then again. Commands:
   plain loop          read -> tf.io.decode_image -> Example -> TFRecordWriter, one process
   loop on both cores  the same loop in a multiprocessing.Pool(2), each process its own half of
@@ -130,7 +131,6 @@ def run(sizes: list[int], repeats: int, seed: int, aside: bool) -> tuple[str, di
     rows = []
     for size in sizes:
         corpus_dir = _input(size, seed)
-        _warm(corpus_dir)
         commands = _commands(corpus_dir, size, aside)
         walls: dict[str, list[float]] = {name: [] for name, _, _ in commands}
         cpus: dict[str, list[float]] = {name: [] for name, _, _ in commands}
@@ -141,6 +141,7 @@ def run(sizes: list[int], repeats: int, seed: int, aside: bool) -> tuple[str, di
             for name, argv, env in commands[i % len(commands) :] + commands[: i % len(commands)]:
                 _clean(argv)
                 os.sync()
+                _warm(corpus_dir)
                 r = run_child(argv, env=env)
                 if r["rc"] != 0:
                     raise SystemExit(f"{name} failed ({r['rc']}):\n{r['stderr'][-3000:]}")
