@@ -2,9 +2,9 @@
 
 Whole process, wall clock, DEFAULT options (nothing but --input/--output; the output folder is
 removed before each run, outside the timing), page cache warm (an untimed pass over the inputs
-before every run: this VM's kernel pages out file pages idle for 60 s, DAMON_RECLAIM, so a
-command that followed a pause re-read them; docs/benchmarks.md), best of --repeats, interleaved per size: imgrec, the plain loop, the loop on both cores,
-then again. Commands:
+before every run: this VM's kernel pages out file pages idle for 60 s, a DAMON scheme, so a
+command that followed a pause re-read them; docs/benchmarks.md), best of --repeats, interleaved
+per size: imgrec, the plain loop, the loop on both cores, then again. Commands:
   plain loop          read -> tf.io.decode_image -> Example -> TFRecordWriter, one process
   loop on both cores  the same loop in a multiprocessing.Pool(2), each process its own half of
                       the files and its own TFRecord file (the parent imports no TensorFlow)

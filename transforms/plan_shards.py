@@ -96,17 +96,18 @@ class _ConcatFn(beam.CombineFn):
 
 
 def _write_order(shard: tuple[str, int], plan: dict[str, int]) -> tuple:
-    """The order a batch emits its shards in: the splits with the most shards first, then by
-    index, so that every worker's first batch emits them in the same order.
+    """The order each batch emits its shards in: the splits with the most shards first, then
+    by index; so the shards' keys first reach the group in about this order (a batch holds 64
+    records: of 12 shards it nearly always holds every one; of hundreds, the order is rough).
 
     Only the local runner's speed depends on it: FnApiRunner hands the grouped shards to its
     worker processes round-robin in the order their keys first reached the group (its
-    `_GroupingBuffer.partition`), and that is this order. The large splits' shards (the
-    slowest to write) alternate between the workers first, then the small splits' do: 48,000
-    photos, 10 train and 2 validation shards on 2 workers, wrote 5 + 1 of them each, where the
-    order the records arrived in gave one worker 6 train shards and the other 4 and both
-    validation shards, and the first then wrote alone for ~0.6 s (docs/benchmarks.md). The
-    shards themselves do not change: each writer orders its own records.
+    `_GroupingBuffer.partition`), which was the order the records arrived in. The large
+    splits' shards (the slowest to write) alternate between the workers first, then the small
+    splits' do: 48,000 photos, 10 train and 2 validation shards on 2 workers, now write 5 + 1
+    of them each, where the arrival order gave one worker 6 train shards and the other 4 and
+    both validation shards, and the first then wrote alone for ~0.6 s (docs/benchmarks.md).
+    The shards themselves do not change: each writer orders its own records.
     """
     split, index = shard
     return -plan[split], split, index

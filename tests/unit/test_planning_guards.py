@@ -82,8 +82,9 @@ def test_stats_sample_is_capped_and_only_in_the_training_split():
 def test_shards_are_emitted_so_that_round_robin_gives_each_worker_its_share():
     """The local runner hands grouped shards to its workers round-robin in the order their keys
     first arrive (transforms/plan_shards.py `_write_order`): the large split's shards alternate
-    first, then the small split's, so 10 train and 2 validation shards on 2 workers are 5 + 1
-    each (the arrival order of the records gave 6 + 0 and 4 + 2 in a 48,000-photo run)."""
+    first, then the small split's, so 10 train and 2 validation shards on 2 workers are 5 train
+    and 1 validation each (the order the records arrived in gave one worker 6 train shards and
+    the other 4 train and both validation shards in a 48,000-photo run)."""
     plan = {"validation": 2, "train": 10}
     keys_seen = [(split, i) for split in ("validation", "train") for i in range(plan[split])]
     ordered = sorted(keys_seen, key=lambda k: _write_order(k, plan))
