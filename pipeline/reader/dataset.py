@@ -343,7 +343,7 @@ def evaluation_images(
 ) -> tf.Tensor:
     """What `make_dataset(..., training=False)` yields for these serialized Examples, decoded
     eagerly one by one without a tf.data pipeline (the report shows a few dozen: building and
-    tracing a pipeline for them measured ~2 s; `reader_decode.decode_batch_eagerly`).
+    tracing a pipeline for them measured ~2 s; `decode.decode_batch_eagerly`).
 
     JPEG DCT scaling follows the dataset's statistics as in `make_dataset`; without statistics
     (--no_analyze), the median shorter side of the JPEGs among these records decides, as the
