@@ -88,24 +88,23 @@ run()
 """
 
 
-def _stage_lines(log: str, at_least: float = 0.1) -> list[str]:
+def _stage_lines(log_lines: list[str], at_least: float = 0.1) -> list[str]:
     """One line per timed stage bundle of `at_least` seconds: start, end, length, process, name."""
     opened, lines = {}, []
-    with open(log) as f:
-        for line in f:
-            at, pid, what, _ = line.split()
-            if what.startswith("stage:") and what.endswith(">"):
-                opened[(pid, what[6:-1])] = float(at)
-            elif what.startswith("stage:") and what.endswith("<"):
-                start = opened.pop((pid, what[6:-1]), None)
-                if start is not None and float(at) - start >= at_least:
-                    lines.append(
-                        (
-                            start,
-                            f"  {start:6.2f} {float(at):6.2f} {float(at) - start:5.2f}"
-                            f"  pid {pid:>7}  {what[6:-1][:90]}",
-                        )
+    for line in log_lines:
+        at, pid, what, _ = line.split()
+        if what.startswith("stage:") and what.endswith(">"):
+            opened[(pid, what[6:-1])] = float(at)
+        elif what.startswith("stage:") and what.endswith("<"):
+            start = opened.pop((pid, what[6:-1]), None)
+            if start is not None and float(at) - start >= at_least:
+                lines.append(
+                    (
+                        start,
+                        f"  {start:6.2f} {float(at):6.2f} {float(at) - start:5.2f}"
+                        f"  pid {pid:>7}  {what[6:-1][:90]}",
                     )
+                )
     return [text for _, text in sorted(lines)]
 
 
@@ -122,14 +121,15 @@ def one(input_glob: str, out: str, stages: bool = False) -> dict:
         cwd=ROOT, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
     wall = time.time() - start
-    marks = {}
     with open(log) as f:
-        for line in f:
-            at, _, what, cpu = line.split()
-            marks.setdefault(what, (float(at), float(cpu)))  # the first of each (the request)
+        log_lines = f.readlines()
+    marks = {}
+    for line in log_lines:
+        at, _, what, cpu = line.split()
+        marks.setdefault(what, (float(at), float(cpu)))  # the first of each (the request)
     if stages:
         print("  start    end  secs  process    stage (bundles of 0.1 s or more)")
-        print("\n".join(_stage_lines(log)))
+        print("\n".join(_stage_lines(log_lines)))
     os.remove(log)
     fork = marks["start"][0]
     return {

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import ast
 import gc
-import subprocess
 import sys
 
 from tests import source_ast
-from tests.runs import ROOT, cli_env
+from tests.runs import ROOT, script_facts
 
 _SOURCE = (ROOT / "core" / "leases.py").read_text()
 _state = {"on": False}
@@ -48,16 +47,11 @@ def _in_a_fresh_interpreter(parse: str) -> str:
     run hundreds of tests, ast.parse once came through the race unharmed (a whole-suite run,
     2026-12-04 19:40), where a fresh interpreter fails it every time."""
     code = (
-        "import ast, sys\nfrom tests import source_ast\n"
+        "import ast, json\nfrom tests import source_ast\n"
         "from tests.unit.test_source_ast import _parse_while_finalizers_parse\n"
-        f"print(_parse_while_finalizers_parse({parse}))"
+        f"print(json.dumps({{'result': _parse_while_finalizers_parse({parse})}}))"
     )
-    proc = subprocess.run(
-        [sys.executable, "-c", code], cwd=ROOT, env=cli_env(), capture_output=True, text=True,
-        timeout=120,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    return proc.stdout.strip()
+    return script_facts(code, timeout=120)["result"]
 
 
 def test_the_parse_survives_a_parse_inside_it_where_ast_parse_does_not():
