@@ -30,6 +30,7 @@ fixtures, registered below; `put_corpus`), tests/hostile.py and tests/format_cor
 
 from __future__ import annotations
 
+import gc
 from pathlib import Path
 
 import pytest
@@ -49,6 +50,22 @@ startup.defer_keras()
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtestloop(session):
     startup.finish()  # collected (each xdist worker), or the controller's loop starts
+    # Fewer young collections: each one is cheap, but every tenth of the tenth is a full one.
+    gc.set_threshold(10_000, 10, 10)
+
+
+# What a test module leaves alive once its fixtures are gone (TFT and Keras imported by its first
+# analysis, TensorFlow's traced functions, Beam's caches) lives to the end of the session; the
+# workers' full collections walked it again and again. At the end of each module: one collection,
+# then what survives is frozen, as the start-up imports are. In the integration tier's workers
+# (-n 3) the collector's time went from 5.3 s per worker (gen2: 3.7 s) to 2.8 s (2026-12-04;
+# the threshold above is 0.6 s of that).
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item, nextitem):
+    yield  # the module's fixtures are finalised in here when the next test is in another module
+    if nextitem is None or nextitem.module is not item.module:
+        gc.collect()
+        gc.freeze()
 
 
 # The storage-server fixtures (`gcs`, `s3`, `store`, `beam_filesystems`, ...) for every test

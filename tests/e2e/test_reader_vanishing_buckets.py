@@ -26,30 +26,41 @@ def source(tmp_path) -> Path:
     return src
 
 
-# A reader whose version is deleted under it: training or evaluation (repeated, so that it
-# would run forever), until iteration fails; prints the error's last line.
+# Two readers whose version is deleted under them, training and evaluation (repeated, so that
+# each would run forever), each in its own thread of one training process, until iteration
+# fails; each prints its error's last line. One process and one conversion for both (each is
+# seconds of CPU: TensorFlow's import, GCS through the emulator).
 _DOOMED = """
-import os, sys, time
+import os, sys, threading, time
 from pipeline.reader import make_dataset
-root, progress, training = sys.argv[1], sys.argv[2], sys.argv[3] == "train"
-ds = make_dataset(root, "train", global_batch_size=2, training=training, repeat=True,
-                  image_size=(32, 32), seed=1)
-n = 0
-try:
-    for _ in ds:
-        n += 1
-        with open(progress, "w") as f:
-            f.write(str(n))
-        time.sleep(0.02)
-except Exception as e:
-    print("FAILED", type(e).__name__, str(e).replace("\\n", " ")[:2000], flush=True)
-    sys.exit(3)
+root, progress = sys.argv[1], sys.argv[2]
+failed = []
+
+def read(mode):
+    ds = make_dataset(root, "train", global_batch_size=2, training=mode == "train", repeat=True,
+                      image_size=(32, 32), seed=1)
+    n = 0
+    try:
+        for _ in ds:
+            n += 1
+            with open(progress + mode, "w") as f:
+                f.write(str(n))
+            time.sleep(0.02)
+    except Exception as e:
+        print("FAILED", mode, type(e).__name__, str(e).replace("\\n", " ")[:2000], flush=True)
+        failed.append(mode)
+
+readers = [threading.Thread(target=read, args=(mode,)) for mode in ("train", "eval")]
+for reader in readers:
+    reader.start()
+for reader in readers:
+    reader.join()
+sys.exit(3 if sorted(failed) == ["eval", "train"] else 1)
 """
 
 
-@pytest.mark.parametrize("mode", ["train", "eval"])
-def test_gcs_reader_fails_naming_a_shard_when_its_version_is_deleted(
-    tmp_path, source, gcs, tensorflow_gcs_env, beam_filesystems, mode
+def test_gcs_readers_fail_naming_a_shard_when_their_version_is_deleted(
+    tmp_path, source, gcs, tensorflow_gcs_env, beam_filesystems
 ):
     from apache_beam.io.filesystems import FileSystems
 
@@ -57,9 +68,10 @@ def test_gcs_reader_fails_naming_a_shard_when_its_version_is_deleted(
     ok(convert(Place(root, [], {}, gcs), source))
     version = versions.read_latest(root)
     env = dict(os.environ, PYTHONPATH=str(ROOT), TF_CPP_MIN_LOG_LEVEL="2", **tensorflow_gcs_env)
-    progress = tmp_path / "progress"
+    progress = tmp_path / "progress-"
+    reading = [Path(f"{progress}{mode}") for mode in ("train", "eval")]
     proc = subprocess.Popen(
-        tf_script(_DOOMED, root, str(progress), mode),
+        tf_script(_DOOMED, root, str(progress)),
         cwd=ROOT,
         env=env,
         stdout=subprocess.PIPE,
@@ -67,8 +79,10 @@ def test_gcs_reader_fails_naming_a_shard_when_its_version_is_deleted(
         text=True,
     )
     try:
-        assert wait_until(lambda: progress.exists() or proc.poll() is not None, _STARTUP_S, 0.2)
-        assert proc.poll() is None
+        started = wait_until(
+            lambda: all(p.exists() for p in reading) or proc.poll() is not None, _STARTUP_S, 0.2
+        )
+        assert started and proc.poll() is None
         gone = [m.path for m in FileSystems.match([f"{root}/{version}/**"])[0].metadata_list]
         FileSystems.delete(gone)
         deleted = time.monotonic()
@@ -77,12 +91,13 @@ def test_gcs_reader_fails_naming_a_shard_when_its_version_is_deleted(
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 3, out[-3000:]
-    failed = [line for line in out.splitlines() if line.startswith("FAILED")][-1]
-    # Any of the version's shards (training shuffles the file order; a split may have 20+).
-    assert re.search(
-        rf"imgrec reader: shard {re.escape(root)}/{version}/train/train-\d{{5}}-of-", failed
-    )
-    assert f"if version {version} was pruned (--keep_versions) or removed" in failed
+    for mode in ("train", "eval"):
+        failed = [line for line in out.splitlines() if line.startswith(f"FAILED {mode} ")][-1]
+        # Any of the version's shards (training shuffles the file order; a split may have 20+).
+        assert re.search(
+            rf"imgrec reader: shard {re.escape(root)}/{version}/train/train-\d{{5}}-of-", failed
+        ), failed
+        assert f"if version {version} was pruned (--keep_versions) or removed" in failed
     assert time.monotonic() - deleted < 60, "failed within seconds, not after a hang"
 
 

@@ -390,7 +390,7 @@ def _info_without_times(folder: str) -> dict:
 FAST = "nothing changed: the pipeline did not run"
 
 
-@pytest.mark.e2e  # five default-option conversions; the fast rerun is the real command
+@pytest.mark.e2e  # four default-option conversions; the fast rerun is the real command
 def test_a_no_change_rerun_is_made_from_the_previous_version_without_beam(corpus, tmp_path):
     """Default options: the rerun imports neither Beam nor TensorFlow, hard-links every shard,
     carries the TFT export, and writes what a from-scratch conversion writes (the report
@@ -440,11 +440,9 @@ def test_a_no_change_rerun_is_made_from_the_previous_version_without_beam(corpus
                     build_report(v2))  # fmt: skip
     assert _masked_report(v2) == masked
 
-    # A from-scratch conversion of the same input writes the same dataset (the references run in
-    # this process: they are compared with, not under test).
-    fresh = str(tmp_path / "fresh")
-    _in_process_default(*_input(src), "--output", fresh)
-    assert snapshot(v2) == snapshot(fresh)
+    # v1, the root's first run, is itself a from-scratch conversion of the same input; v2 equals
+    # it (above). After a change, a from-scratch conversion into a folder is the reference (it
+    # runs in this process: it is compared with, not under test).
 
     # A file rewritten with its old size and mtime has another listing stamp (ctime): the
     # pipeline runs again, reading that file only, and still writes the from-scratch bytes.

@@ -51,10 +51,10 @@ def test_no_fork_once_tensorflow_is_loaded(tmp_path):
 
 
 # A fresh interpreter: the first conversion forks the analysis process (TensorFlow not loaded
-# yet), the second finds TensorFlow loaded and analyses in the job's own stages. It prints, per
-# run, the hand-off folder the builder claimed (None: in-job), the process's answer and whether
-# anything is left.
-_TWO_RUNS = """
+# yet), a second (if given a second output) finds TensorFlow loaded and analyses in the job's own
+# stages. It prints, per run, the hand-off folder the builder claimed (None: in-job), the
+# process's answer and whether anything is left.
+_CONVERSIONS = """
 import json, os, sys, tempfile
 from pipeline import analysis_process, builder, cli
 
@@ -65,9 +65,9 @@ original = builder._analysis_handoff
 builder._analysis_handoff = lambda options: claimed.append(original(options)) or claimed[-1]
 wait = analyze_aside.wait_for_file  # the job's wait for the answer (the process has its own)
 analyze_aside.wait_for_file = lambda *args: answers.append(wait(*args)) or answers[-1]
-src, out1, out2 = sys.argv[1:4]
+src, outputs = sys.argv[1], sys.argv[2:]
 cli.start_program()
-for out in (out1, out2):
+for out in outputs:
     status = cli.main(["convert", "--input", src + "/*/*.jpg", "--output", out,
                        "--splits", "train=0.8,validation=0.2"])
     assert status == 0, status
@@ -91,39 +91,43 @@ def _info(out: str) -> dict:
     return info
 
 
-@pytest.mark.e2e  # a fresh interpreter (the fork needs TensorFlow not loaded yet), two conversions
-@pytest.mark.parametrize("exact", ["1", "0"])
-def test_same_dataset_with_and_without_the_process(tmp_path, exact):
-    """Both of the process's answers: the statistics summed exactly ("1", the default) and the
-    job reading them back from the export ("0", as for sums too large to be exact); the
-    in-job run reads them back through TFT with Keras (transforms/statistics.py)."""
+@pytest.mark.e2e  # fresh interpreters (the fork needs TensorFlow not loaded yet), three conversions
+def test_same_dataset_with_and_without_the_process(tmp_path):
+    """Both of the process's answers: the statistics summed exactly (the default) and the job
+    reading them back from the export (EXACT_ENV 0, as for sums too large to be exact); and the
+    in-job run, which reads them back through TFT with Keras whatever EXACT_ENV says
+    (transforms/statistics.py): all three write the same dataset."""
+    from transforms.analyze_aside import READ_BACK, STATISTICS
     from transforms.statistics import EXACT_ENV
 
     src = str(tmp_path / "src")
     build_corpus(src, num_images=24, seed=3, long_side=(64, 96), broken=False)
     tmp = tmp_path / "tmp"
     tmp.mkdir()
-    out1, out2 = str(tmp_path / "process"), str(tmp_path / "in-job")
-    facts = script_facts(_TWO_RUNS, src, out1, out2, TMPDIR=str(tmp), **{EXACT_ENV: exact})
+    exact, in_job = str(tmp_path / "process"), str(tmp_path / "in-job")
+    read_back = str(tmp_path / "process-read-back")
+    facts = script_facts(_CONVERSIONS, src, exact, in_job, TMPDIR=str(tmp), **{EXACT_ENV: "1"})
     first, second = facts["claimed"]
     assert first and os.path.basename(first).startswith("imgrec-analysis-")
     assert second is None  # TensorFlow was loaded by the first run: TFT ran in the job
     assert facts["started"] is None and facts["left"] == []  # stopped, scratch removed
-    from transforms.analyze_aside import READ_BACK, STATISTICS
+    assert facts["answers"] == [STATISTICS]
+    facts = script_facts(_CONVERSIONS, src, read_back, TMPDIR=str(tmp), **{EXACT_ENV: "0"})
+    (claimed,) = facts["claimed"]
+    assert claimed and os.path.basename(claimed).startswith("imgrec-analysis-")
+    assert facts["started"] is None and facts["left"] == []
+    assert facts["answers"] == [READ_BACK]
 
-    assert facts["answers"] == [STATISTICS if exact == "1" else READ_BACK]
-    assert _digests(out1) == _digests(out2) and _digests(out1)
-    info1, info2 = _info(out1), _info(out2)
-    assert info1["statistics"]["num_images"] > 0
-    assert info1 == info2
-    for sub in ("transform_fn", "transformed_metadata"):
-        files1 = sorted(
-            os.path.relpath(p, out1) for p in glob.glob(f"{out1}/{sub}/**", recursive=True)
-        )
-        files2 = sorted(
-            os.path.relpath(p, out2) for p in glob.glob(f"{out2}/{sub}/**", recursive=True)
-        )
-        assert files1 == files2
+    for out in (in_job, read_back):
+        assert _digests(out) == _digests(exact) and _digests(exact)
+        assert _info(out) == _info(exact)
+        for sub in ("transform_fn", "transformed_metadata"):
+            assert _tree(out, sub) == _tree(exact, sub)
+    assert _info(exact)["statistics"]["num_images"] > 0
+
+
+def _tree(out: str, sub: str) -> list[str]:
+    return sorted(os.path.relpath(p, out) for p in glob.glob(f"{out}/{sub}/**", recursive=True))
 
 
 def test_a_wait_ends_when_the_other_side_died(tmp_path):
