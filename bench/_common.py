@@ -35,14 +35,15 @@ WORK = os.path.join(REPO, "bench", "_work")  # git-ignored cache of corpora and 
 
 def cli_with_compat_off(*names: str) -> str:
     """`python -c` source running `imgrec ARGS` (its argv: MODE ARGS...). With MODE "off", the
-    named `core.beam_compat` fixes are no-ops first, which is Beam's own behaviour;
-    with "on", imgrec runs as it ships. For A/B runs of one fix in one bench."""
+    named fixes of `core.beam_compat` or `core.beam_clients` are no-ops first, which is Beam's
+    own behaviour; with "on", imgrec runs as it ships. For A/B runs of one fix in one bench."""
     return f"""
 import sys
 if sys.argv.pop(1) == "off":
+    import core.beam_clients as clients
     import core.beam_compat as compat
     for name in {names!r}:
-        setattr(compat, name, lambda: None)
+        setattr(clients if hasattr(clients, name) else compat, name, lambda: None)
 from pipeline.cli import main
 sys.exit(main(sys.argv[1:]))
 """

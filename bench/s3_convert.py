@@ -1,12 +1,12 @@
 """The default command on an S3 bucket (moto's server on 127.0.0.1), whole process, wall clock:
 with Beam's own S3 filesystem (a boto3 client built per operation) against imgrec's shared clients
-(core/beam_compat.share_s3_clients, on by default).
+(core/beam_clients.share_s3_clients, on by default).
 
     PYTHONPATH=. .venv/bin/python bench/s3_convert.py --num_images 100 --repeats 3
 
 Each run is `python -m pipeline convert --input s3://.../** --output s3://.../out` with default
 options (analysis and report on); the "per operation" runs first set
-`beam_compat.share_s3_clients` to a no-op, which is what Beam does by itself.
+`beam_clients.share_s3_clients` to a no-op, which is what Beam does by itself.
 """
 
 from __future__ import annotations

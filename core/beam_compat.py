@@ -5,9 +5,7 @@ Beam has no public API for these jobs: its TFRecord support is the `WriteToTFRec
 streams one whole shard per DoFn call, through `GzipSink` when compressed; `verify` reads shards it
 opened through FileSystems); the parser `PipelineOptions` builds for its own flags is private; and
 pipeline/runners/dask_runner.py runs DoFns the way Beam's own runners do, with three private pieces of
-theirs (the output router, a side input's view options, DaskOptions' bag arguments). And Beam's
-S3 filesystem builds a new boto3 session and client for every operation (~100 ms of CPU each:
-more than moving a small image), so `share_s3_clients` makes it reuse one per configuration; and
+theirs (the output router, a side input's view options, DaskOptions' bag arguments). And
 Beam recomputes a DoFn's state and timer specs (a signature inspection of each of its ~30
 methods) about seven times per DoFn while it builds, translates and runs a pipeline, so
 `memoize_dofn_specs` remembers them per DoFn object; `PipelineOptions.view_as` parses every
@@ -15,7 +13,8 @@ flag again on each of its ~1,500 calls per conversion, so `memoize_option_views`
 and Beam inspects the signature of a DoFn's methods ~15,000 times per conversion, so
 `memoize_function_arguments` keeps the answer per function; and Beam's state cache weighs each
 value it caches after listing every loaded module's globals again, so
-`weigh_cached_state_once_per_module_set` keeps that list. `install()` applies all five.
+`weigh_cached_state_once_per_module_set` keeps that list. `install()` applies all five, and
+core/beam_clients.py's: Beam's S3 and GCS filesystems reuse one client per process.
 And Beam 2.77's DirectRunner first tries Prism, a Go runner it downloads from GitHub at run time
 (an offline machine falls back in ~0.1 s; behind a proxy that never answers, the job waits
 forever; online, the job runs on a runner imgrec's options and tests do not address), so
@@ -29,12 +28,13 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
-import types
 import weakref
 
 from apache_beam.io.tfrecordio import _TFRecordUtil
 from apache_beam.options.pipeline_options import _BeamArgumentParser
 from apache_beam.runners.runner import PipelineRunner
+
+from core import beam_clients
 
 __all__ = [
     "BeamArgumentParser",
@@ -51,7 +51,6 @@ __all__ = [
     "pickles_kept_in_process",
     "pop_dask_bag_kwargs",
     "read_record",
-    "share_s3_clients",
     "side_input_view",
     "skip_type_inference",
     "weigh_cached_state_once_per_module_set",
@@ -100,76 +99,6 @@ def pop_dask_bag_kwargs(dask_options: dict) -> dict:
     from apache_beam.runners.dask.dask_runner import DaskOptions  # Dask runs only.
 
     return DaskOptions._extract_bag_kwargs(dask_options)
-
-
-# Connections a shared S3 client keeps open (boto3's default is 10): storage.read_many's reads in
-# flight plus the shard writers and renames of one worker, without "connection pool is full" churn.
-S3_MAX_POOL_CONNECTIONS = 32
-
-
-class _SharedS3Session:
-    """Stands in for `boto3.session.Session()` inside Beam's S3 client wrapper: `.client(...)`
-    returns one boto3 client per process and exact set of arguments (endpoint, region, keys, SSL
-    options), created on first use. boto3 clients are thread-safe; sessions are not, so each
-    client gets its own session. The process id is part of the key: a forked child never uses its
-    parent's connections."""
-
-    _lock = threading.Lock()
-    _clients: dict[tuple, object] = {}
-
-    def __init__(self, boto3_module):
-        self._boto3 = boto3_module
-
-    def client(self, *args, **kwargs):
-        key = (
-            os.getpid(),
-            args,
-            tuple(sorted(kwargs.items())),
-        )  # names are unique: values never compared
-        with self._lock:
-            client = self._clients.get(key)
-            if client is None:
-                if "config" not in kwargs:
-                    from botocore.config import Config
-
-                    kwargs["config"] = Config(max_pool_connections=S3_MAX_POOL_CONNECTIONS)
-                client = self._boto3.session.Session().client(*args, **kwargs)
-                self._clients[key] = client
-            return client
-
-
-class _SharedBoto3:
-    """The `boto3` name inside `apache_beam.io.aws.clients.s3.boto3_client`: everything is the real
-    module's except `session.Session`, which shares clients (`_SharedS3Session`)."""
-
-    def __init__(self, boto3_module):
-        self.real = boto3_module
-        self.session = types.SimpleNamespace(Session=lambda: _SharedS3Session(boto3_module))
-
-    def __getattr__(self, name):
-        return getattr(self.real, name)
-
-
-def share_s3_clients() -> bool:
-    """Make Beam's S3 filesystem reuse boto3 clients instead of building one per operation.
-
-    `apache_beam.io.aws.s3filesystem.S3FileSystem` makes a new `s3io.S3IO(options=...)` for every
-    call (open, exists, size, rename, delete, match), and each builds a `boto3_client.Client`,
-    whose constructor creates a boto3 session and client: ~100 ms, a fresh connection pool and,
-    without keys in the options, a fresh walk of the credential chain. Beam's wrapper objects stay
-    per operation (they hold one download's state); only the boto3 client under them is shared.
-    Idempotent; returns False where Beam's AWS extra (boto3) is not installed.
-    """
-    try:
-        from apache_beam.io.aws.clients.s3 import boto3_client
-    except ImportError:
-        return False
-    real = getattr(boto3_client, "boto3", None)
-    if real is None:
-        return False
-    if not isinstance(real, _SharedBoto3):
-        boto3_client.boto3 = _SharedBoto3(real)
-    return True
 
 
 class _PerObject:
@@ -590,8 +519,10 @@ def skip_type_inference(options) -> None:
 
 
 def install() -> None:
-    """The fixes above: what every imgrec process (launcher and Beam workers) runs with."""
-    share_s3_clients()
+    """The fixes above and core/beam_clients.py's: what every imgrec process (launcher and Beam
+    workers) runs with."""
+    beam_clients.share_s3_clients()
+    beam_clients.share_gcs_clients()
     memoize_dofn_specs()
     memoize_option_views()
     memoize_function_arguments()

@@ -5,6 +5,7 @@ zygote forks only where TensorFlow has run nothing."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import runpy
@@ -100,8 +101,8 @@ def _wait(condition, timeout: float = 20.0):
     return condition()
 
 
-@pytest.fixture
-def zygote():
+@contextlib.contextmanager
+def _program():
     """A program with its zygote started: (its pid, the worker command, the program)."""
     program = subprocess.Popen(
         [sys.executable, "-c", _CLIENT],
@@ -116,10 +117,25 @@ def zygote():
     program.wait(timeout=60)
 
 
-def test_the_workers_exit_status_and_streams_reach_beams_process(zygote):
+@pytest.fixture
+def zygote():
+    """A program and zygote of the test's own, for a test that kills one of them."""
+    with _program() as started:
+        yield started
+
+
+@pytest.fixture(scope="module")
+def shared_zygote():
+    """One program and zygote for the tests that leave both running (each program imports Beam
+    and TensorFlow: ~3 s of CPU)."""
+    with _program() as started:
+        yield started
+
+
+def test_the_workers_exit_status_and_streams_reach_beams_process(shared_zygote):
     """A worker that fails (no control address to serve) fails the client Beam started, with its
     traceback on the client's own stderr, as Beam's own worker process would."""
-    _, command, _ = zygote
+    _, command, _ = shared_zygote
     proc = subprocess.run(
         shlex.split(command),
         env={"PIPELINE_OPTIONS": "{}", "PATH": os.environ.get("PATH", "")},
@@ -131,9 +147,10 @@ def test_the_workers_exit_status_and_streams_reach_beams_process(zygote):
     assert "CONTROL_API_SERVICE_DESCRIPTOR" in proc.stderr  # the KeyError, on this stderr
 
 
-def test_killing_beams_worker_process_kills_the_forked_worker(zygote):
-    """Beam kills a worker's process to stop it: the forked worker goes with it."""
-    pid, command, _ = zygote
+def test_killing_beams_worker_process_kills_the_forked_worker(shared_zygote):
+    """Beam kills a worker's process to stop it: the forked worker goes with it (the zygote
+    stays, ready for the next client)."""
+    pid, command, _ = shared_zygote
     env = {
         "PIPELINE_OPTIONS": "{}",
         "CONTROL_API_SERVICE_DESCRIPTOR": 'url: "localhost:1"',  # nothing there: it waits (60 s)

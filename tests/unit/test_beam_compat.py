@@ -100,55 +100,6 @@ def test_pop_dask_bag_kwargs_takes_the_bag_arguments_out():
     assert options == {"address": "tcp://127.0.0.1:1"}
 
 
-def _s3io(endpoint: str, **more: str):
-    from apache_beam.io.aws import s3io
-    from apache_beam.options.pipeline_options import PipelineOptions
-
-    flags = [f"--s3_endpoint_url={endpoint}", "--s3_region_name=us-east-1"]
-    flags += [f"--{k}={v}" for k, v in more.items()]
-    return s3io.S3IO(options=PipelineOptions(flags))
-
-
-def test_beam_s3_operations_share_one_boto3_client_per_configuration():
-    """Beam's S3 filesystem builds an S3IO (and its boto3 client) per operation; once shared,
-    operations with the same options reuse one boto3 client (other options get their own), while
-    Beam's per-operation wrapper (it holds one download's state) stays per operation."""
-    assert beam_compat.share_s3_clients() is True
-    assert beam_compat.share_s3_clients() is True  # idempotent
-    a, b = _s3io("http://127.0.0.1:1"), _s3io("http://127.0.0.1:1")
-    other = _s3io("http://127.0.0.1:2")
-    keyed = _s3io("http://127.0.0.1:1", s3_access_key_id="k", s3_secret_access_key="s")
-    assert a.client is not b.client  # Beam's wrapper, with its download state
-    assert a.client.client is b.client.client  # the boto3 client under it
-    assert other.client.client is not a.client.client
-    assert keyed.client.client is not a.client.client
-    assert a.client.client.meta.endpoint_url == "http://127.0.0.1:1"
-    assert other.client.client.meta.endpoint_url == "http://127.0.0.1:2"
-    assert keyed.client.client._request_signer._credentials.access_key == "k"  # noqa: SLF001
-    assert a.client.client.meta.config.max_pool_connections == beam_compat.S3_MAX_POOL_CONNECTIONS
-
-
-@pytest.mark.e2e  # a fresh interpreter
-def test_storage_turns_s3_client_sharing_on_at_import():
-    """Beam workers import core.storage when they unpickle a DoFn: that import alone must
-    share clients (a fresh interpreter, so nothing this test session did counts)."""
-    import subprocess
-    import sys
-
-    from tests.runs import ROOT, cli_env
-
-    probe = (
-        "import core.storage\n"
-        "from apache_beam.io.aws.clients.s3 import boto3_client\n"
-        "print(type(boto3_client.boto3).__name__, callable(boto3_client.boto3.session.Session))"
-    )
-    out = subprocess.run(
-        [sys.executable, "-c", probe], cwd=ROOT, env=cli_env(), capture_output=True, text=True
-    )
-    assert out.returncode == 0, out.stderr[-2000:]
-    assert out.stdout.split() == ["_SharedBoto3", "True"]
-
-
 def test_dofn_specs_are_computed_once_per_dofn_and_stay_correct():
     import apache_beam as beam
     from apache_beam.coders import VarIntCoder

@@ -1,0 +1,121 @@
+"""core/beam_clients.py: Beam's S3 and GCS filesystems share one client per process and
+configuration, and still build Beam's own per-operation wrapper on it."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from core import beam_clients
+
+
+def _s3io(endpoint: str, **more: str):
+    from apache_beam.io.aws import s3io
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    flags = [f"--s3_endpoint_url={endpoint}", "--s3_region_name=us-east-1"]
+    flags += [f"--{k}={v}" for k, v in more.items()]
+    return s3io.S3IO(options=PipelineOptions(flags))
+
+
+def test_beam_s3_operations_share_one_boto3_client_per_configuration():
+    """Beam's S3 filesystem builds an S3IO (and its boto3 client) per operation; once shared,
+    operations with the same options reuse one boto3 client (other options get their own), while
+    Beam's per-operation wrapper (it holds one download's state) stays per operation."""
+    assert beam_clients.share_s3_clients() is True
+    assert beam_clients.share_s3_clients() is True  # idempotent
+    a, b = _s3io("http://127.0.0.1:1"), _s3io("http://127.0.0.1:1")
+    other = _s3io("http://127.0.0.1:2")
+    keyed = _s3io("http://127.0.0.1:1", s3_access_key_id="k", s3_secret_access_key="s")
+    assert a.client is not b.client  # Beam's wrapper, with its download state
+    assert a.client.client is b.client.client  # the boto3 client under it
+    assert other.client.client is not a.client.client
+    assert keyed.client.client is not a.client.client
+    assert a.client.client.meta.endpoint_url == "http://127.0.0.1:1"
+    assert other.client.client.meta.endpoint_url == "http://127.0.0.1:2"
+    assert keyed.client.client._request_signer._credentials.access_key == "k"  # noqa: SLF001
+    assert a.client.client.meta.config.max_pool_connections == beam_clients.S3_MAX_POOL_CONNECTIONS
+
+
+@pytest.mark.e2e  # a fresh interpreter
+def test_storage_turns_client_sharing_on_at_import():
+    """Beam workers import core.storage when they unpickle a DoFn: that import alone must
+    share clients (a fresh interpreter, so nothing this test session did counts)."""
+    import subprocess
+    import sys
+
+    from tests.runs import ROOT, cli_env
+
+    probe = (
+        "import core.storage\n"
+        "from apache_beam.io.aws.clients.s3 import boto3_client\n"
+        "from apache_beam.io.gcp.gcsfilesystem import GCSFileSystem\n"
+        "print(type(boto3_client.boto3).__name__, callable(boto3_client.boto3.session.Session),"
+        " GCSFileSystem._gcsIO._imgrec_shared)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", probe], cwd=ROOT, env=cli_env(), capture_output=True, text=True
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["_SharedBoto3", "True", "True"]
+
+
+def _gcsio(project: str):
+    from apache_beam.io.gcp.gcsfilesystem import GCSFileSystem
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    return GCSFileSystem(PipelineOptions([f"--project={project}"]))._gcsIO()  # noqa: SLF001
+
+
+def test_beam_gcs_operations_share_one_client_per_configuration(cloud_env, monkeypatch):
+    """Beam's GCS filesystem builds a GcsIO, and a google-cloud-storage client with its own
+    connection pool and bucket-metadata lookup, per operation; once shared, operations with the
+    same configuration reuse one client, other projects or another emulator get their own, and
+    Beam's GcsIO stays per operation."""
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", "http://127.0.0.1:1")
+    assert beam_clients.share_gcs_clients() is True
+    assert beam_clients.share_gcs_clients() is True  # idempotent
+    a, b, other = _gcsio("p"), _gcsio("p"), _gcsio("q")
+    assert a is not b  # Beam's wrapper
+    assert a.client is b.client  # the client under it
+    assert other.client is not a.client
+    adapter = a.client._http.get_adapter("http://127.0.0.1:1/")  # noqa: SLF001
+    assert adapter._pool_maxsize == beam_clients.GCS_MAX_POOL_CONNECTIONS  # noqa: SLF001
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", "http://127.0.0.1:2")
+    moved = _gcsio("p")
+    assert moved.client is not a.client and "127.0.0.1:2" in moved.client._connection.API_BASE_URL  # noqa: SLF001
+
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # a forked worker builds its own client, never its parent's connections
+        os.write(write, b"1" if _gcsio("p").client is not moved.client else b"0")
+        os._exit(0)
+    os.waitpid(pid, 0)
+    assert os.read(read, 1) == b"1"
+
+
+def test_a_bucket_conversion_looks_the_bucket_up_once(gcs, tmp_path):
+    """The GCS emulator behind the test's relay: a conversion reads and writes through one
+    client, so google-cloud-storage's background lookup of the bucket's metadata runs once (it
+    ran once per operation: 78 times for these 24 photos). (The emulator closes every
+    connection after its answer, so connection reuse cannot be seen here.)"""
+    from pipeline.demo import build_corpus
+    from tests.runs import in_process
+    from tests.servers import put_corpus
+
+    src = tmp_path / "photos"
+    build_corpus(str(src), num_images=24, broken=False)
+    bucket = gcs.new_bucket("clients")
+    put_corpus(gcs, bucket, src)
+    gcs.relay.requests.clear()
+    in_process(
+        "convert", "--input", gcs.uri(bucket, "photos/*/*.jpg"), "--output", gcs.uri(bucket, "ds"),
+        "--no_analyze", "--no_report", "--workers", "1", *gcs.beam_args,
+    )  # fmt: skip
+    requests = list(gcs.relay.requests)
+    lookups = [t for m, t in requests if m == "GET" and t.startswith(f"/storage/v1/b/{bucket}?")]
+    assert len(lookups) <= 1, lookups
+    # Each photo is read twice (inspected, then streamed into its shard), 2 requests a read:
+    # the relay did see the conversion.
+    assert len(requests) > 4 * 24
