@@ -49,6 +49,20 @@ sys.exit(main(sys.argv[1:]))
 """
 
 
+def cli_with_setting_off(module: str, name: str, off_value: str) -> str:
+    """`python -c` source running `imgrec ARGS` (its argv: MODE ARGS...). With MODE "off",
+    `module.name` is set to the Python expression `off_value` first (e.g. a feature's set of
+    schemes emptied); with "on", imgrec runs as it ships."""
+    return f"""
+import sys
+if sys.argv.pop(1) == "off":
+    import {module} as module
+    module.{name} = {off_value}
+from pipeline.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
 def timed_run(argv: list[str], env: dict, what: str) -> tuple[float, float]:
     """Run `argv` from the repo root: (wall s, CPU s of the child and the children it waited
     for, e.g. DirectRunner workers). Exits naming `what` and the stderr tail if it fails."""

@@ -1,13 +1,16 @@
-"""The default command on a GCS bucket (gcp-storage-emulator on 127.0.0.1), whole process: Beam's
-own GCS filesystem (a google-cloud-storage client built per operation) against imgrec's shared
-client (core/beam_clients.share_gcs_clients, on by default).
+"""The default command on a GCS bucket (gcp-storage-emulator on 127.0.0.1), whole process, with
+and without one of imgrec's fixes to Beam's GCS filesystem (both on by default):
+  --fix shared_client: Beam's GCS filesystem builds a google-cloud-storage client per operation;
+    imgrec shares one (core/beam_clients.share_gcs_clients). The "off" runs make that a no-op.
+  --fix one_request_reads: Beam's FileSystems.open asks for an object's metadata before its
+    bytes; imgrec reads a whole file in one GET (core/beam_clients.read_object). The "off" runs
+    read through FileSystems.open (beam_clients.ONE_REQUEST_SCHEMES emptied).
 
-    PYTHONPATH=. .venv/bin/python bench/gcs_convert.py --num_images 100 --repeats 3
+    PYTHONPATH=. .venv/bin/python bench/gcs_convert.py --num_images 100 --repeats 3 --fix FIX
 
 Each run is `python -m pipeline convert --input gs://.../** --output gs://.../out` with default
 options (analysis and report on), through the test suite's relay in front of the emulator, which
-counts the requests; the "per operation" runs first set `beam_clients.share_gcs_clients` to a
-no-op, which is what Beam does by itself. Prints wall clock, CPU (the command and the processes it
+counts the requests. Prints wall clock, CPU (the command and the processes it
 waited for) and the requests the emulator saw, bucket-metadata lookups among them. The emulator is
 a Python server on the same 2-core box, and closes each connection after answering: what a kept
 connection saves on a real bucket (a TLS handshake per file) does not show here.
@@ -25,16 +28,32 @@ from pathlib import Path
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
-from bench._common import alternate, cli_with_compat_off, load_average, timed_run  # noqa: E402
+from bench._common import (  # noqa: E402
+    alternate,
+    cli_with_compat_off,
+    cli_with_setting_off,
+    load_average,
+    timed_run,
+)
 
-_RUN = cli_with_compat_off("share_gcs_clients")
+_RUNS = {
+    "shared_client": cli_with_compat_off("share_gcs_clients"),
+    "one_request_reads": cli_with_setting_off("core.beam_clients", "ONE_REQUEST_SCHEMES", "set()"),
+}
+_LABELS = {
+    "shared_client": ("client per operation", "shared client"),
+    "one_request_reads": ("metadata + bytes per read", "one request per read"),
+}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--num_images", type=int, default=100)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--fix", choices=sorted(_RUNS), default="shared_client")
     args = parser.parse_args()
+    run_source = _RUNS[args.fix]
+    off_label, on_label = _LABELS[args.fix]
 
     from pipeline.demo import build_corpus
     from tests.servers import _FAKE_ADC, TEST_PROJECT, _gcs_server, put_corpus
@@ -59,7 +78,7 @@ def main() -> None:
                 runs[mode] += 1
                 out = store.uri(bucket, f"out-{mode}-{runs[mode]}")
                 store.relay.requests.clear()
-                cmd = [sys.executable, "-c", _RUN, mode, "convert",
+                cmd = [sys.executable, "-c", run_source, mode, "convert",
                        "--input", store.uri(bucket, "photos/**"), "--output", out]  # fmt: skip
                 wall, cpu = timed_run(cmd, env, f"{mode} run")
                 seen = list(store.relay.requests)
@@ -72,9 +91,9 @@ def main() -> None:
             medians = alternate(("off", "on"), args.repeats, run_one)
     (off_wall, off_cpu), (on_wall, on_cpu) = medians["off"], medians["on"]
     print(
-        f"default command, whole process, medians of {args.repeats}: client per operation "
+        f"default command, whole process, medians of {args.repeats}: {off_label} "
         f"{off_wall:.1f} s wall / {off_cpu:.1f} s CPU, {requests['off'][-1][0]} requests "
-        f"({requests['off'][-1][1]} bucket lookups); shared client {on_wall:.1f} s / "
+        f"({requests['off'][-1][1]} bucket lookups); {on_label} {on_wall:.1f} s / "
         f"{on_cpu:.1f} s CPU, {requests['on'][-1][0]} requests ({requests['on'][-1][1]} bucket "
         f"lookups): {off_wall / on_wall:.2f}x wall, {off_cpu / on_cpu:.2f}x CPU "
         f"({load_average()})"

@@ -154,3 +154,42 @@ def share_gcs_clients() -> bool:
     _gcsIO.__wrapped__ = gcsfilesystem.GCSFileSystem._gcsIO  # noqa: SLF001 - Beam's own
     gcsfilesystem.GCSFileSystem._gcsIO = _gcsIO  # noqa: SLF001
     return True
+
+
+# Schemes `read_object` reads in one request.
+ONE_REQUEST_SCHEMES = frozenset({"gs", "s3"})
+
+
+def read_object(path: str) -> bytes:
+    """The whole object at a gs:// or s3:// `path`, in one request, through the client Beam's
+    filesystem for that scheme uses (shared, above).
+
+    Beam's `FileSystems.open` asks for an object's metadata before its bytes: GCS's
+    `BeamBlobReader` reloads the blob (a metadata GET), S3's `S3Downloader` sends a HEAD for the
+    size. A whole-file read needs neither: this is the one GET (GCS: `download_as_bytes` with
+    Beam's raw download, no decompressive transcoding, and Beam's retry; S3: `get_object`). The
+    clients' errors pass through as they are (google-api-core's `NotFound`, botocore's
+    `ClientError`, connection errors): core/storage.py classifies them by status and type.
+
+    Raises:
+        ValueError: `path` is not on GCS or S3.
+    """
+    from apache_beam.io.filesystems import FileSystems
+
+    scheme = FileSystems.get_scheme(path)
+    filesystem = FileSystems.get_filesystem(path)
+    if scheme == "gs":
+        from apache_beam.io.gcp import gcsio
+
+        gcs = filesystem._gcsIO()  # noqa: SLF001 - Beam's per-operation GcsIO, on the shared client
+        bucket, name = gcsio.parse_gcs_path(path)
+        blob = gcs.client.bucket(bucket).blob(name)
+        return blob.download_as_bytes(raw_download=True, retry=gcs._storage_client_retry)  # noqa: SLF001
+    if scheme == "s3":
+        from apache_beam.io.aws import s3io
+        from apache_beam.io.aws.clients.s3 import boto3_client
+
+        client = boto3_client.Client(options=filesystem._options).client  # noqa: SLF001
+        bucket, key = s3io.parse_s3_path(path)
+        return client.get_object(Bucket=bucket, Key=key)["Body"].read()
+    raise ValueError(f"{path}: read_object reads gs:// and s3:// objects only")

@@ -5,7 +5,9 @@ emulator and moto's S3 server; see tests/unit/test_storage.py):
   * GCS: google-cloud-storage retries 429/5xx and dropped connections for up to 120 s per call,
     then raises `google.api_core.exceptions.RetryError`. We do not retry that again.
   * S3: botocore retries 5xx/throttling (3 attempts in "standard" mode); Beam retries object
-    metadata lookups for minutes on 5xx and connection errors, ranged reads twice.
+    metadata lookups for minutes on 5xx and connection errors, ranged reads twice. Whole-file
+    reads (`read_bytes`) skip Beam's reader: one GET each (core/beam_clients.py's
+    `read_object`), with the client's own retries and ours.
   * S3 writes are multipart uploads. Beam cannot write an empty object (CompleteMultipartUpload
     with no parts: MalformedXML), and an exception inside `with FileSystems.create(...)`
     still completes the upload, so the partial bytes become visible under that name. Hence
@@ -30,7 +32,7 @@ from typing import TypeVar
 from apache_beam.io.filesystem import BeamIOError
 from apache_beam.io.filesystems import FileSystems
 
-from core import beam_compat, names
+from core import beam_clients, beam_compat, names
 from core.errors import ERROR_PREFIX
 
 __all__ = [
@@ -343,7 +345,9 @@ def with_retries(
 
 
 def read_bytes(path: str, attempts: int = MAX_ATTEMPTS) -> bytes:
-    """Read a whole file through Beam FileSystems, retrying transient errors.
+    """Read a whole file, retrying transient errors: a local one through Beam FileSystems, a
+    gs:// or s3:// object in one request through the client Beam's filesystem uses
+    (core/beam_clients.py's `read_object`; FileSystems.open asks for the metadata first).
 
     Raises:
         ReadError: the file is missing or unreadable (`.transient` says which kind).
@@ -351,10 +355,20 @@ def read_bytes(path: str, attempts: int = MAX_ATTEMPTS) -> bytes:
             store (see _OutageBreaker).
     """
 
-    def _read() -> bytes:
-        # A local name that is not UTF-8 travels escaped (core/names.py).
-        with FileSystems.open(names.local_path(path), compression_type="uncompressed") as f:
-            return f.read()
+    if not path.startswith(names.ESCAPED_PREFIX) and (
+        FileSystems.get_scheme(path) in beam_clients.ONE_REQUEST_SCHEMES
+    ):
+
+        def _read() -> bytes:
+            # One GET, not Beam's metadata request and then the bytes (core/beam_clients.py).
+            return beam_clients.read_object(path)
+
+    else:
+
+        def _read() -> bytes:
+            # A local name that is not UTF-8 travels escaped (core/names.py).
+            with FileSystems.open(names.local_path(path), compression_type="uncompressed") as f:
+                return f.read()
 
     try:
         data = with_retries(_read, path, attempts)

@@ -95,11 +95,14 @@ def test_beam_gcs_operations_share_one_client_per_configuration(cloud_env, monke
     assert os.read(read, 1) == b"1"
 
 
-def test_a_bucket_conversion_looks_the_bucket_up_once(gcs, tmp_path):
+def test_a_bucket_conversion_looks_the_bucket_up_once_and_reads_a_photo_in_one_request(
+    gcs, tmp_path
+):
     """The GCS emulator behind the test's relay: a conversion reads and writes through one
     client, so google-cloud-storage's background lookup of the bucket's metadata runs once (it
-    ran once per operation: 78 times for these 24 photos). (The emulator closes every
-    connection after its answer, so connection reuse cannot be seen here.)"""
+    ran once per operation: 78 times for these 24 photos); and each read of a photo is one GET of
+    its bytes, not Beam's metadata GET first (core/beam_clients.py's `read_object`). (The
+    emulator closes every connection after its answer, so connection reuse cannot be seen here.)"""
     from pipeline.demo import build_corpus
     from tests.runs import in_process
     from tests.servers import put_corpus
@@ -116,6 +119,9 @@ def test_a_bucket_conversion_looks_the_bucket_up_once(gcs, tmp_path):
     requests = list(gcs.relay.requests)
     lookups = [t for m, t in requests if m == "GET" and t.startswith(f"/storage/v1/b/{bucket}?")]
     assert len(lookups) <= 1, lookups
-    # Each photo is read twice (inspected, then streamed into its shard), 2 requests a read:
-    # the relay did see the conversion.
-    assert len(requests) > 4 * 24
+    photo = f"/b/{bucket}/o/photos%2F"
+    media = [t for m, t in requests if m == "GET" and photo in t and "alt=media" in t]
+    metadata = [t for m, t in requests if m == "GET" and photo in t and "alt=media" not in t]
+    # Each photo is read twice (inspected, then streamed into its shard), one request a read.
+    assert len(media) == 2 * 24, media
+    assert metadata == []

@@ -53,6 +53,18 @@ def test_read_bytes_returns_the_object(store, bucket, beam_filesystems, size):
     assert storage.read_bytes(uri) == data
 
 
+def test_a_bucket_read_is_one_request(store, bucket, beam_filesystems):
+    """core/beam_clients.py's `read_object`: one GET of the object's bytes, not Beam's request
+    for its metadata first (GCS: the blob's reload; S3: a HEAD for the size)."""
+    data = _payload(BIG)
+    uri = store.uri(bucket, "cat/once.bin")
+    store.put(uri, data)
+    store.relay.requests.clear()
+    assert storage.read_bytes(uri) == data
+    mine = [(m, t) for m, t in store.relay.requests if "once.bin" in t]
+    assert [m for m, _ in mine] == ["GET"], mine
+
+
 def test_read_missing_object_is_permanent_and_not_retried(store, bucket, beam_filesystems):
     uri = store.uri(bucket, "cat/missing_503.jpg")  # a status-like number in the name
     started = time.monotonic()
@@ -379,8 +391,9 @@ def fresh_breaker(monkeypatch):
 
 
 class _FakeStores:
-    """FileSystems.open for fake buckets: a path with "down" in it is refused (transient), one
-    with "gone" is missing (permanent), anything else answers b"ok". Counts the opens."""
+    """Reads from fake buckets (FileSystems.open, and beam_clients.read_object, which reads
+    gs:// and s3:// objects): a path with "down" in it is refused (transient), one with "gone"
+    is missing (permanent), anything else answers b"ok". Counts the opens."""
 
     def __init__(self):
         self.opens = 0
@@ -397,11 +410,15 @@ class _FakeStores:
             raise FileNotFoundError(path)
         return io.BytesIO(b"ok")
 
+    def read_object(self, path):
+        return self.open(path).read()
+
 
 @pytest.fixture
 def fake_stores(monkeypatch, fresh_breaker):
     fake = _FakeStores()
     monkeypatch.setattr(storage.FileSystems, "open", fake.open)
+    monkeypatch.setattr(storage.beam_clients, "read_object", fake.read_object)
     return fake
 
 
