@@ -310,6 +310,7 @@ def test_a_store_that_stays_down_fails_the_job_instead_of_rejecting_each_file(
         raise ConnectionRefusedError(111, "Connection refused")
 
     monkeypatch.setattr(storage.FileSystems, "open", refused)
+    monkeypatch.setattr(storage.beam_clients, "read_object", refused)  # gs:// reads
     config = _config(tmp_path)
     listed = [
         {"path": f"gs://dead/a/{i}.jpg", "key": f"a/{i}.jpg", "label": "a", "split": "train",
