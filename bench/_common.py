@@ -33,10 +33,15 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WORK = os.path.join(REPO, "bench", "_work")  # git-ignored cache of corpora and outputs
 
 
-def cli_with_compat_off(*names: str) -> str:
+def cli_with_compat_off(*names: str, settings: dict[str, str] | None = None) -> str:
     """`python -c` source running `imgrec ARGS` (its argv: MODE ARGS...). With MODE "off", the
     named fixes of `core.beam_compat` or `core.beam_clients` are no-ops first, which is Beam's
-    own behaviour; with "on", imgrec runs as it ships. For A/B runs of one fix in one bench."""
+    own behaviour, and each `settings` name of `core.beam_clients` is set to its Python
+    expression (e.g. a feature's set of schemes emptied); with "on", imgrec runs as it ships.
+    For A/B runs of one fix in one bench."""
+    assignments = "".join(
+        f"    clients.{name} = {value}\n" for name, value in (settings or {}).items()
+    )
     return f"""
 import sys
 if sys.argv.pop(1) == "off":
@@ -44,21 +49,7 @@ if sys.argv.pop(1) == "off":
     import core.beam_compat as compat
     for name in {names!r}:
         setattr(clients if hasattr(clients, name) else compat, name, lambda: None)
-from pipeline.cli import main
-sys.exit(main(sys.argv[1:]))
-"""
-
-
-def cli_with_setting_off(module: str, name: str, off_value: str) -> str:
-    """`python -c` source running `imgrec ARGS` (its argv: MODE ARGS...). With MODE "off",
-    `module.name` is set to the Python expression `off_value` first (e.g. a feature's set of
-    schemes emptied); with "on", imgrec runs as it ships."""
-    return f"""
-import sys
-if sys.argv.pop(1) == "off":
-    import {module} as module
-    module.{name} = {off_value}
-from pipeline.cli import main
+{assignments}from pipeline.cli import main
 sys.exit(main(sys.argv[1:]))
 """
 
