@@ -943,7 +943,13 @@ def own_gcs(cloud_env, tmp_path_factory) -> Iterator[GcsServer]:
 @pytest.fixture(scope="session")
 def s3(cloud_env, tmp_path_factory) -> Iterator[S3Server]:
     """A running moto S3 server (state in memory: `server.restart()` loses it; use the relay)."""
-    root = tmp_path_factory.mktemp("s3")
+    with _s3_server(tmp_path_factory.mktemp("s3")) as server:
+        yield server
+
+
+@contextlib.contextmanager
+def _s3_server(root: Path) -> Iterator[S3Server]:
+    """Start moto's S3 server (its log under `root`); clients reach it through its relay."""
     port = free_port()
     server = ServerProcess(
         "moto_server",
