@@ -355,20 +355,14 @@ def read_bytes(path: str, attempts: int = MAX_ATTEMPTS) -> bytes:
             store (see _OutageBreaker).
     """
 
-    if not path.startswith(names.ESCAPED_PREFIX) and (
-        FileSystems.get_scheme(path) in beam_clients.ONE_REQUEST_SCHEMES
-    ):
+    one_request = FileSystems.get_scheme(path) in beam_clients.ONE_REQUEST_SCHEMES
 
-        def _read() -> bytes:
-            # One GET, not Beam's metadata request and then the bytes (core/beam_clients.py).
+    def _read() -> bytes:
+        if one_request:  # one GET, not Beam's metadata request and then the bytes
             return beam_clients.read_object(path)
-
-    else:
-
-        def _read() -> bytes:
-            # A local name that is not UTF-8 travels escaped (core/names.py).
-            with FileSystems.open(names.local_path(path), compression_type="uncompressed") as f:
-                return f.read()
+        # A local name that is not UTF-8 travels escaped (core/names.py: a file:// URI).
+        with FileSystems.open(names.local_path(path), compression_type="uncompressed") as f:
+            return f.read()
 
     try:
         data = with_retries(_read, path, attempts)
