@@ -42,23 +42,16 @@ def test_beam_s3_operations_share_one_boto3_client_per_configuration():
 def test_storage_turns_client_sharing_on_at_import():
     """Beam workers import core.storage when they unpickle a DoFn: that import alone must
     share clients (a fresh interpreter, so nothing this test session did counts)."""
-    import subprocess
-    import sys
-
-    from tests.runs import ROOT, cli_env
+    from tests.runs import script_facts
 
     probe = (
-        "import core.storage\n"
+        "import json\nimport core.storage\n"
         "from apache_beam.io.aws.clients.s3 import boto3_client\n"
         "from apache_beam.io.gcp.gcsfilesystem import GCSFileSystem\n"
-        "print(type(boto3_client.boto3).__name__, callable(boto3_client.boto3.session.Session),"
-        " GCSFileSystem._gcsIO._imgrec_shared)"
+        "print(json.dumps([type(boto3_client.boto3).__name__,"
+        " callable(boto3_client.boto3.session.Session), GCSFileSystem._gcsIO._imgrec_shared]))"
     )
-    out = subprocess.run(
-        [sys.executable, "-c", probe], cwd=ROOT, env=cli_env(), capture_output=True, text=True
-    )
-    assert out.returncode == 0, out.stderr[-2000:]
-    assert out.stdout.split() == ["_SharedBoto3", "True", "True"]
+    assert script_facts(probe) == ["_SharedBoto3", True, True]
 
 
 def _gcsio(project: str):
