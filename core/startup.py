@@ -1,6 +1,7 @@
 """A process's start-up: the `imgrec` program and its workers import without the cyclic garbage
-collector, TensorFlow's import leaves Keras out (`defer_keras`, below), and the program's import
-of Beam leaves out the clients of integrations imgrec does not use (`defer_beam_extras`, below).
+collector and compile each of TensorFlow's type-annotation strings once (`_CompileMemo`, below),
+TensorFlow's import leaves Keras out (`defer_keras`, below), and the program's import of Beam
+leaves out the clients of integrations imgrec does not use (`defer_beam_extras`, below).
 
 Importing TensorFlow, Beam and TFT creates ~700,000 long-lived objects the collector tracks
 (modules, functions, protos; `gc.get_freeze_count()` after `imgrec verify`'s imports), and
@@ -23,8 +24,10 @@ in a training job) keeps its own collector settings, and its TensorFlow loads Ke
 
 from __future__ import annotations
 
+import builtins
 import gc
 import sys
+import typing
 
 __all__ = ["begin", "defer_beam_extras", "defer_keras", "finish", "without_gc"]
 
@@ -37,6 +40,7 @@ def begin() -> None:
     if gc.isenabled():
         gc.disable()
         _started = True
+        _memoize_forward_refs()
 
 
 def finish() -> None:
@@ -47,8 +51,46 @@ def finish() -> None:
     global _started
     if _started:
         _started = False
+        _forget_forward_refs()
         gc.freeze()
         gc.enable()
+
+
+# TensorFlow's generated op modules (tensorflow/python/ops/gen_*_ops.py) declare 1,470 TypeVars
+# whose constraints are strings ("_atypes.Float32", ...); typing makes each a ForwardRef, and a
+# ForwardRef compiles its string: `import tensorflow` calls compile() 18,160 times for 169
+# distinct strings, ~0.13 s of its ~2.1 s of CPU with the collector off (fresh processes,
+# alternating, 3 each: 2.03-2.21 -> 1.91-2.01 s). While begin() holds, typing's compile is a memo
+# of the builtin: a code object is immutable, so ForwardRefs of the same string can share one
+# (evaluating it reads the code, never changes it). finish() removes it, so nothing of it
+# outlives the start-up imports. Measured whole commands: bench/ablations/startup.py
+# --fix forward_refs (docs/benchmarks.md).
+class _CompileMemo:
+    """`compile(source, filename, mode)` with str source, memoized; anything else passes through."""
+
+    def __init__(self) -> None:
+        self.codes: dict[tuple[str, str, str], object] = {}
+
+    def __call__(self, source, filename, mode, *args, **kwargs):
+        if args or kwargs or not isinstance(source, str):
+            return builtins.compile(source, filename, mode, *args, **kwargs)
+        key = (source, filename, mode)
+        code = self.codes.get(key)
+        if code is None:
+            code = self.codes[key] = builtins.compile(source, filename, mode)
+        return code
+
+
+def _memoize_forward_refs() -> None:
+    """typing's compile (ForwardRef's) memoized until `_forget_forward_refs`."""
+    if "compile" not in vars(typing):
+        typing.compile = _CompileMemo()
+
+
+def _forget_forward_refs() -> None:
+    """typing back to the builtin compile (if the memo is what it has)."""
+    if isinstance(vars(typing).get("compile"), _CompileMemo):
+        del typing.compile
 
 
 class without_gc:  # noqa: N801 - used as a context manager, like contextlib's lower-case ones

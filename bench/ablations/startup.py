@@ -7,6 +7,7 @@ for the default command and the cases it changes.
     PYTHONPATH=. .venv/bin/python bench/ablations/startup.py --fix report --num_images 300 --repeats 7
     PYTHONPATH=. .venv/bin/python bench/ablations/startup.py --fix prism --num_images 300 --repeats 7
     PYTHONPATH=. .venv/bin/python bench/ablations/startup.py --fix crops --num_images 300 --repeats 5
+    PYTHONPATH=. .venv/bin/python bench/ablations/startup.py --fix forward_refs --repeats 9
 
 `--fix` picks what the "off" runs leave out; the "imgrec" runs are as imgrec ships:
   - `keras3`: `pipeline.cli.use_keras_2` and `startup.defer_keras` made no-ops (in the workers
@@ -21,6 +22,9 @@ for the default command and the cases it changes.
     (bench/ablations/_matplotlib_report.py; needs `pip install matplotlib`, no longer a dependency);
   - `crops`: the report's eval crops decoded by `tf.map_fn` run eagerly, as before
     `reader_decode.decode_batch_eagerly` (AutoGraph converts and runs each image's decode);
+  - `forward_refs`: typing's compile left as the builtin during the start-up imports
+    (`startup._memoize_forward_refs` a no-op in the program; the workers' start-up plugin keeps
+    the memo), so each of TensorFlow's 18,160 ForwardRef strings is compiled on its own;
   - `prism`: Beam's own DirectRunner (`SwitchingDirectRunner`), which tries to download and run
     Prism first and falls back to the FnApiRunner when that fails (offline here, so it fails);
     imgrec runs the FnApiRunner directly (`core.beam_compat.DirectRunner`).
@@ -68,6 +72,9 @@ elif mode == "gc_on":
     import pipeline.runners.choose
     core.startup.begin = lambda: None
     pipeline.runners.choose.WORKER_START_PLUGIN = "core"  # a package that imports nothing
+elif mode == "compile_each":
+    import core.startup
+    core.startup._memoize_forward_refs = lambda: None
 elif mode == "beam_direct":
     import core.beam_compat
     core.beam_compat.DirectRunner = lambda: None  # beam.Pipeline(runner=None): Beam's
@@ -87,6 +94,7 @@ _FIXES = {
     "keras": ("keras2", "Keras 2 at start-up", "no Keras at start-up"),
     "gc": ("gc_on", "imports with GC", "imports without GC"),
     "report": ("mpl_report", "matplotlib plots", "SVG plots"),
+    "forward_refs": ("compile_each", "ForwardRefs compiled each", "memoized"),
     "prism": ("beam_direct", "Beam's DirectRunner", "imgrec's DirectRunner"),
     "crops": ("map_fn_crops", "eager tf.map_fn crops", "one-by-one crops"),
 }
