@@ -363,3 +363,63 @@ def test_the_yield_return_lint_reads_each_functions_source_once(monkeypatch):
         assert core._check_fn_use_yield_and_return(Mixed().process)  # noqa: SLF001
         assert not core._check_fn_use_yield_and_return(Clean().process)  # noqa: SLF001
     assert len(read) == 2
+
+
+def test_pickled_functions_list_beams_submodules_and_follow_new_imports(tmp_path, monkeypatch):
+    """index_imported_submodules: for 300 loaded functions, each with the packages it
+    refers to and a few more, the same submodules in the same order as Beam's own search; and a
+    submodule imported after the index was built is found."""
+    import concurrent.futures  # noqa: F401 - a package with a loaded submodule
+    import inspect
+    import sys
+    import xml.etree.ElementTree  # noqa: F401
+
+    import apache_beam as beam
+    import numpy as np
+    from apache_beam.internal.cloudpickle import cloudpickle
+
+    beam_compat.index_imported_submodules()
+    ours = cloudpickle._find_imported_submodules  # noqa: SLF001
+    assert getattr(ours, "_imgrec_memoized", False)
+    beams = ours.__wrapped__
+    packages = [sys.modules[n] for n in ("concurrent", "xml", "numpy", "apache_beam.transforms")]
+    checked = 0
+    for module in list(sys.modules.values()):
+        for value in list(vars(module).values())[:40] if hasattr(module, "__dict__") else ():
+            if not inspect.isfunction(value) or checked >= 300:
+                continue
+            names = cloudpickle._extract_code_globals(value.__code__)  # noqa: SLF001
+            deps = [value.__globals__[k] for k in names if k in value.__globals__] + packages
+            assert [m.__name__ for m in ours(value.__code__, deps)] == [
+                m.__name__ for m in beams(value.__code__, deps)
+            ], value
+            checked += 1
+    assert checked == 300
+
+    def uses_submodules():
+        return concurrent.futures.ThreadPoolExecutor, np.linalg.norm, beam.transforms.core
+
+    want = {"concurrent.futures", "numpy.linalg", "apache_beam.transforms.core"}
+    found = ours(uses_submodules.__code__, [concurrent, np, beam])
+    assert want <= {m.__name__ for m in found}
+    assert found == beams(uses_submodules.__code__, [concurrent, np, beam])
+    # A package and submodule imported after the index: found too.
+    package = tmp_path / "imgrec_fresh_package"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "part.py").write_text("VALUE = 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import imgrec_fresh_package.part
+
+    def uses_fresh():
+        return imgrec_fresh_package.part.VALUE
+
+    try:
+        found = ours(uses_fresh.__code__, [imgrec_fresh_package])
+        assert [m.__name__ for m in found] == ["imgrec_fresh_package.part"]
+        assert found == beams(uses_fresh.__code__, [imgrec_fresh_package])
+    finally:
+        sys.modules.pop("imgrec_fresh_package.part", None)
+        sys.modules.pop("imgrec_fresh_package", None)
+    beam_compat.index_imported_submodules()  # idempotent
+    assert cloudpickle._find_imported_submodules is ours  # noqa: SLF001
