@@ -270,7 +270,15 @@ def _main(handoff: str, parent: int) -> None:
 
 
 def _run(handoff: str, parent: int) -> None:
-    """The analysis process's whole life; any failure is written as the job's answer."""
+    """The analysis process's whole life; any failure is written as the job's answer.
+
+    Its temporary files go to the hand-off folder, which the command removes when it ends
+    (`stop`, also after killing this process), or this process when orphaned. TensorFlow's
+    SavedModel export writes an `__autograph_generated_file*.py` to the temp dir and removes it
+    at interpreter exit, which this process never reaches (`os._exit`, or SIGKILL): every
+    default conversion left one in the user's temp dir.
+    """
+    tempfile.tempdir = handoff  # this process only: the command's own temp dir is unchanged
     try:
         _main(handoff, parent)
     except BaseException as e:  # noqa: BLE001 - the job waits for an answer: give it one

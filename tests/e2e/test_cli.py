@@ -34,18 +34,24 @@ def corpus(tmp_path_factory) -> tuple[str, dict]:
 
 @pytest.fixture(scope="module")
 def default_run(corpus, tmp_path_factory):
-    """The default conversion, behind a proxy that notes whoever calls out (tests/servers.py)."""
+    """The default conversion, behind a proxy that notes whoever calls out (tests/servers.py),
+    with a temp dir of its own (TMPDIR)."""
     src, _ = corpus
     out = str(tmp_path_factory.mktemp("cli") / "ds")
+    temp = str(tmp_path_factory.mktemp("cli_temp"))
     with ProxyTrap() as trap:
-        proc = cli("convert", "--input", f"{src}/*/*.jpg", "--output", out, env=trap.env)
-    return out, proc, trap.calls
+        env = {**trap.env, "TMPDIR": temp}
+        proc = cli("convert", "--input", f"{src}/*/*.jpg", "--output", out, env=env)
+    return out, proc, trap.calls, temp
 
 
 def test_default_options_convert_with_a_quiet_terminal(default_run, corpus):
-    out, proc, network_calls = default_run
+    out, proc, network_calls, temp = default_run
     _, summary = corpus
     assert network_calls == []  # nothing downloaded at run time (no Prism binary from GitHub)
+    # Nothing left in the temp dir but the command's log folder (pipeline/quiet.py): no TFT
+    # scratch, no hand-off folder, no TensorFlow autograph file from the analysis process.
+    assert [n for n in os.listdir(temp) if not n.startswith("imgrec-logs-")] == []
     with open(os.path.join(out, "dataset_info.json")) as f:
         info = json.load(f)
     assert info["num_written"] == summary["images"] + 1
@@ -63,7 +69,7 @@ def test_default_options_convert_with_a_quiet_terminal(default_run, corpus):
 
 
 def test_verify_inspect_and_preview_commands(default_run, tmp_path):
-    out, _, _ = default_run
+    out = default_run[0]
     with open(os.path.join(out, "dataset_info.json")) as f:
         info = json.load(f)
     verified = cli("verify", out)
@@ -156,7 +162,7 @@ def test_a_bad_option_or_path_is_answered_before_tensorflow_is_imported(corpus, 
 
 
 def test_existing_dataset_exits_2_naming_overwrite(default_run, corpus):
-    out, _, _ = default_run
+    out = default_run[0]
     src, _ = corpus
     proc = cli("convert", "--input", f"{src}/*/*.jpg", "--output", out, check=False)
     assert proc.returncode == 2
