@@ -985,11 +985,11 @@ def tensorflow_gcs_env(googleapis_front) -> dict[str, str]:
     A request that gets no byte for 15 s is aborted and retried by TensorFlow (its default
     waits 60 s per attempt): a lost link costs seconds, not the test's whole time limit.
 
-    TensorFlow's GCS filesystem gives every file it opens a read buffer of
-    GCS_READ_CACHE_BLOCK_SIZE_MB (default 64 MB), allocated and zero-filled at the open. The
-    tests' shards are a few KB, and a training reader opens one per few batches: its process
-    spent 3.1 s of system CPU against 2.2 s of user CPU in test_version_leases_gcs (strace: one
-    mmap/munmap per shard opened), 0.3 s with a 1 MB buffer, and the file's wall time went from
+    TensorFlow's GCS filesystem reads through a buffer of GCS_READ_CACHE_BLOCK_SIZE_MB
+    (default 64 MB). The tests' shards are a few KB, and a training reader opens one per few
+    batches: its process spent 3.1 s of system CPU against 2.2 s of user CPU in
+    test_version_leases_gcs (strace: as many mmap/munmap pairs as new connections, 51 in 8 s),
+    0.3 s with a 1 MB buffer, and the file's wall time went from
     20 s to 14 s (2026-12-05). A dataset of the default 128 MB shards opens one per 128 MB read,
     where the 64 MB buffer costs nothing that matters; so only the tests set it.
     """
