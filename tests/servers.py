@@ -989,9 +989,9 @@ def tensorflow_gcs_env(googleapis_front) -> dict[str, str]:
     (default 64 MB). The tests' shards are a few KB, and a training reader opens one per few
     batches: its process spent 3.1 s of system CPU against 2.2 s of user CPU in
     test_version_leases_gcs (strace: as many mmap/munmap pairs as new connections, 51 in 8 s),
-    0.3 s with a 1 MB buffer, and the file's wall time went from
-    20 s to 14 s (2026-12-05). A dataset of the default 128 MB shards opens one per 128 MB read,
-    where the 64 MB buffer costs nothing that matters; so only the tests set it.
+    0.3 s with a 1 MB buffer, and the file's wall time went from 20 s to 14 s (2026-12-05). A
+    dataset of the default 128 MB shards opens one per 128 MB read, where the 64 MB buffer costs
+    nothing that matters; so only the tests set it.
     """
     front = googleapis_front
     return {
