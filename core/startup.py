@@ -1,7 +1,9 @@
 """A process's start-up: the `imgrec` program and its workers import without the cyclic garbage
 collector and compile each of TensorFlow's type-annotation strings once (`_CompileMemo`, below),
 TensorFlow's import leaves Keras out (`defer_keras`, below), and the program's import of Beam
-leaves out the clients of integrations imgrec does not use (`defer_beam_extras`, below).
+leaves out the clients of integrations imgrec does not use (`defer_beam_extras`, below). The
+program's work runs above one large frame, so that CPython does not map and unmap its frame
+memory over and over (`on_a_roomy_stack`, below).
 
 Importing TensorFlow, Beam and TFT creates ~700,000 long-lived objects the collector tracks
 (modules, functions, protos; `gc.get_freeze_count()` after `imgrec verify`'s imports), and
@@ -27,9 +29,17 @@ from __future__ import annotations
 import builtins
 import gc
 import sys
+import types
 import typing
 
-__all__ = ["begin", "defer_beam_extras", "defer_keras", "finish", "without_gc"]
+__all__ = [
+    "begin",
+    "defer_beam_extras",
+    "defer_keras",
+    "finish",
+    "on_a_roomy_stack",
+    "without_gc",
+]
 
 _started = False  # True while the collector is off because begin() turned it off
 
@@ -197,3 +207,41 @@ def defer_beam_extras() -> None:
     ):
         return
     sys.meta_path.insert(0, _DeferBeamExtras())
+
+
+# CPython (3.11 on) keeps a thread's Python frames in chunks of 16 KB: a call that does not fit in
+# the current chunk maps a new one (mmap), and the return of that chunk's first frame unmaps it
+# (munmap). Imports nest ~100 frames deep, and so do Beam's bundles: wherever the stack's depth
+# goes back and forth across a chunk's end, each crossing costs an mmap and an munmap, ~7 us here
+# (a recursion timed either side of the boundary). strace counts ~10,000 such pairs in one
+# `import tensorflow`, and ~10,000-24,000 in the main thread of a default conversion of 40 photos.
+# A chunk is made big enough for the frame that needs it (16 KB doubled until the frame fits, with
+# 1,000 slots to spare): a frame of 16,500 slots (132 KB) gets a 256 KB chunk, and the frames it
+# calls fill the ~120 KB left (~1,000 frames) before any new chunk is needed. The slots are a
+# function's value-stack size, which nothing reads beyond what the function's code pushes (one
+# call). With it, that conversion's main thread mapped 2 chunks instead of ~9,500, and the command
+# took 0.64 s of system CPU instead of 0.74 s (medians of 5, alternating; docs/benchmarks.md).
+_ROOMY_SLOTS = 16_500
+
+
+def _call(fn, args, kwargs):
+    return fn(*args, **kwargs)
+
+
+def on_a_roomy_stack(fn, *args, **kwargs):
+    """`fn(*args, **kwargs)`, called from a frame whose stack chunk leaves ~120 KB of room.
+
+    For the whole of a process's work (the `imgrec` program's `main`) or its heavy imports; the
+    result and any exception are fn's. Where the interpreter will not make such a frame (not
+    CPython), fn is simply called.
+    """
+    code = _call.__code__
+    if sys.implementation.name != "cpython":
+        return fn(*args, **kwargs)
+    try:
+        roomy = types.FunctionType(
+            code.replace(co_stacksize=code.co_stacksize + _ROOMY_SLOTS), globals(), "_call"
+        )
+    except (AttributeError, TypeError, ValueError):
+        return fn(*args, **kwargs)
+    return roomy(fn, args, kwargs)

@@ -146,10 +146,12 @@ def run() -> None:
     import logging
     import os
 
+    from core import startup
+
     global _as_program
     start_program()
     _as_program = True
-    status = main()
+    status = startup.on_a_roomy_stack(main)  # its frames in one chunk (core/startup.py)
     atexit._run_exitfuncs()
     logging.shutdown()
     sys.stdout.flush()

@@ -31,6 +31,7 @@ fixtures, registered below; `put_corpus`), tests/hostile.py and tests/format_cor
 from __future__ import annotations
 
 import gc
+import os
 from pathlib import Path
 
 import pytest
@@ -45,6 +46,27 @@ from core import startup
 # layers for nothing, ~0.7 s of CPU per worker (7.2 -> 6.5 s, medians of 5 alternating).
 startup.begin()
 startup.defer_keras()
+
+
+def _import_what_collection_imports() -> None:
+    import apache_beam  # noqa: F401
+    import tensorflow  # noqa: F401
+
+
+# The test modules' imports and the tests themselves run above one large frame, as the `imgrec`
+# program's work does (core/startup.py, `on_a_roomy_stack`): their frames stay in one stack
+# chunk instead of mapping and unmapping one at each crossing (strace: ~71,000 16 KB maps in
+# tests/integration/test_convert.py's process). Only in the xdist workers: the controller
+# collects nothing and should not import TensorFlow.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    startup.on_a_roomy_stack(_import_what_collection_imports)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_pyfunc_call(pyfuncitem):
+    from _pytest.python import pytest_pyfunc_call as call_the_test
+
+    return startup.on_a_roomy_stack(call_the_test, pyfuncitem)
 
 
 @pytest.hookimpl(tryfirst=True)

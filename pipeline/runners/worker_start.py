@@ -8,7 +8,7 @@ measured in a worker process); the bundles then find them imported. The launcher
 plugin to DirectRunner runs with worker processes (`pipeline.runners.choose.configure_runner`).
 """
 
-from core.startup import defer_beam_extras, defer_keras, without_gc
+from core.startup import defer_beam_extras, defer_keras, on_a_roomy_stack, without_gc
 
 __all__: list[str] = []
 
@@ -17,7 +17,14 @@ defer_keras()  # TensorFlow's import without Keras, as in the `imgrec` program (
 # scheduler (pipeline/runners/dask_preload.py), which import Beam here first; a no-op in
 # DirectRunner workers, whose `sdk_worker_main` has imported Beam before its plugins.
 defer_beam_extras()
-with without_gc():
-    import tensorflow  # noqa: F401 - the stages' decoders, writers and TFT analyzers use it
 
-    import pipeline.builder  # noqa: F401 - every stage module whose DoFns the bundles unpickle
+
+def _import_the_stages() -> None:
+    with without_gc():
+        import tensorflow  # noqa: F401 - the stages' decoders, writers and TFT analyzers use it
+
+        import pipeline.builder  # noqa: F401 - every stage module whose DoFns the bundles unpickle
+
+
+# Above one large frame: the imports' frames stay in one stack chunk (core/startup.py).
+on_a_roomy_stack(_import_the_stages)

@@ -49,7 +49,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    from core.startup import on_a_roomy_stack
     from pipeline.cli import start_program
 
     start_program()  # as `imgrec` starts (Keras 2 only; imports without the garbage collector)
-    sys.exit(main())
+    sys.exit(on_a_roomy_stack(main))  # its frames in one stack chunk, as `imgrec`'s

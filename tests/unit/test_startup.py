@@ -201,3 +201,30 @@ def test_beam_starts_without_the_clients_imgrec_does_not_use(switch):
     assert {"gs", "s3"} <= set(got.pop("schemes"))
     loaded = sorted(startup.BEAM_EXTRAS) if switch else []
     assert got == {"finders": 0 if switch else 1, "loaded": loaded, "pandas_later": True}
+
+
+def test_a_roomy_stack_calls_the_function_from_one_large_frame():
+    """on_a_roomy_stack returns fn's result (or raises its exception), and fn's caller is a frame
+    of ~16,500 slots: the frame that makes CPython give the calls above it a 256 KB chunk."""
+    import sys
+
+    def where(a, b=0):
+        caller = sys._getframe(1)
+        return a + b, caller.f_code.co_stacksize, caller.f_code.co_name
+
+    total, slots, name = startup.on_a_roomy_stack(where, 2, b=3)
+    assert total == 5
+    assert name == "_call" and slots >= startup._ROOMY_SLOTS
+
+    def fails():
+        raise KeyError("kept")
+
+    with pytest.raises(KeyError, match="kept"):
+        startup.on_a_roomy_stack(fails)
+
+
+def test_a_roomy_stack_elsewhere_than_cpython_is_a_plain_call(monkeypatch):
+    import sys
+
+    monkeypatch.setattr(sys.implementation, "name", "pypy")
+    assert startup.on_a_roomy_stack(lambda: sys._getframe(1).f_code.co_name) != "_call"
