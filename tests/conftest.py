@@ -53,20 +53,23 @@ def _import_what_collection_imports() -> None:
     import tensorflow  # noqa: F401
 
 
-# The test modules' imports and the tests themselves run above one large frame, as the `imgrec`
-# program's work does (core/startup.py, `on_a_roomy_stack`): their frames stay in one stack
-# chunk instead of mapping and unmapping one at each crossing (strace: ~71,000 16 KB maps in
-# tests/integration/test_convert.py's process). Only in the xdist workers: the controller
-# collects nothing and should not import TensorFlow.
+# The test modules' imports and each test's protocol (fixtures, the test, teardown) run above one
+# large frame, as the `imgrec` program's work does (core/startup.py, `on_a_roomy_stack`): their
+# frames stay in one stack chunk instead of mapping and unmapping one at each crossing. strace of
+# `pytest -n 0 tests/integration/test_convert.py`: 71,031 16 KB maps in the test process, 7,995
+# with the tests above the frame (most of those left are its collection's imports, which a run
+# without xdist does not move: the controller of an xdist run collects nothing and should not
+# import TensorFlow).
 if os.environ.get("PYTEST_XDIST_WORKER"):
     startup.on_a_roomy_stack(_import_what_collection_imports)
 
 
 @pytest.hookimpl(tryfirst=True)
-def pytest_pyfunc_call(pyfuncitem):
-    from _pytest.python import pytest_pyfunc_call as call_the_test
+def pytest_runtest_protocol(item, nextitem):
+    """pytest's own protocol (setup, call, teardown, reports) above the large frame."""
+    from _pytest.runner import pytest_runtest_protocol as run_the_test
 
-    return startup.on_a_roomy_stack(call_the_test, pyfuncitem)
+    return startup.on_a_roomy_stack(run_the_test, item, nextitem)
 
 
 @pytest.hookimpl(tryfirst=True)
