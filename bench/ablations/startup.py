@@ -8,6 +8,7 @@ for the default command and the cases it changes.
     PYTHONPATH=. .venv/bin/python bench/ablations/startup.py --fix prism --num_images 300 --repeats 7
     PYTHONPATH=. .venv/bin/python bench/ablations/startup.py --fix crops --num_images 300 --repeats 5
     PYTHONPATH=. .venv/bin/python bench/ablations/startup.py --fix forward_refs --repeats 9
+    PYTHONPATH=. .venv/bin/python bench/ablations/startup.py --fix roomy_stack --num_images 40 --repeats 9
 
 `--fix` picks what the "off" runs leave out; the "imgrec" runs are as imgrec ships:
   - `keras3`: `pipeline.cli.use_keras_2` and `startup.defer_keras` made no-ops (in the workers
@@ -25,6 +26,9 @@ for the default command and the cases it changes.
   - `forward_refs`: typing's compile left as the builtin during the start-up imports
     (`startup._memoize_forward_refs` a no-op in the program; the workers' start-up plugin keeps
     the memo), so each of TensorFlow's 18,160 ForwardRef strings is compiled on its own;
+  - `roomy_stack`: the program's `main` called directly (`startup.on_a_roomy_stack` a plain
+    call in the program; the workers' start-up plugin keeps it), so its frames map and unmap a
+    16 KB stack chunk at each crossing of a chunk's end, as CPython does by default;
   - `prism`: Beam's own DirectRunner (`SwitchingDirectRunner`), which tries to download and run
     Prism first and falls back to the FnApiRunner when that fails (offline here, so it fails);
     imgrec runs the FnApiRunner directly (`core.beam_compat.DirectRunner`).
@@ -75,6 +79,9 @@ elif mode == "gc_on":
 elif mode == "compile_each":
     import core.startup
     core.startup._memoize_forward_refs = lambda: None
+elif mode == "tight_stack":
+    import core.startup
+    core.startup.on_a_roomy_stack = lambda fn, *args, **kwargs: fn(*args, **kwargs)
 elif mode == "beam_direct":
     import core.beam_compat
     core.beam_compat.DirectRunner = lambda: None  # beam.Pipeline(runner=None): Beam's
@@ -96,6 +103,7 @@ _FIXES = {
     "report": ("mpl_report", "matplotlib plots", "SVG plots"),
     "forward_refs": ("compile_each", "ForwardRefs compiled each", "memoized"),
     "prism": ("beam_direct", "Beam's DirectRunner", "imgrec's DirectRunner"),
+    "roomy_stack": ("tight_stack", "16 KB stack chunks", "one roomy chunk"),
     "crops": ("map_fn_crops", "eager tf.map_fn crops", "one-by-one crops"),
 }
 
