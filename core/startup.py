@@ -220,7 +220,8 @@ def defer_beam_extras() -> None:
 # calls fill the ~120 KB left (~1,000 frames) before any new chunk is needed. The slots are a
 # function's value-stack size, which nothing reads beyond what the function's code pushes (one
 # call). With it, that conversion's main thread mapped 2 chunks instead of ~9,500, and the command
-# took 0.64 s of system CPU instead of 0.74 s (medians of 5, alternating; docs/benchmarks.md).
+# took 0.66 s of system CPU instead of 0.80 s (medians of 6, alternating); whole commands
+# `bench/ablations/startup.py --fix roomy_stack` (docs/benchmarks.md): default convert 1.12x.
 _ROOMY_SLOTS = 16_500
 
 
