@@ -48,11 +48,10 @@ RUN_TIMEOUT_S = 600
 # each alternating, with the TF_USE_LEGACY_KERAS=1 that TFT leaves in the workers' environment;
 # ~25 scripts a suite). A training job's own process, Keras loaded with TensorFlow, is what the
 # example's runs are (examples/train_mirrored.py: tests/unit/test_reader.py and
-# tests/e2e/test_reader_multiworker.py start it as a user does). The import runs above one large
-# frame, as the program's does (core/startup.py, `on_a_roomy_stack`).
+# tests/e2e/test_reader_multiworker.py start it as a user does).
 TF_PRELUDE = (
-    "from core.startup import defer_keras, on_a_roomy_stack, without_gc\ndefer_keras()\n"
-    "with without_gc():\n    tensorflow = on_a_roomy_stack(__import__, 'tensorflow')\n"
+    "from core.startup import defer_keras, without_gc\ndefer_keras()\n"
+    "with without_gc():\n    import tensorflow\n"
 )
 
 
