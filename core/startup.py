@@ -229,6 +229,23 @@ def _call(fn, args, kwargs):
     return fn(*args, **kwargs)
 
 
+def _make_roomy_call():
+    """`_call` with _ROOMY_SLOTS more value-stack slots; None where the interpreter will not
+    make one (not CPython)."""
+    if sys.implementation.name != "cpython":
+        return None
+    code = _call.__code__
+    try:
+        return types.FunctionType(
+            code.replace(co_stacksize=code.co_stacksize + _ROOMY_SLOTS), globals(), "_call"
+        )
+    except (AttributeError, TypeError, ValueError):
+        return None
+
+
+_roomy_call = _make_roomy_call()  # made once: every test's protocol goes through it
+
+
 def on_a_roomy_stack(fn, *args, **kwargs):
     """`fn(*args, **kwargs)`, called from a frame whose stack chunk leaves ~120 KB of room.
 
@@ -236,13 +253,6 @@ def on_a_roomy_stack(fn, *args, **kwargs):
     result and any exception are fn's. Where the interpreter will not make such a frame (not
     CPython), fn is simply called.
     """
-    code = _call.__code__
-    if sys.implementation.name != "cpython":
+    if _roomy_call is None:
         return fn(*args, **kwargs)
-    try:
-        roomy = types.FunctionType(
-            code.replace(co_stacksize=code.co_stacksize + _ROOMY_SLOTS), globals(), "_call"
-        )
-    except (AttributeError, TypeError, ValueError):
-        return fn(*args, **kwargs)
-    return roomy(fn, args, kwargs)
+    return _roomy_call(fn, args, kwargs)

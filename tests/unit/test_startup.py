@@ -227,4 +227,6 @@ def test_a_roomy_stack_elsewhere_than_cpython_is_a_plain_call(monkeypatch):
     import sys
 
     monkeypatch.setattr(sys.implementation, "name", "pypy")
+    assert startup._make_roomy_call() is None
+    monkeypatch.setattr(startup, "_roomy_call", startup._make_roomy_call())
     assert startup.on_a_roomy_stack(lambda: sys._getframe(1).f_code.co_name) != "_call"
