@@ -8,7 +8,7 @@ for the default command and the cases it changes.
     PYTHONPATH=. .venv/bin/python bench/ablations/startup.py --fix prism --num_images 300 --repeats 7
     PYTHONPATH=. .venv/bin/python bench/ablations/startup.py --fix crops --num_images 300 --repeats 5
     PYTHONPATH=. .venv/bin/python bench/ablations/startup.py --fix forward_refs --repeats 9
-    PYTHONPATH=. .venv/bin/python bench/ablations/startup.py --fix roomy_stack --num_images 40 --repeats 9
+    PYTHONPATH=. .venv/bin/python bench/ablations/startup.py --fix roomy_stack --num_images 40 --repeats 7
 
 `--fix` picks what the "off" runs leave out; the "imgrec" runs are as imgrec ships:
   - `keras3`: `pipeline.cli.use_keras_2` and `startup.defer_keras` made no-ops (in the workers
