@@ -7,7 +7,7 @@
 # CPU; 2026-12-03 17:20 on a faster host: 564 s wall, 1,016 s CPU, 625 s / 1,132 s at 16:30
 # before the analysis process lost its reload and Keras; 19:00-20:00, three runs: 541-611 s
 # wall, 1,001-1,135 s CPU; 2026-12-05: 3 workers 344-387 s, 626-707 s CPU, ~95 % busy; 4 workers
-# 385 s, 728 s CPU, 99-100 % busy; 02:05-03:40, 3 workers: 347-371 s, 618-667 s CPU), each test file on one worker (its module fixtures, corpora and servers, are built once), the slowest files first
+# 385 s, 728 s CPU, 99-100 % busy; 02:05-03:40, 3 workers: 347-371 s, 618-667 s CPU), each test file on one worker (its module fixtures, corpora and servers, are built once), the longest files first
 # (tests/conftest.py, _SLOWEST_FIRST; --no-loadscope-reorder keeps that order).
 # Extra arguments go to pytest: test paths (default: pytest.ini's testpaths, tests/), options (a
 # later -n wins: `-n 0` runs in this process, for pdb). The tiers (tests/conftest.py): tests/unit

@@ -111,37 +111,42 @@ def pytest_configure(config):
         config.addinivalue_line("markers", f"{name}: {what}")
 
 
-# The files that take longest in a whole run, run first (each file's tests in sequence on one
-# xdist worker, seconds summed from `--junitxml`, 2026-12-02, whole suite with 3 workers on 2
-# cores beside three other engineers' runs, load 11: slower than alone, in about the same order).
-# run_tests.sh turns off xdist's own order (most tests per file first, which sent these last, so
-# the run ended with one long file on one worker while the others sat idle); the other files
-# follow in xdist's order. Each file stays on one worker (--dist loadfile), so order is all a
-# file list can change.
+# The files that take longest in a whole run, run first, longest first (each file's tests in
+# sequence on one xdist worker; wall seconds per file in one whole run as CI runs it, CI=true with
+# the 40-s fuzz budget, 3 workers on 2 cores, 2026-12-05 06:40, 332 s in all). run_tests.sh turns
+# off xdist's own order (most tests per file first): the files not named follow in that order,
+# all under 9 s. Each file stays on one worker (--dist loadfile), so order is all a file list can
+# change: the last file a worker takes decides when it ends. With the list of 2026-12-02 (other
+# engineers' runs beside it, load 11) test_forked_workers (37 s) and test_fuzz (14 s in CI) were
+# not named and came last, and the three workers ended 20 s apart (327, 316, 307 s).
 _SLOWEST_FIRST = (
-    "e2e/test_dask.py",  # 761 s
-    "integration/test_incremental.py",  # 698
-    "e2e/test_reader_multiworker.py",  # 625: four two-process TensorFlow clusters
-    "integration/test_splice_records.py",  # 592
-    "integration/test_odd_names.py",  # 534
-    "integration/test_incremental_stats.py",  # ~250 (issue 34, timed alone: ~120 s wall)
-    "e2e/test_cloud.py",  # 533
-    "unit/test_reader.py",  # 477
-    "e2e/test_quiet_progress.py",  # 452
-    "e2e/test_cloud_analyze.py",  # 421
-    "integration/test_convert.py",  # 417
-    "integration/test_resume.py",  # 415
-    "integration/test_store_modes.py",  # 411
-    # A training reader under three conversions each, one file per store (xdist runs them side
-    # by side); the SIGKILL expiry (45 s) on local disk only: 319, 313, 261.
-    "e2e/test_version_leases_gcs.py",
-    "e2e/test_version_leases.py",
-    "e2e/test_version_leases_s3.py",
-    "e2e/test_reader_vanishing_buckets.py",  # 298
-    "e2e/test_cli.py",  # 255
-    "unit/test_reader_s3.py",  # 223
-    "integration/test_versioned.py",  # 218
-    "unit/test_analyze.py",  # 213
+    "e2e/test_reader_multiworker.py",  # 71: four two-process TensorFlow clusters
+    "e2e/test_dask.py",  # 70
+    "e2e/test_version_leases.py",  # 59, most of it waiting out the SIGKILL expiry (45 s)
+    "e2e/test_cloud.py",  # 50
+    "integration/test_incremental.py",  # 45
+    "integration/test_splice_records.py",  # 41
+    "unit/test_analysis_process.py",  # 39
+    "integration/test_odd_names.py",  # 38
+    "e2e/test_forked_workers.py",  # 37
+    "unit/test_reader.py",  # 33
+    "integration/test_resume.py",  # 31
+    "integration/test_store_modes.py",  # 31
+    "e2e/test_cli.py",  # 29
+    "e2e/test_version_leases_s3.py",  # 26
+    "e2e/test_cloud_analyze.py",  # 26
+    "unit/test_storage.py",  # 25, most of it waiting on the storage servers
+    "integration/test_convert.py",  # 23
+    "e2e/test_quiet_progress.py",  # 22
+    "integration/test_versioned.py",  # 20
+    "e2e/test_version_leases_gcs.py",  # 20
+    "unit/test_analyze.py",  # 19
+    "e2e/test_reader_vanishing_buckets.py",  # 18
+    "unit/test_fuzz.py",  # 14 in CI (its budget: 20,000 cases or 40 s), 6 in the unit tier
+    "unit/test_startup.py",  # 14
+    "unit/test_reader_s3.py",  # 14
+    "integration/test_incremental_stats.py",  # 12
+    "unit/test_layers.py",  # 9
 )
 
 
