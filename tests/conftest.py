@@ -114,8 +114,8 @@ def pytest_configure(config):
 # The files that take longest in a whole run, run first, longest first (each file's tests in
 # sequence on one xdist worker; wall seconds per file in one whole run as CI runs it, CI=true with
 # the 40-s fuzz budget, 3 workers on 2 cores, 2026-12-05 06:40, 332 s in all). run_tests.sh turns
-# off xdist's own order (most tests per file first): the files not named follow in that order,
-# all under 9 s. Each file stays on one worker (--dist loadfile), so order is all a file list can
+# off xdist's own order (most tests per file first); the files not named, all under 9 s, follow
+# (_file_rank). Each file stays on one worker (--dist loadfile), so order is all a file list can
 # change: the last file a worker takes decides when it ends. With the list of 2026-12-02 (other
 # engineers' runs beside it, load 11) test_forked_workers (37 s) and test_fuzz (14 s in CI) were
 # not named and came last, and the three workers ended 20 s apart (327, 316, 307 s).
@@ -150,9 +150,15 @@ _SLOWEST_FIRST = (
 )
 
 
-def _file_rank(name: str, num_tests: int) -> tuple[int, int]:
+def _file_rank(name: str, num_tests: int) -> tuple[int, int, int]:
+    """The named files in their order, then the others by tier (e2e, integration, unit: a fresh
+    process per test before many small in-process ones), most tests first within a tier. So a
+    run ends on the unit tier's small files, which the workers share out evenly; an e2e file
+    not named yet (a few tests, seconds each) does not come last."""
     first = _SLOWEST_FIRST.index(name) if name in _SLOWEST_FIRST else len(_SLOWEST_FIRST)
-    return first, -num_tests
+    folder = name.partition("/")[0]
+    tier = TIERS[::-1].index(folder) if folder in TIERS else len(TIERS)
+    return first, tier, -num_tests
 
 
 # The storage-server fixtures (tests/servers.py): a test in tests/unit that uses one talks to a

@@ -15,9 +15,11 @@ def test_every_slowest_first_file_exists():
     assert missing == []
 
 
-def test_named_files_come_first_in_their_order_then_the_most_tests_first():
+def test_named_files_come_first_in_their_order_then_by_tier_then_the_most_tests_first():
     first, second = conftest._SLOWEST_FIRST[:2]
-    names = ["unit/a.py", second, "unit/b.py", first, "unit/c.py"]
-    counts = {"unit/a.py": 3, second: 1, "unit/b.py": 9, first: 2, "unit/c.py": 3}
+    names = ["unit/a.py", second, "e2e/x.py", "unit/b.py", first, "integration/y.py", "unit/c.py"]
+    counts = {"unit/a.py": 3, second: 1, "e2e/x.py": 2, "unit/b.py": 9, first: 2,
+              "integration/y.py": 1, "unit/c.py": 3}  # fmt: skip
     order = sorted(names, key=lambda n: conftest._file_rank(n, counts[n]))
-    assert order == [first, second, "unit/b.py", "unit/a.py", "unit/c.py"]
+    assert order == [first, second, "e2e/x.py", "integration/y.py", "unit/b.py", "unit/a.py",
+                     "unit/c.py"]  # fmt: skip
