@@ -1,14 +1,11 @@
 #!/usr/bin/env bash
 # Set up (as run_local.sh does) and run the whole test suite on pytest-xdist workers, one per
-# core plus one (the e2e tests spend seconds waiting on servers, clusters and child processes:
-# whole suite on 2 cores: 423 s with 2 workers, 364 s with 3, 394 s with 4 once; 2026-12-02, 3
-# workers 273-286 s at 98 % CPU, 4 workers 299 s; 2026-12-03, 3 workers beside other engineers'
-# runs, load 3-7: 1,227 s wall, 1,883 s CPU; 2026-12-03 quiet, merged main: 858 s wall, 1,616 s
-# CPU; 2026-12-03 17:20 on a faster host: 564 s wall, 1,016 s CPU, 625 s / 1,132 s at 16:30
-# before the analysis process lost its reload and Keras; 19:00-20:00, three runs: 541-611 s
-# wall, 1,001-1,135 s CPU; 2026-12-05: 3 workers 344-387 s, 626-707 s CPU, ~95 % busy; 4 workers
-# 385 s, 728 s CPU, 99-100 % busy; 02:05-03:40, 3 workers: 347-371 s, 618-667 s CPU), each test file on one worker (its module fixtures, corpora and servers, are built once), the longest files first
-# (tests/conftest.py, _SLOWEST_FIRST; --no-loadscope-reorder keeps that order).
+# core plus one: the e2e tests spend seconds waiting on servers, clusters and child processes, so
+# a third worker keeps 2 cores busy (2 workers 423 s, 3 workers 364 s, 4 workers 394 s once,
+# 2026-12-02; 4 workers 385 s against 344-387 s for 3, 2026-12-05). Each test file runs on one
+# worker (its module fixtures, corpora and servers are built once), the longest files first
+# (tests/conftest.py, _SLOWEST_FIRST and _file_rank; --no-loadscope-reorder keeps that order).
+# The suite's times, dated, are in docs/benchmarks.md (2026-12-05 06:40-07:45: 310-326 s).
 # Extra arguments go to pytest: test paths (default: pytest.ini's testpaths, tests/), options (a
 # later -n wins: `-n 0` runs in this process, for pdb). The tiers (tests/conftest.py): tests/unit
 # (no conversion), tests/integration (whole conversions in process), tests/e2e (the real command
@@ -16,12 +13,8 @@
 #   ./run_tests.sh                 everything (what CI runs)
 #   ./run_tests.sh -m unit         the inner loop: tests/unit without its server and TFT-pipeline
 #                                  tests (those run with integration), one worker per core:
-#                                  38 s on 2 cores (2026-12-03 17:50, a faster host; 47 s
-#                                  at 20:05); 48-56 s
-#                                  (2026-12-03 14:50-15:07, 5 runs; 71-80 s just
-#                                  before, with Keras loaded in the workers, a 12 s fuzz and the
-#                                  broad format corpus's TensorFlow child in the tier; 150 s
-#                                  before the tiers were split)
+#                                  26-30 s on 2 cores (2026-12-05); 48-56 s on 2026-12-03
+#                                  and 150 s before the tiers were split (docs/benchmarks.md)
 #   ./run_tests.sh -m "not e2e"    unit and integration: everything in the test process
 set -euo pipefail
 cd "$(dirname "$0")"
