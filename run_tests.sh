@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Set up (as run_local.sh does) and run the whole test suite on pytest-xdist workers, one per
 # core plus one: the e2e tests spend seconds waiting on servers, clusters and child processes, so
-# a third worker keeps 2 cores busy (2 workers 423 s, 3 workers 364 s, 4 workers 394 s once,
-# 2026-12-02; 4 workers 385 s against 344-387 s for 3, 2026-12-05). Each test file runs on one
+# a third worker keeps 2 cores busy (one early run: 2 workers 423 s, 3 workers 364 s, 4 workers
+# 394 s; 2026-12-02: 3 workers 273-286 s, 4 workers 299 s; 2026-12-05: 3 workers 344-387 s, 4
+# workers 385 s with more CPU, 728 s against 626-707 s). Each test file runs on one
 # worker (its module fixtures, corpora and servers are built once), the longest files first
 # (tests/conftest.py, _SLOWEST_FIRST and _file_rank; --no-loadscope-reorder keeps that order).
-# The suite's times, dated, are in docs/benchmarks.md (2026-12-05 06:40-07:45: 310-326 s).
+# The suite's times, dated, are in docs/benchmarks.md (2026-12-05 06:40-07:45: 310-351 s).
 # Extra arguments go to pytest: test paths (default: pytest.ini's testpaths, tests/), options (a
 # later -n wins: `-n 0` runs in this process, for pdb). The tiers (tests/conftest.py): tests/unit
 # (no conversion), tests/integration (whole conversions in process), tests/e2e (the real command
