@@ -156,9 +156,13 @@ def _file_rank(name: str, num_tests: int) -> tuple[int, int, int]:
     run ends on the unit tier's small files, which the workers share out evenly; an e2e file
     not named yet (a few tests, seconds each) does not come last."""
     first = _SLOWEST_FIRST.index(name) if name in _SLOWEST_FIRST else len(_SLOWEST_FIRST)
+    return first, TIERS[::-1].index(_folder_tier(name)), -num_tests
+
+
+def _folder_tier(name: str) -> str:
+    """The tier of a file's folder (tests/<tier>/); a file elsewhere is a unit test's."""
     folder = name.partition("/")[0]
-    tier = TIERS[::-1].index(folder) if folder in TIERS else len(TIERS)
-    return first, tier, -num_tests
+    return folder if folder in TIERS else "unit"
 
 
 # The storage-server fixtures (tests/servers.py): a test in tests/unit that uses one talks to a
@@ -174,8 +178,7 @@ def _tier(item, name: str) -> str:
     analysis pipeline) or using a storage server; else its folder's."""
     if item.get_closest_marker("e2e") is not None:
         return "e2e"
-    folder = name.partition("/")[0]
-    tier = folder if folder in TIERS else "unit"
+    tier = _folder_tier(name)
     if tier == "unit" and (
         item.get_closest_marker("integration") is not None
         or _SERVER_FIXTURES & set(getattr(item, "fixturenames", ()))
