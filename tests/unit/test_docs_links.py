@@ -135,14 +135,20 @@ def test_python_snippets_compile_and_import_what_they_use():
     assert not problems, "\n".join(problems)
 
 
-@pytest.mark.parametrize("command", ["inspect", "verify", "preview"])
-def test_run_local_dispatches_every_subcommand(command):
+def _imgrec_commands() -> list[str]:
+    from pipeline import cli
+
+    listed = cli._USAGE.split("commands:")[1].split("\n\n")[0]
+    return [line.split()[0] for line in listed.strip().splitlines()] + ["help"]
+
+
+def test_run_local_passes_every_imgrec_command_through():
     with open(os.path.join(ROOT, "run_local.sh")) as f:
         script = f.read()
-    dispatch = re.search(
-        r"case \"\$\{1:-\}\" in\n\s+([\w|]+)\) exec python -m pipeline \"\$@\"", script
-    )
-    assert dispatch and command in dispatch.group(1).split("|")
+    dispatch = re.search(r"\n\s+([\w|]+)\) exec python -m pipeline \"\$@\"", script)
+    commands = _imgrec_commands()
+    assert {"convert", "verify", "inspect", "preview", "versions"} <= set(commands)
+    assert dispatch and set(commands) <= set(dispatch.group(1).split("|"))
 
 
 def test_shipped_configs_parse_and_the_local_one_stays_offline():
