@@ -4,7 +4,8 @@ Two ways, pick one and delete the other:
   * `imgrec_flowers_flex`: launch the Dataflow Flex Template built from templates/flex/
     (no imgrec install on the Airflow workers; the image carries it).
   * `imgrec_flowers_beam`: run `imgrec convert` from the Airflow worker with Beam's operator
-    (imgrec installed there; the job itself still runs on Dataflow).
+    (a clone of imgrec set up there, in IMGREC_HOME: `./run_local.sh help` once makes its
+    .venv; the job itself still runs on Dataflow).
 
 Both write a new version under OUTPUT_ROOT and move OUTPUT_ROOT/LATEST only when it is
 complete; `max_active_runs=1` keeps two runs from writing the same root at once, and
@@ -30,6 +31,10 @@ INPUT = "gs://my-bucket/photos/**"
 OUTPUT_ROOT = "gs://my-bucket/datasets/flowers"
 TEMPLATE = "gs://my-bucket/templates/imgrec-convert.json"
 IMAGE = f"{REGION}-docker.pkg.dev/{PROJECT}/imgrec/imgrec-convert:0.1.0"
+# The clone the Beam operator runs, and its virtualenv's interpreter: the operator's default,
+# `python3` from PATH, has no Beam, and the task would fail at `import apache_beam`.
+IMGREC_HOME = "/opt/imgrec"
+IMGREC_PYTHON = f"{IMGREC_HOME}/.venv/bin/python"
 # Seven nightly versions: a training job that resolved LATEST up to a week ago still finds
 # its version (pruning never touches the one LATEST names).
 KEEP_VERSIONS = 7
@@ -82,9 +87,11 @@ with DAG(
     BeamRunPythonPipelineOperator(
         task_id="convert",
         runner="DataflowRunner",
-        # `python -m pipeline` is `imgrec`; the operator runs this file with the options below.
-        py_file="/opt/imgrec/pipeline/__main__.py",
-        py_options=[],
+        # The operator runs `PY_INTERPRETER PY_OPTIONS PY_FILE --option=value ...`: here
+        # `.venv/bin/python -m pipeline --runner=DataflowRunner ...`, which is `imgrec convert ...`.
+        py_interpreter=IMGREC_PYTHON,
+        py_options=["-m"],
+        py_file="pipeline",
         pipeline_options={
             "input": INPUT,
             "output": OUTPUT_ROOT,
@@ -92,7 +99,7 @@ with DAG(
             "resume": True,
             "keep_versions": KEEP_VERSIONS,
             "temp_location": "gs://my-bucket/tmp",
-            "setup_file": "/opt/imgrec/setup.py",
+            "setup_file": f"{IMGREC_HOME}/setup.py",
         },
         dataflow_config=DataflowConfiguration(
             job_name="imgrec-flowers", project_id=PROJECT, location=REGION

@@ -214,6 +214,51 @@ def _dict_keys_under(tree: ast.Module, key: str) -> set[str]:
     return found
 
 
+def _dag_operators(monkeypatch) -> dict[str, dict]:
+    """Each operator's keyword arguments, from running the DAG file with Airflow stubbed out."""
+    import sys
+    import types
+
+    made: dict[str, dict] = {}
+
+    def operator(name):
+        return lambda **kwargs: made.setdefault(name, kwargs)
+
+    class _Dag:
+        def __init__(self, **kwargs):
+            pass
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+    modules = {
+        "airflow": {"DAG": _Dag},
+        "airflow.providers.apache.beam.operators.beam": {
+            "BeamRunPythonPipelineOperator": operator("beam")},
+        "airflow.providers.google.cloud.operators.dataflow": {
+            "DataflowConfiguration": dict,
+            "DataflowStartFlexTemplateOperator": operator("flex")},
+    }  # fmt: skip
+    for name, attrs in modules.items():
+        monkeypatch.setitem(sys.modules, name, types.SimpleNamespace(**attrs))
+    exec(compile(DAG.read_text(), str(DAG), "exec"), {"__name__": "airflow_dag"})
+    return made
+
+
+def test_airflow_beam_operator_runs_imgrec_from_its_virtualenv(monkeypatch):
+    beam = _dag_operators(monkeypatch)["beam"]
+    # The operator runs [py_interpreter, *py_options, py_file, --option=value ...]; its default
+    # interpreter, python3 from PATH, has no Beam. The clone's .venv, as docs/scheduling.md says.
+    home = beam["py_interpreter"].removesuffix("/.venv/bin/python")
+    assert home != beam["py_interpreter"], beam["py_interpreter"]
+    assert [*beam["py_options"], beam["py_file"]] == ["-m", "pipeline"]
+    assert beam["pipeline_options"]["setup_file"] == f"{home}/setup.py"
+    assert (ROOT / "pipeline" / "__main__.py").exists() and (ROOT / "setup.py").exists()
+
+
 def test_docs_give_the_build_and_run_commands():
     text = DOCS.read_text()
     for needed in ("gcloud dataflow flex-template build", "gcloud dataflow flex-template run",
