@@ -8,7 +8,8 @@ import sys
 
 __all__ = ["build_model", "fit", "main", "multi_worker_strategy"]
 
-# Runnable as `python examples/train_mirrored.py` from the repository root without installing.
+# Runnable as `.venv/bin/python examples/train_mirrored.py` from the repository root (the .venv
+# that ./run_local.sh sets up), without installing imgrec itself.
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
