@@ -96,6 +96,35 @@ def test_every_relative_path_the_docs_and_help_name_exists():
     assert not missing, "\n".join(missing)
 
 
+def _anchors(path: str) -> set[str]:
+    """The fragments a Markdown file answers to on GitHub: its headings' slugs (lowercased,
+    punctuation dropped, spaces as hyphens, repeats numbered) and its explicit `<a id=...>`."""
+    with open(path, encoding="utf-8") as f:
+        text = re.sub(r"```.*?```", "", f.read(), flags=re.S)
+    found = set(re.findall(r"<a (?:id|name)=\"([^\"]+)\"", text))
+    seen: dict[str, int] = {}
+    for title in re.findall(r"^#{1,6} (.+)$", text, re.M):
+        slug = re.sub(r"[^\w\- ]", "", title.strip().lower()).replace(" ", "-")
+        found.add(f"{slug}-{seen[slug]}" if slug in seen else slug)
+        seen[slug] = seen.get(slug, 0) + 1
+    return found
+
+
+def test_every_link_to_a_section_finds_it():
+    missing = []
+    for doc in [README, *DOCS]:
+        with open(doc, encoding="utf-8") as f:
+            links = _LINK.findall(f.read())
+        for link in links:
+            target, _, fragment = link.partition("#")
+            if not fragment or re.match(r"^[a-z]+:", link) or not target.endswith(".md") and target:
+                continue
+            path = os.path.join(os.path.dirname(doc), target) if target else doc
+            if os.path.exists(path) and fragment not in _anchors(path):
+                missing.append(f"{os.path.relpath(doc, ROOT)}: link {link}")
+    assert not missing, "\n".join(missing)
+
+
 def test_the_path_check_catches_a_missing_file():
     assert "docs/README_dataflow.md" in _named_paths("see docs/README_dataflow.md.")
     assert not _exists("docs/README_dataflow.md", _tracked())
