@@ -36,24 +36,23 @@ AUTOTUNE = tf.data.AUTOTUNE
 # `traced_as_written(fn)`: traced without AutoGraph (pipeline/reader/shares.py says why), and so
 # are the functions nested in it (interleave, scan, map_fn). The user's `postprocess` is not.
 
-# Shards read at once per input pipeline: enough outstanding reads to hide object-store latency
-# (gs:// first-byte time is ~50 ms) while a 2-core laptop still reads a few files at a time.
+# Shards read at once per input pipeline: enough outstanding reads to hide object-store latency,
+# few enough that a small machine still reads a few files at a time.
 _MAX_PARALLEL_SHARDS = 16
-# Read-ahead per open shard. TF's default (256 KB) means one GCS round trip per ~3 records of
-# ~100 KB; 8 MB is what TF official models' ImageNet reader uses. 16 open shards x 8 MB = 128 MB.
+# Read-ahead per open shard: TF's 256 KB default costs a bucket round trip every few photos; 8 MB
+# is what TF official models' ImageNet reader uses.
 _READ_BUFFER_BYTES = 8 * 1024 * 1024
 
-# Records counted at a time when checking each shard's record count (see _read_shard): 32 records
-# of ~100 KB per open shard, x16 open shards, is ~50 MB of transient memory.
+# Records counted at a time by _read_shard's count check: batches keep the check cheap, small
+# ones bound the memory each open shard holds.
 _COUNT_BATCH = 32
 # Read attempts per shard beyond its expected batches (see _read_shard): a read error ends the
 # shard at once (TFRecordDataset moves past the file), so only a shard that cannot be opened
 # uses them, and it fails after its expected batches plus these, not never.
 _SPARE_READS = 4
 
-# Default RAM for the shuffle buffer of serialized records, per input pipeline. ~100 KB ImageNet
-# records give ~2,600 records, ~20 batches of 128: enough to mix shards, since file order is
-# already shuffled per epoch and 16 shards are interleaved record by record.
+# Default RAM for the shuffle buffer of serialized records, per input pipeline: a few thousand
+# photos, enough to mix shards whose order is already shuffled and which are interleaved.
 _DEFAULT_SHUFFLE_MB = 256
 # Never shuffle fewer records than this, even for huge records: below ~1k the buffer barely mixes
 # neighbouring records of one shard (which share a source folder order).
@@ -64,9 +63,8 @@ _MIN_SHUFFLE_RECORDS = 1024
 _CACHE_RAM_FRACTION = 0.25
 
 # Auto mode turns JPEG DCT scaling on when the split's median shorter side is at least this many
-# times the target's longer side. Measured on this repo's 2-core dev box (CPU ms per image, fused
-# crop, output 224x224): 1600x1200 photos 2.58 -> 2.22 (train), 2.91 -> 2.25 (eval) with scaling;
-# on ~450x400 photos the per-image ratio switch costs 0.69 -> 0.79, so it stays off there.
+# times the target's longer side: it pays on large photos, and costs more than it saves on photos
+# near the output size.
 _DCT_MIN_SCALE = 2
 
 # Workers must agree on the per-epoch file order to split records without overlap; with seed=None
@@ -226,77 +224,149 @@ def make_dataset(
     if lease and versions.is_version_name(data_dir.rstrip("/").rpartition("/")[2]):
         held = leases.hold(data_dir, store)  # before the shards are checked: prunes see it
     try:
-        info, split_info, shards = _load_split(data_dir, split, store)
-        local_copies = None
-        if cache_dir is not None or not shard_cache.tensorflow_reads(data_dir):
-            if shard_cache.tensorflow_reads(data_dir) and "://" not in data_dir:
-                _log.info("data_dir %s is local: cache_dir is not used", data_dir)
-            else:
-                local_copies = shard_cache.ShardCache(
-                    store,
-                    data_dir,
-                    split,
-                    split_info["shards"],
-                    cache_dir or shard_cache.DEFAULT_CACHE_DIR,
-                )
-                local_copies.check_space()
-        num_examples = int(split_info.get("num_examples", sum(s.num_examples for s in shards)))
-        num_bytes = int(split_info.get("num_bytes", 0))
-        if isinstance(image_size, int):
-            image_size = (image_size, image_size)
-        replicas = None
-        if strategy is not None:
-            replicas = strategy.num_replicas_in_sync
-        elif input_context is not None:
-            replicas = input_context.num_replicas_in_sync
-        if replicas and global_batch_size % replicas:
-            raise ValueError(
-                f"global_batch_size {global_batch_size} is not divisible by the {replicas} replicas "
-                f"in sync; use a multiple of {replicas} (e.g. {replicas * max(1, global_batch_size // replicas)})"
-            )
-        avg_record = max(1, num_bytes // max(1, num_examples))
-        store_mode = raw_pixels.store_mode(info)
-        if jpeg_dct_scaling is None:
-            jpeg_dct_scaling = store_mode != "pixels" and (
-                _typical_min_side(info, shards[0], local_copies) >= _DCT_MIN_SCALE * max(image_size)
-            )
-        config = _Config(
-            shards=shards,
-            num_examples=num_examples,
-            num_bytes=num_bytes,
-            global_batch_size=global_batch_size,
+        config = _make_config(
+            data_dir,
+            split,
+            store,
+            global_batch_size,
+            _replicas(strategy, input_context),
             training=training,
-            image_size=(int(image_size[0]), int(image_size[1])),
+            image_size=image_size,
             seed=seed,
-            repeat=training if repeat is None else repeat,
-            deterministic=(not training) if deterministic is None else deterministic,
-            cache=_want_cache(cache, split, num_bytes),
-            shuffle_records=max(_MIN_SHUFFLE_RECORDS, int(shuffle_buffer_mb * 2**20 / avg_record)),
+            repeat=repeat,
+            deterministic=deterministic,
+            cache=cache,
+            shuffle_buffer_mb=shuffle_buffer_mb,
             crop_fraction=crop_fraction,
-            dct_scaling=bool(jpeg_dct_scaling),
-            extra_features=tuple(extra_features),
+            jpeg_dct_scaling=jpeg_dct_scaling,
+            extra_features=extra_features,
             postprocess=postprocess,
-            normalize_dir=_export_dir(data_dir, local_copies) if normalize else None,
-            local_copies=local_copies,
-            store=store_mode,
-            data_dir=data_dir,
+            normalize=normalize,
+            cache_dir=cache_dir,
         )
-
-        def pipeline(ctx, multi_device: bool) -> tf.data.Dataset:
-            dataset = _pipeline_dataset(config, ctx, multi_device=multi_device)
-            if held is not None:  # the lease lasts while a dataset (or its iterator) does
-                leases.attach(held, dataset)
-            return dataset
-
-        if strategy is not None:
-            return strategy.distribute_datasets_from_function(
-                lambda ctx: pipeline(ctx, multi_device=True)
-            )
-        return pipeline(input_context, multi_device=False)
+        return _distribute(config, held, strategy, input_context)
     except BaseException:
         if held is not None:
             leases.release_unused(held)  # no dataset came of it
         raise
+
+
+def _make_config(
+    data_dir: str,
+    split: str,
+    store: shard_cache.Store,
+    global_batch_size: int,
+    replicas: int | None,
+    *,
+    training: bool,
+    image_size: int | tuple[int, int],
+    seed: int | None,
+    repeat: bool | None,
+    deterministic: bool | None,
+    cache: bool | str,
+    shuffle_buffer_mb: float,
+    crop_fraction: float,
+    jpeg_dct_scaling: bool | None,
+    extra_features: Sequence[str],
+    postprocess: Callable | None,
+    normalize: bool,
+    cache_dir: str | None,
+) -> _Config:
+    """`make_dataset`'s arguments, resolved against the split's dataset_info.json and validated."""
+    info, split_info, shards = _load_split(data_dir, split, store)
+    local_copies = _local_copies(store, data_dir, split, split_info, cache_dir)
+    num_examples = int(split_info.get("num_examples", sum(s.num_examples for s in shards)))
+    num_bytes = int(split_info.get("num_bytes", 0))
+    if isinstance(image_size, int):
+        image_size = (image_size, image_size)
+    _check_batch_divides(global_batch_size, replicas)
+    avg_record = max(1, num_bytes // max(1, num_examples))
+    store_mode = raw_pixels.store_mode(info)
+    if jpeg_dct_scaling is None:
+        jpeg_dct_scaling = store_mode != "pixels" and (
+            _typical_min_side(info, shards[0], local_copies) >= _DCT_MIN_SCALE * max(image_size)
+        )
+    return _Config(
+        shards=shards,
+        num_examples=num_examples,
+        num_bytes=num_bytes,
+        global_batch_size=global_batch_size,
+        training=training,
+        image_size=(int(image_size[0]), int(image_size[1])),
+        seed=seed,
+        repeat=training if repeat is None else repeat,
+        deterministic=(not training) if deterministic is None else deterministic,
+        cache=_want_cache(cache, split, num_bytes),
+        shuffle_records=max(_MIN_SHUFFLE_RECORDS, int(shuffle_buffer_mb * 2**20 / avg_record)),
+        crop_fraction=crop_fraction,
+        dct_scaling=bool(jpeg_dct_scaling),
+        extra_features=tuple(extra_features),
+        postprocess=postprocess,
+        normalize_dir=_export_dir(data_dir, local_copies) if normalize else None,
+        local_copies=local_copies,
+        store=store_mode,
+        data_dir=data_dir,
+    )
+
+
+def _local_copies(
+    store: shard_cache.Store, data_dir: str, split: str, split_info: dict, cache_dir: str | None
+) -> shard_cache.ShardCache | None:
+    """The local cache of the split's shards, when TensorFlow cannot read them or it is asked for."""
+    if cache_dir is None and shard_cache.tensorflow_reads(data_dir):
+        return None
+    if shard_cache.tensorflow_reads(data_dir) and "://" not in data_dir:
+        _log.info("data_dir %s is local: cache_dir is not used", data_dir)
+        return None
+    local_copies = shard_cache.ShardCache(
+        store,
+        data_dir,
+        split,
+        split_info["shards"],
+        cache_dir or shard_cache.DEFAULT_CACHE_DIR,
+    )
+    local_copies.check_space()
+    return local_copies
+
+
+def _replicas(
+    strategy: tf.distribute.Strategy | None, input_context: tf.distribute.InputContext | None
+) -> int | None:
+    """Replicas in sync that share a global batch; None without a strategy or input context."""
+    if strategy is not None:
+        return strategy.num_replicas_in_sync
+    if input_context is not None:
+        return input_context.num_replicas_in_sync
+    return None
+
+
+def _check_batch_divides(global_batch_size: int, replicas: int | None) -> None:
+    if replicas and global_batch_size % replicas:
+        raise ValueError(
+            f"global_batch_size {global_batch_size} is not divisible by the {replicas} replicas "
+            f"in sync; use a multiple of {replicas} (e.g. {replicas * max(1, global_batch_size // replicas)})"
+        )
+
+
+def _distribute(
+    config: _Config,
+    held: leases.Lease | None,
+    strategy: tf.distribute.Strategy | None,
+    input_context: tf.distribute.InputContext | None,
+) -> tf.data.Dataset | tf.distribute.DistributedDataset:
+    """One input pipeline per `input_context`, or the strategy's; each keeps the lease `held`."""
+
+    def pipeline(ctx, multi_device: bool) -> tf.data.Dataset:
+        dataset = _pipeline_dataset(config, ctx, multi_device=multi_device)
+        if held is not None:  # the lease lasts while a dataset (or its iterator) does
+            leases.attach(held, dataset)
+        return dataset
+
+    if strategy is not None:
+        return strategy.distribute_datasets_from_function(
+            lambda ctx: pipeline(ctx, multi_device=True)
+        )
+    return pipeline(input_context, multi_device=False)
 
 
 def _want_cache(cache: bool | str, split: str, num_bytes: int) -> bool:
@@ -343,13 +413,12 @@ def evaluation_images(
 ) -> tf.Tensor:
     """What `make_dataset(..., training=False)` yields for these serialized Examples, decoded
     eagerly one by one without a tf.data pipeline (the report shows a few dozen: building and
-    tracing a pipeline for them measured ~2 s; `decode.decode_batch_eagerly`).
+    tracing a pipeline costs more than decoding them; `decode.decode_batch_eagerly`).
 
     JPEG DCT scaling follows the dataset's statistics as in `make_dataset`; without statistics
     (--no_analyze), the median shorter side of the JPEGs among these records decides, as the
     JPEGs among a shard's first records do for `make_dataset` (raw-pixel records of --store
-    smart do not count: they counted here before, and the report's crops of the large JPEGs
-    of a smart dataset were then decoded at full scale where the reader scales them).
+    smart do not count, so a smart dataset's large JPEGs are scaled as the reader scales them).
 
     Args:
         records: serialized tf.train.Examples of one dataset.
@@ -424,9 +493,8 @@ def _pipeline_dataset(
         max_parallel_shards=_MAX_PARALLEL_SHARDS,
     )
     if config.postprocess is None:
-        # Batch the serialized records, then parse and decode a whole batch per call: one tf.data
-        # function call per image measured ~40 us of CPU on top of the work (~10% of a 450x400
-        # JPEG's decode), and parse_example over a batch 8 us/record against parse_single's 48.
+        # Batch the serialized records, then parse and decode a whole batch per call: a tf.data
+        # function call per image, and parse_single_example, cost more than parsing a batch.
         batches = records.batch(
             batch_size, drop_remainder=config.training, num_parallel_calls=AUTOTUNE
         ).map(
@@ -486,18 +554,14 @@ def _read_shard(
     TFRecordDataset's own DataLossError ("corrupted record at 12") does not say which file. So
     read errors end the shard early (`ignore_errors` logs the original error), and a count check
     against dataset_info.json after the shard's last record fails naming the shard. The count
-    runs on small batches of records: per-record bookkeeping measured +48 us/record (~7% of a
-    450x400 JPEG decode), batches of 32 measured within noise of a bare read.
+    runs on small batches of records: per-record bookkeeping would cost more than the read.
 
     `ignore_errors` retries its input until it yields or ends, and TFRecordDataset retries a
     file it could not open (deleted, permission lost) on every call instead of moving past it:
-    together they spun forever on a shard deleted under a running reader (100 % CPU, no error).
-    Every call is therefore zipped behind a finite counter: the counter is asked first, so each
-    attempt, failed or not, uses one of its elements, and a shard that cannot be opened ends
+    together they spun forever on a shard deleted under a running reader. Every call is
+    therefore zipped behind a finite counter, asked first, so a shard that cannot be opened ends
     after its expected batches plus `_SPARE_READS`, with zero records, which the count check
-    turns into the error naming it. Cost (8 shards x 5,000 records of 2 KB, 2 parallel reads,
-    4 alternating runs on the loaded 2-core dev box): 0.62-0.77 s CPU without the counter,
-    0.73-0.81 s with it, ~3 us per record, about 1 % of a 450x400 JPEG's decode.
+    turns into the error naming it.
     """
     records = tf.data.TFRecordDataset(
         path, compression_type=compression, buffer_size=_READ_BUFFER_BYTES
@@ -512,15 +576,7 @@ def _read_shard(
     batches = batches.concatenate(
         tf.data.Dataset.from_tensors((tf.constant(-1, tf.int64), tf.constant([], tf.string)))
     )
-    where = f" of dataset {data_dir}" if data_dir else ""
-    version = data_dir.rstrip("/").rpartition("/")[2]
-    if versions.is_version_name(version):
-        hint = (
-            f"; if version {version} was pruned (--keep_versions) or removed while this job ran, "
-            "restart the job: it reads the version LATEST names now (docs/scheduling.md)"
-        )
-    else:
-        hint = ""
+    advice = _unreadable_shard_advice(data_dir)
 
     def count(n: tf.Tensor, attempt_batch):
         _, batch = attempt_batch
@@ -535,11 +591,27 @@ def _read_shard(
                 tf.strings.as_string(n),
                 " of ",
                 tf.strings.as_string(expected),
-                " records" + where + " (the read error is logged above); if the shard is "
-                "there, re-convert it or run `imgrec verify`" + hint,
+                advice,
             ]
         )
         with tf.control_dependencies([tf.debugging.Assert(ok, [message])]):
             return n + size, tf.identity(batch)
 
     return batches.scan(tf.constant(0, tf.int64), count).unbatch()
+
+
+def _unreadable_shard_advice(data_dir: str) -> str:
+    """The end of _read_shard's error: the dataset, and what to do (restart, for a pruned version)."""
+    where = f" of dataset {data_dir}" if data_dir else ""
+    version = data_dir.rstrip("/").rpartition("/")[2]
+    if versions.is_version_name(version):
+        hint = (
+            f"; if version {version} was pruned (--keep_versions) or removed while this job ran, "
+            "restart the job: it reads the version LATEST names now (docs/scheduling.md)"
+        )
+    else:
+        hint = ""
+    return (
+        " records" + where + " (the read error is logged above); if the shard is "
+        "there, re-convert it or run `imgrec verify`" + hint
+    )
