@@ -15,11 +15,9 @@ want="$(cd "$IMGREC_ROOT" && for f in requirements.txt requirements-test.txt con
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   echo "imgrec: installing pinned dependencies into $VENV (first run takes a few minutes)" >&2
   "$VENV/bin/python" -m pip install -q --disable-pip-version-check --retries 10 --upgrade pip >&2
-  # A CI run on 2026-12-04 lost the 424 MB DALI wheel at 289.7 MB after pip's default 5 resumes
-  # ("Connection interrupted while downloading"; pip says the same when the disk fills, as a
-  # clone here found with 8 KB left). So pip resumes a wheel up to 50 times, retries a connection
-  # 10 times, and the whole install is tried 3 times; the last failure names the free space (the
-  # pinned environment takes ~4.4 GB).
+  # Large wheels (DALI's) can outlast pip's default 5 download resumes on a flaky connection, so
+  # pip resumes up to 50 times and the install is tried 3 times. pip reports a full disk as an
+  # interrupted download too, so the last failure names the free space.
   attempt=1
   until "$VENV/bin/python" -m pip install -q --disable-pip-version-check --retries 10 \
     --resume-retries 50 -c "$IMGREC_ROOT/constraints.txt" \

@@ -6,9 +6,8 @@ overheads against imgrec's memoized ones (core/beam_compat, on by default).
 Each run is `python -m pipeline convert --input DIR/*/*.jpg --output OUT` with default options
 (analysis and report on; a corpus this size runs in the launcher's process). The "Beam's own"
 runs first turn off what beam_compat adds over Beam's per-call work: DoFn state specs, option
-views and function signatures recomputed on every call, every module's globals listed again
-for each cached value's weight (`memoize_dofn_specs`, `memoize_option_views`,
-`memoize_function_arguments`, `weigh_cached_state_once_per_module_set` made no-ops). The runs alternate, so the
+views and function signatures recomputed on every call (`memoize_dofn_specs`,
+`memoize_option_views`, `memoize_function_arguments` made no-ops). The runs alternate, so the
 machine's load falls on both alike; medians are printed, then the ratio.
 """
 
@@ -29,7 +28,6 @@ _RUN = cli_with_compat_off(
     "memoize_dofn_specs",
     "memoize_option_views",
     "memoize_function_arguments",
-    "weigh_cached_state_once_per_module_set",
 )
 
 

@@ -8,7 +8,7 @@ start as fresh interpreters (IMGREC_FORKED_WORKERS=0; the default then stays in-
 
 At one file it measures what the zygote costs a run that forks no worker (the fork, the stage
 modules imported before it); from 3,000 files the default runs two forked worker processes.
-Same loop as bench/ablations/beam_extras.py (`default_command_ab` in bench/_common.py): the modes
+Same loop as bench/ablations/type_inference.py (`default_command_ab` in bench/_common.py): the modes
 alternate, and the outputs must be the same.
 """
 
