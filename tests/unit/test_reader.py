@@ -6,9 +6,6 @@ import hashlib
 import io
 import json
 import os
-import subprocess
-import sys
-import textwrap
 
 import numpy as np
 import pytest
@@ -19,13 +16,10 @@ from core import schema
 from pipeline.reader import crops as reader_crops
 from pipeline.reader import dataset as reader
 from pipeline.reader import decode as reader_decode
-from tests.runs import ROOT as ROOT_PATH
-from tests.runs import tf_script
 
 LABELS = ["astronaut", "cat", "coffee"]
 IMAGE_SIZE = (24, 32)
 SPLITS = {"train": (60, 4), "validation": (21, 3)}  # split: (examples, shards)
-REPO = str(ROOT_PATH)
 
 
 def _image_bytes(index: int, fmt: str) -> tuple[bytes, int, int]:
@@ -410,143 +404,3 @@ def test_corrupt_shard_fails_with_its_name(tmp_path):
     ds = reader.make_dataset(root, "validation", 4, image_size=IMAGE_SIZE)
     with pytest.raises(tf.errors.OpError, match=r"validation-00002-of-00003\.tfrecord is corrupt"):
         list(ds)
-
-
-# ---------------------------------------------------------------- two replicas, own process
-
-_MIRRORED_SCRIPT = textwrap.dedent(
-    """
-    import json, sys
-    import tensorflow as tf
-    cpu = tf.config.list_physical_devices("CPU")[0]
-    tf.config.set_logical_device_configuration(
-        cpu, [tf.config.LogicalDeviceConfiguration(), tf.config.LogicalDeviceConfiguration()])
-    import keras
-    from pipeline.reader import dataset as reader
-    from core import schema
-
-    out0 = {"beam_imported": "apache_beam" in sys.modules}
-    data_dir = sys.argv[1]
-    strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
-    out = {"replicas": strategy.num_replicas_in_sync, **out0}
-
-    train = reader.make_dataset(data_dir, "train", 8, strategy=strategy, training=True,
-                                image_size=(24, 32), seed=0)
-    images, labels = next(iter(train))
-    out["train_shapes"] = [list(t.shape) for t in strategy.experimental_local_results(images)]
-
-    val = reader.make_dataset(data_dir, "validation", 8, strategy=strategy, image_size=(24, 32),
-                              extra_features=[schema.FILENAME])
-    names, steps = [], 0
-    for _, _, extras in val:
-        steps += 1
-        for part in strategy.experimental_local_results(extras[schema.FILENAME]):
-            names += [n.decode() for n in part.numpy()]
-    out["eval_names"], out["eval_steps"] = names, steps
-
-    with strategy.scope():
-        model = keras.Sequential([
-            keras.Input((24, 32, 3), dtype="uint8"),
-            keras.layers.Rescaling(1 / 255.0),
-            keras.layers.Conv2D(4, 3, activation="relu"),
-            keras.layers.GlobalAveragePooling2D(),
-            keras.layers.Dense(3),
-        ])
-        model.compile("sgd", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-    spe = reader.steps_per_epoch(data_dir, "train", 8)
-    history = model.fit(train, epochs=2, steps_per_epoch=spe, verbose=0)
-    out["fit_losses"] = history.history["loss"]
-    out["fit_steps"] = spe
-
-    # What a multi-worker strategy does to a plain dataset; an AUTO/FILE policy would log
-    # "Found an unshardable source dataset" here (the reader's sources include random seeds).
-    from tensorflow.python.distribute import input_ops
-    plain = reader.make_dataset(data_dir, "train", 8, training=True, image_size=(24, 32))
-    next(iter(input_ops.auto_shard_dataset(plain, 2, 0, 2)))
-    print("RESULT " + json.dumps(out))
-    """
-)
-
-
-@pytest.fixture(scope="module")
-def mirrored(data_dir) -> dict:
-    """Run the MirroredStrategy scenario with two logical CPUs in a fresh process."""
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="0", PYTHONPATH=REPO, CUDA_VISIBLE_DEVICES="")
-    proc = subprocess.run(
-        tf_script(_MIRRORED_SCRIPT, data_dir),
-        check=False,
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=REPO,
-        timeout=180,
-    )
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    line = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")][-1]
-    return {
-        "result": json.loads(line[len("RESULT ") :]),
-        "log": proc.stdout + proc.stderr,
-    }
-
-
-@pytest.mark.e2e  # a fresh TensorFlow process (MirroredStrategy or TF's own filesystem)
-def test_mirrored_each_replica_gets_half_the_global_batch(mirrored):
-    result = mirrored["result"]
-    assert result["replicas"] == 2
-    assert result["train_shapes"] == [[4, 24, 32, 3], [4, 24, 32, 3]]
-
-
-@pytest.mark.e2e  # a fresh TensorFlow process (MirroredStrategy or TF's own filesystem)
-def test_reader_imports_without_beam(mirrored):
-    assert mirrored["result"]["beam_imported"] is False
-
-
-@pytest.mark.e2e  # a fresh TensorFlow process (MirroredStrategy or TF's own filesystem)
-def test_mirrored_evaluation_epoch_yields_every_example_once(mirrored):
-    names = mirrored["result"]["eval_names"]
-    assert len(names) == 21 and len(set(names)) == 21
-    assert mirrored["result"]["eval_steps"] == 3
-
-
-@pytest.mark.e2e  # a fresh TensorFlow process (MirroredStrategy or TF's own filesystem)
-def test_mirrored_model_fit_runs_steps_per_epoch(mirrored):
-    result = mirrored["result"]
-    assert result["fit_steps"] == 7
-    assert len(result["fit_losses"]) == 2 and all(np.isfinite(result["fit_losses"]))
-    assert "ran out of data" not in mirrored["log"]
-
-
-@pytest.mark.e2e  # a fresh TensorFlow process (MirroredStrategy or TF's own filesystem)
-def test_example_trains_with_mirrored_strategy(data_dir):
-    env = dict(os.environ, PYTHONPATH=REPO, CUDA_VISIBLE_DEVICES="")
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "examples/train_mirrored.py",
-            "--data_dir",
-            data_dir,
-            "--epochs",
-            "2",
-            "--batch_size",
-            "8",
-            "--image_size",
-            "32",
-            "--seed",
-            "0",
-        ],
-        check=False,
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=REPO,
-        timeout=180,
-    )
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    assert "replicas in sync: 2" in proc.stdout
-    assert proc.stdout.count("val_accuracy") >= 2  # evaluation ran after both epochs
-
-
-@pytest.mark.e2e  # a fresh TensorFlow process (MirroredStrategy or TF's own filesystem)
-def test_mirrored_logs_no_auto_shard_warning(mirrored):
-    log = mirrored["log"].lower()
-    assert "auto_shard" not in log and "autoshard" not in log and "unshardable" not in log
