@@ -75,9 +75,8 @@ def alternate(modes, repeats: int, run_one, label: str = "") -> dict[str, tuple[
     median CPU)}.
 
     Every other round runs the modes in reverse order (A B, B A, ...), and the page cache's dirty
-    pages are written out (`os.sync`) before each run: the run after one that wrote hundreds of
-    MB paid for that write-back (12,000 photos, 2026-12-03: whichever mode ran second in each
-    pair was slower, by up to 1.3x, whichever it was)."""
+    pages are written out (`os.sync`) before each run: otherwise the run after one that wrote
+    hundreds of MB pays for that write-back."""
     times: dict[str, list[tuple[float, float]]] = {m: [] for m in modes}
     for i in range(repeats):
         for mode in modes if i % 2 == 0 else tuple(reversed(modes)):

@@ -11,7 +11,7 @@ per size: imgrec, the plain loop, the loop on both cores, then again. Commands:
   imgrec              `python -m pipeline convert --input ... --output ...`
   --aside adds: imgrec with IMGREC_ANALYSIS_PROCESS=0 (TFT in the job's stages, the old path)
                 and, above 1 file, imgrec with IMGREC_FORKED_WORKERS=0 (Beam's own worker
-                processes, from 20,000 files; in-process below: the default before 2026-12-03)
+                processes, from 20,000 files; in-process below)
 Size 1 is one photo (a corpus of 1 healthy image, no odd files).
 """
 
@@ -106,7 +106,7 @@ def _commands(corpus_dir: str, size: int, aside: bool) -> list[tuple[str, list[s
                 {"IMGREC_FORKED_WORKERS": "0"},
             )
         )
-        # What the pixel statistics' sample costs (docs/benchmarks.md): a quarter of the default's.
+        # What the pixel statistics' sample costs: the default beside a smaller sample.
         stats = ["--stats_max_images", "1000"]
         rows.append(("imgrec --stats_max_images 1000", imgrec + [out + "-stats"] + stats, {}))
     if aside:

@@ -8,8 +8,8 @@ group and temp dir, waits until the command has its children (the analysis proce
 --workers 2, the workers' zygote and Beam's two worker commands), waits --delay seconds, then sends SIGINT to the whole
 group. It prints the exit status, the seconds to exit and the terminal's last line. A run that
 has not exited after --hang_s is reported as a hang with a stack dump (py-spy, when it is on the
-PATH) and its children, then killed. Not a test: one run in 25 under pytest hung once
-(2026-12-03, not reproduced since), which this script is for finding again.
+PATH) and its children, then killed. Not a test: a run under pytest once hung, which this script
+is for finding again.
 """
 
 from __future__ import annotations

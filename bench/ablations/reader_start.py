@@ -6,7 +6,7 @@ Converts a small demo corpus once (`imgrec convert --no_analyze`, under bench/_w
 fresh processes alternately that import the reader, call `make_dataset(..., training=True)` and
 take one batch, printing wall and CPU seconds per phase and their medians. `autograph` runs the
 same reader with `tf.autograph.experimental.do_not_convert` made an identity before the reader
-is imported, so tf.data converts the reader's functions as it did before 2026-12-03
+is imported, so tf.data converts the reader's functions with AutoGraph, its default
 (pipeline/reader/shares.py `traced_as_written`). `plain tf.data` is the script a user would write
 instead (TFRecordDataset on the shards, shuffle, decode_jpeg, resize, batch; on all cores, as
 tf.data runs), from the same import to its first batch.

@@ -5,7 +5,7 @@
     PYTHONPATH=. .venv/bin/python bench/ablations/tft_keras.py --sizes 1 --repeats 9
 
 At one file the analysis process is the command's critical path (docs/benchmarks.md), and
-`import tensorflow_transform` spent 0.42 s of its 0.53 s importing tf_keras there. Same loop as
+most of `import tensorflow_transform` there is tf_keras. Same loop as
 bench/ablations/type_inference.py (bench/_common.default_command_ab): the modes alternate, and
 the outputs, dataset_info.json included, must be the same.
 """
