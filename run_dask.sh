@@ -15,16 +15,16 @@ export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"  # Workers import imgrec's t
 PIDS=()
 stop() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
 trap stop EXIT
-# --preload pipeline.runners.dask_preload: the scheduler imports the stages (and TensorFlow) at start-up,
-# while the workers start, not when it unpickles the job's task graph (pipeline/runners/dask_preload.py).
-dask scheduler --host 127.0.0.1 --port "$PORT" --no-dashboard --preload pipeline.runners.dask_preload \
+# --preload pipeline.launch.dask_preload: the scheduler imports the stages (and TensorFlow) at start-up,
+# while the workers start, not when it unpickles the job's task graph (pipeline/launch/dask_preload.py).
+dask scheduler --host 127.0.0.1 --port "$PORT" --no-dashboard --preload pipeline.launch.dask_preload \
   >"$LOGS/scheduler.log" 2>&1 &
 PIDS+=($!)
 for i in $(seq 1 "$WORKERS"); do
   # --preload: each worker process imports TensorFlow and the stages at start-up, without the
-  # garbage collector; its nanny does not (pipeline/runners/dask_preload.py; docs/runners.md).
+  # garbage collector; its nanny does not (pipeline/launch/dask_preload.py; docs/runners.md).
   dask worker "tcp://127.0.0.1:$PORT" --nthreads 1 --no-dashboard --name "w$i" \
-    --preload pipeline.runners.dask_preload \
+    --preload pipeline.launch.dask_preload \
     >"$LOGS/worker-$i.log" 2>&1 &
   PIDS+=($!)
 done

@@ -49,6 +49,6 @@ setup(
     install_requires=_requirements(),
     # Example convert configs (read by the launcher through --config, never by workers).
     data_files=[("share/imgrec/configs", sorted(glob.glob("configs/*.yaml", root_dir=HERE)))],
-    entry_points={"console_scripts": ["imgrec = pipeline.cli:run"]},
+    entry_points={"console_scripts": ["imgrec = pipeline.launch.program:run"]},
     license="Apache-2.0",
 )

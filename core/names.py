@@ -19,10 +19,11 @@ import urllib.parse
 
 __all__ = [
     "ESCAPED_PREFIX",
-    "escape_argv",
+    "absolute_escaped",
     "escape_text",
     "filename_bytes",
     "from_local",
+    "is_utf8",
     "local_path",
     "printable",
 ]
@@ -38,7 +39,8 @@ _SURROGATE = re.compile("[\udc80-\udcff%]")
 _UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 
 
-def _is_utf8(text: str) -> bool:
+def is_utf8(text: str) -> bool:
+    """Whether `text` encodes as UTF-8 (no surrogate escapes from os.fsdecode)."""
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
@@ -52,7 +54,7 @@ def escape_text(text: str) -> str:
     For keys and labels cut from a path (folder names), which must be strings every coder and
     JSON writer takes.
     """
-    if _is_utf8(text):
+    if is_utf8(text):
         return text
     return _SURROGATE.sub(
         lambda m: "%25" if m.group() == "%" else f"%{ord(m.group()) - 0xDC00:02X}", text
@@ -63,7 +65,7 @@ def from_local(path: str) -> str:
     """The form a local `path` travels in: itself, or the escaped `file://` URI when its name is
     not valid UTF-8 (the str holds surrogate escapes). Already escaped URIs and URIs of other
     stores are returned unchanged."""
-    if _is_utf8(path):
+    if is_utf8(path):
         return path
     if "://" in path:  # A bucket object cannot have this name: reading it says so, named.
         return escape_text(path)
@@ -91,7 +93,7 @@ def printable(name: str | bytes) -> str:
     control characters (newline, ESC, ...) as `\\n`, `\\x1b`, `\\u2028`; the rest as is."""
     if isinstance(name, bytes):
         name = from_local(os.fsdecode(name))
-    elif not _is_utf8(name):
+    elif not is_utf8(name):
         name = from_local(name)
 
     def one(m: re.Match) -> str:
@@ -101,33 +103,8 @@ def printable(name: str | bytes) -> str:
     return _UNPRINTABLE.sub(one, name)
 
 
-def escape_argv(argv: list[str], file_options: tuple[str, ...]) -> list[str]:
-    """Command-line arguments with each value of `file_options` that is not UTF-8 made
-    absolute and escaped (from_local): Beam's pipeline options are protobuf strings, which
-    refuse surrogate escapes (the job failed in `encode_pipeline_options`).
-
-    Raises:
-        ValueError: another argument is not UTF-8 (nothing else may name such a file).
-    """
-    out = []
-    for i, arg in enumerate(argv):
-        if _is_utf8(arg):
-            out.append(arg)
-            continue
-        flag, eq, value = arg.partition("=")
-        if eq and flag in file_options:
-            out.append(f"{flag}={_absolute_escaped(value)}")
-        elif i > 0 and argv[i - 1] in file_options:
-            out.append(_absolute_escaped(arg))
-        else:
-            raise ValueError(
-                f"{printable(arg)}: not valid UTF-8; only {' and '.join(file_options)} may "
-                "name files whose names are not (rename the folder, e.g. the --output one)"
-            )
-    return out
-
-
-def _absolute_escaped(path: str) -> str:
+def absolute_escaped(path: str) -> str:
+    """A local path made absolute, then escaped (`from_local`); a URI only escaped."""
     if "://" not in path:
         path = os.path.abspath(os.path.expanduser(path))
     return from_local(path)

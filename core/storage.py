@@ -32,7 +32,7 @@ from typing import TypeVar
 from apache_beam.io.filesystem import BeamIOError
 from apache_beam.io.filesystems import FileSystems
 
-from core import beam_clients, beam_compat, names
+from core import beam_clients, names
 from core.errors import ERROR_PREFIX
 
 __all__ = [
@@ -55,12 +55,6 @@ __all__ = [
 ]
 
 T = TypeVar("T")
-
-# Every process that touches storage (the launcher, each Beam worker that unpickles a DoFn from
-# transforms/) runs with beam_compat's fixes: Beam's S3 filesystem reuses its boto3 clients
-# (one per operation cost ~100 ms), and DoFn state specs, option views and function signatures
-# are computed once instead of on every call.
-beam_compat.install()
 
 # Three retries with exponential backoff span ~7 s: enough to ride out a 429/503 burst or a
 # reset connection on GCS/S3 without stalling a bundle for minutes on a file that is truly gone.
@@ -359,7 +353,9 @@ def read_bytes(path: str, attempts: int = MAX_ATTEMPTS) -> bytes:
 
     def _read() -> bytes:
         if one_request:  # one GET, not Beam's metadata request and then the bytes
-            return beam_clients.read_object(path)
+            data = beam_clients.read_object(path)
+            if data is not None:
+                return data
         # A local name that is not UTF-8 travels escaped (core/names.py: a file:// URI).
         with FileSystems.open(names.local_path(path), compression_type="uncompressed") as f:
             return f.read()

@@ -1,5 +1,5 @@
 """`python -m pipeline ...` is the `imgrec` command."""
 
-from pipeline.cli import run
+from pipeline.launch.program import run
 
 run()

@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
+import os
 import tempfile
 
 import apache_beam as beam
-from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions, TestOptions
+from apache_beam.options.pipeline_options import (
+    PipelineOptions,
+    StandardOptions,
+    TestOptions,
+    TypeOptions,
+)
 
-from core import beam_compat
+from core.runners import is_local_runner
+from pipeline.launch import analysis_process
+from pipeline.launch.direct_runner import runner_for
 from pipeline.options import ConvertConfig
-from pipeline.runners import forked_workers
 from transforms.count_progress import CountProgress
 from transforms.dedupe import DropDuplicates
 from transforms.describe import DescribeDataset
@@ -43,8 +50,8 @@ def _shard_examples(shard: dict) -> int:
     return int(shard.get("num_examples", 0))
 
 
-# Runners whose workers run on this machine and inherit the progress folder's variable.
-_LOCAL_RUNNERS = ("DirectRunner", "direct", "BundleBasedDirectRunner", "SwitchingDirectRunner")
+# IMGREC_BEAM_TYPE_INFERENCE=1 keeps Beam's construction-time type inference (benchmarks' A/B).
+TYPE_INFERENCE_ENV = "IMGREC_BEAM_TYPE_INFERENCE"
 
 
 def _add_progress(listing, inspection, written, rejected, deduped) -> None:
@@ -61,11 +68,10 @@ def _add_progress(listing, inspection, written, rejected, deduped) -> None:
 
 def _analysis_handoff(options: PipelineOptions) -> str | None:
     """The started analysis process's hand-off folder, if this job can use it
-    (pipeline/analysis_process.py): a runner on this machine, TFT's scratch in the temp dir."""
-    runner = str(options.view_as(StandardOptions).runner or "DirectRunner")
-    if runner not in _LOCAL_RUNNERS:
+    (pipeline/launch/analysis_process.py): a runner on this machine, TFT's scratch in the temp
+    dir."""
+    if not is_local_runner(options.view_as(StandardOptions).runner):
         return None
-    from pipeline import analysis_process
     from transforms.analyze import scratch_root
 
     return analysis_process.claim(scratch_root(options))
@@ -76,20 +82,12 @@ def add_convert(
 ) -> beam.PCollection:
     """Add the whole conversion to `p`; returns the PCollection holding the dataset_info dict.
 
-    `rerun_key` (pipeline/versions/fast_rerun.py) is recorded with a versioned run's listing digest, so
-    that a rerun of the same command on an unchanged input can reuse the version whole.
+    `rerun_key` (pipeline/versions/fast_rerun.py) is recorded with a versioned run's listing
+    digest, so that a rerun of the same command on an unchanged input can reuse the version whole.
     """
     listing = p | "List" >> ListImages(config)
     listed = listing["listed"]  # [ListedFile]: batches of names, never bytes
-
-    num_listed = (
-        (
-            listed | "BatchSizes" >> beam.Map(len),
-            listing["rejected"] | "OnePerReject" >> beam.Map(lambda _: 1),
-        )
-        | "AllListed" >> beam.Flatten()
-        | "CountListed" >> beam.CombineGlobally(sum)
-    )
+    num_listed = _count_listed(listing)
     # Label map: the sorted set of names over everything listed, stable across runs.
     label_names = (
         listed
@@ -97,74 +95,17 @@ def add_convert(
         # A set-union combine, pre-combined per bundle: no shuffle element per file.
         | "LabelSet" >> beam.CombineGlobally(_LabelSetFn())
     )
-
-    stats_count = num_listed if config.analyze else None
-    to_inspect, reused = listed, None
-    if reuse_sources(config):
-        # Files whose listing stamp matches a record of the earlier run (--resume) or of the
-        # previous version (--versioned) skip the read and decode.
-        reuse = listed | "ReuseUnchanged" >> ReuseInspections(config, stats_count)
-        to_inspect, reused = reuse["todo"], reuse["reused"]
-        if config.previous_version:  # This version's records must cover every file too.
-            reuse["carried"] | "RecordReused" >> RecordInspections(config)
-    inspection = to_inspect | "Inspect" >> InspectImages(config, stats_count)
-    inspection["inspected"] | "RecordInspections" >> RecordInspections(config)
-    inspected = inspection["inspected"]
-    if reused is not None:
-        inspected = (inspected, reused) | "WithReused" >> beam.Flatten()
-    # [InspectedImage]
+    inspection, inspected, reused = _inspect(listed, config, num_listed)  # [InspectedImage]
     deduped = (
         inspected | "Dedupe" >> DropDuplicates()
         if config.dedupe
-        else {
-            "unique": inspected,
-            "duplicates": p | "NoDuplicates" >> beam.Create([]),
-        }
+        else {"unique": inspected, "duplicates": p | "NoDuplicates" >> beam.Create([])}
     )
-    unique = deduped["unique"]
-
-    planned = unique | "Plan" >> PlanShards(config)
-    # ((split, index), [entry]): an entry is a tuple of plan_shards.WRITER_FIELDS
-    groups = planned["groups"]
-
-    handoff = aside = requested = None
-    if config.analyze:
-        # A dry run only builds the job: keep TFT's scratch folder local, not in --temp_location.
-        dry_run = bool(p.options.view_as(TestOptions).dry_run)
-        train = config.train_split
-        # InspectedImage of the training split: only it feeds the statistics.
-        train_images = unique | "TrainImages" >> beam.FlatMap(
-            lambda batch: [r for r in batch if r["split"] == train]
-        )
-        handoff = None if dry_run else _analysis_handoff(p.options)
-        if handoff:  # TFT runs in the analysis process started with the command
-            from transforms.analyze_aside import AnalyzeAside
-
-            aside = AnalyzeAside(config.output, label_names, handoff, train)
-            requested = train_images | "AnalysisRequest" >> aside.request()
-            # The shards are written while TFT analyses: only after the request, and the job
-            # waits for the answer only after the shards (AnalyzeAside).
-            groups = groups | "AfterAnalysisRequest" >> beam.Map(
-                lambda group, unused_token: group, beam.pvalue.AsSingleton(requested)
-            )
-        else:
-            from transforms.analyze import AnalyzeDataset  # TFT import only when it is used.
-
-            temp_dir = tempfile.mkdtemp(prefix="imgrec-dry-run-") if dry_run else None
-            statistics = train_images | "Analyze" >> AnalyzeDataset(
-                config.output, label_names=label_names, train_split=train, temp_dir=temp_dir
-            )
-    else:
-        statistics = p | "NoStatistics" >> beam.Create([None])
-    if handoff is None:  # a started analysis process has no use in this job: end it now
-        from pipeline import analysis_process
-
-        analysis_process.stop()
-
+    planned = deduped["unique"] | "Plan" >> PlanShards(config)
+    analysis = _Analysis(p, config, deduped["unique"], label_names)
+    groups = analysis.before_writing(planned["groups"])  # ((split, index), [entry])
     written = groups | "Write" >> WriteShards(config, planned["plan"], label_names)
-    if aside is not None:
-        statistics = requested | "Analyze" >> aside.answer(after=written["shards"])
-
+    statistics = analysis.statistics(after=written["shards"])
     rejected = (
         listing["rejected"],
         inspection["rejected"],
@@ -172,8 +113,7 @@ def add_convert(
     ) | "AllRejected" >> beam.Flatten()
     # Live progress: side branches that only count (pipeline/progress.py), no output. Local
     # runs only: a distributed runner's job graph stays as it was (its counters are polled).
-    runner = str(p.options.view_as(StandardOptions).runner or "DirectRunner")
-    if runner in _LOCAL_RUNNERS:
+    if is_local_runner(p.options.view_as(StandardOptions).runner):
         _add_progress(listing, inspection, written, rejected, deduped)
         if reused is not None:  # Files taken from records count as inspected too.
             _ = reused | "ProgressReused" >> CountProgress("inspected", len)
@@ -189,12 +129,97 @@ def add_convert(
         statistics=statistics,
     )
     if config.versioned:
-        from transforms.publish_version import DigestListing, PublishVersion, WriteFileIndex
-
-        index = planned["groups"] | "IndexFiles" >> WriteFileIndex(config.output)
-        digest = (listed, listing["rejected"]) | "DigestListing" >> DigestListing()
-        _ = described | "PublishVersion" >> PublishVersion(config, index, digest, rerun_key)
+        _publish_version(config, described, planned["groups"], listing, rerun_key)
     return described
+
+
+def _count_listed(listing) -> beam.PCollection:
+    """Every listed file, written or rejected at listing: one number."""
+    return (
+        (
+            listing["listed"] | "BatchSizes" >> beam.Map(len),
+            listing["rejected"] | "OnePerReject" >> beam.Map(lambda _: 1),
+        )
+        | "AllListed" >> beam.Flatten()
+        | "CountListed" >> beam.CombineGlobally(sum)
+    )
+
+
+def _inspect(listed, config: ConvertConfig, num_listed):
+    """(the inspection's outputs, every InspectedImage batch, the reused ones or None).
+
+    Files whose listing stamp matches a record of the earlier run (--resume) or of the previous
+    version (--versioned) skip the read and decode.
+    """
+    stats_count = num_listed if config.analyze else None
+    to_inspect, reused = listed, None
+    if reuse_sources(config):
+        reuse = listed | "ReuseUnchanged" >> ReuseInspections(config, stats_count)
+        to_inspect, reused = reuse["todo"], reuse["reused"]
+        if config.previous_version:  # This version's records must cover every file too.
+            reuse["carried"] | "RecordReused" >> RecordInspections(config)
+    inspection = to_inspect | "Inspect" >> InspectImages(config, stats_count)
+    inspection["inspected"] | "RecordInspections" >> RecordInspections(config)
+    inspected = inspection["inspected"]
+    if reused is not None:
+        inspected = (inspected, reused) | "WithReused" >> beam.Flatten()
+    return inspection, inspected, reused
+
+
+class _Analysis:
+    """The statistics branch: TFT in the analysis process beside the job where one was started
+    (its request goes out before the shards are written, its answer is awaited after), else
+    TFT's stages in the job itself, or no statistics with --no_analyze."""
+
+    def __init__(self, p: beam.Pipeline, config: ConvertConfig, unique, label_names):
+        self._p, self._aside, self._requested, self._statistics = p, None, None, None
+        if not config.analyze:
+            self._statistics = p | "NoStatistics" >> beam.Create([None])
+            analysis_process.stop()  # a started analysis process has no use in this job
+            return
+        # A dry run only builds the job: keep TFT's scratch folder local, not in --temp_location.
+        dry_run = bool(p.options.view_as(TestOptions).dry_run)
+        train = config.train_split
+        # InspectedImage of the training split: only it feeds the statistics.
+        train_images = unique | "TrainImages" >> beam.FlatMap(
+            lambda batch: [r for r in batch if r["split"] == train]
+        )
+        handoff = None if dry_run else _analysis_handoff(p.options)
+        if handoff:
+            from transforms.analyze_aside import AnalyzeAside
+
+            self._aside = AnalyzeAside(config.output, label_names, handoff, train)
+            self._requested = train_images | "AnalysisRequest" >> self._aside.request()
+            return
+        analysis_process.stop()
+        from transforms.analyze import AnalyzeDataset  # TFT import only when it is used.
+
+        temp_dir = tempfile.mkdtemp(prefix="imgrec-dry-run-") if dry_run else None
+        self._statistics = train_images | "Analyze" >> AnalyzeDataset(
+            config.output, label_names=label_names, train_split=train, temp_dir=temp_dir
+        )
+
+    def before_writing(self, groups):
+        """The shard groups, held until the analysis request has gone out (if there is one)."""
+        if self._requested is None:
+            return groups
+        return groups | "AfterAnalysisRequest" >> beam.Map(
+            lambda group, unused_token: group, beam.pvalue.AsSingleton(self._requested)
+        )
+
+    def statistics(self, after) -> beam.PCollection:
+        """The statistics; from the analysis process, awaited only `after` the shards."""
+        if self._aside is None:
+            return self._statistics
+        return self._requested | "Analyze" >> self._aside.answer(after=after)
+
+
+def _publish_version(config, described, groups, listing, rerun_key) -> None:
+    from transforms.publish_version import DigestListing, PublishVersion, WriteFileIndex
+
+    index = groups | "IndexFiles" >> WriteFileIndex(config.output)
+    digest = (listing["listed"], listing["rejected"]) | "DigestListing" >> DigestListing()
+    _ = described | "PublishVersion" >> PublishVersion(config, index, digest, rerun_key)
 
 
 def build_pipeline(
@@ -205,16 +230,12 @@ def build_pipeline(
 ) -> beam.Pipeline:
     """A ready-to-run `beam.Pipeline` converting `config`'s input into `config.output`.
 
-    Beam's DirectRunner (the default) runs as `beam_compat.DirectRunner`: never on a Prism
-    binary downloaded at run time. Beam's construction-time type inference is off in `options`
-    (`beam_compat.skip_type_inference`), whoever made them: the command line, a test or a
-    script building the job itself."""
-    beam_compat.skip_type_inference(options)
-    runner = options.view_as(StandardOptions).runner
-    direct = None
-    if beam_compat.is_direct_runner(runner):
-        # Worker processes forked by `imgrec convert`'s zygote, where it runs one.
-        direct = beam_compat.DirectRunner(worker_command=forked_workers.command())
-    p = beam.Pipeline(runner=direct, options=options)
+    Beam's DirectRunner (the default) runs as imgrec's (pipeline/launch/direct_runner.py): never
+    on a Prism binary downloaded at run time. Beam's construction-time type inference is off
+    in `options`, whoever made them: imgrec declares no element types and checks none, and
+    inferring them disassembles every stage's functions."""
+    if os.environ.get(TYPE_INFERENCE_ENV) != "1":
+        options.view_as(TypeOptions).pipeline_type_check = False
+    p = beam.Pipeline(runner=runner_for(options), options=options)
     add_convert(p, config, provenance, rerun_key)
     return p

@@ -18,6 +18,7 @@ import time
 import uuid
 
 from apache_beam.io.filesystems import FileSystems
+from apache_beam.options import pipeline_options
 from apache_beam.options.pipeline_options import (
     GoogleCloudOptions,
     PipelineOptions,
@@ -25,13 +26,13 @@ from apache_beam.options.pipeline_options import (
     TestOptions,
 )
 
-from core import names, retention, schema, startup, storage, versions
-from core.beam_compat import BeamArgumentParser
+from core import names, retention, schema, storage, versions
 from core.errors import ERROR_PREFIX, interrupted
+from pipeline.launch.choose import AUTO_PROCESSES_MIN_FILES, configure_runner
+from pipeline.launch.plan import LaunchPlan, PlanError, read_plan
 from pipeline.options import ConvertConfig, ConvertOptions, OptionError
 from pipeline.report.summary import format_summary
 from pipeline.runners import dask_runner
-from pipeline.runners.choose import AUTO_PROCESSES_MIN_FILES, configure_runner
 from pipeline.versions import fast_rerun
 from transforms.list_images import ManifestError, read_manifest_rows, resolve_local
 
@@ -58,7 +59,12 @@ class PreflightError(ValueError):
     """The input or output is not usable as given; the message names it and the fix."""
 
 
-class _RaisingParser(BeamArgumentParser):
+# The parser PipelineOptions parses with: some of Beam's own option classes call its
+# add_value_provider_argument. Private to Beam; plain argparse where it is gone.
+_BeamArgumentParser = getattr(pipeline_options, "_BeamArgumentParser", argparse.ArgumentParser)
+
+
+class _RaisingParser(_BeamArgumentParser):
     """Beam's argument parser, raising OptionError instead of printing usage and exiting."""
 
     def error(self, message):
@@ -119,10 +125,6 @@ def parse_convert_args(argv: list[str]) -> tuple[PipelineOptions, ConvertConfig,
     Raises:
         OptionError: naming the option and the fix.
     """
-    try:  # Beam's pipeline options are protobuf strings: no surrogate escapes
-        argv = names.escape_argv(argv, ("--input", "--manifest"))
-    except ValueError as e:
-        raise OptionError(str(e)) from e
     if dask_runner.is_dask(dask_runner.runner_in_argv(argv)):
         dask_runner.register_dask_options()  # Beam's --dask_* options exist once imported.
     parser = _RaisingParser(allow_abbrev=False)
@@ -432,11 +434,10 @@ def print_help() -> None:
 
 
 def check_options(argv: list[str]) -> int | None:
-    """Parse `argv` as `run_convert` will, for the `imgrec` program to call before its heavy
-    imports and forks: `--help`, a bad option and (on this machine's disk) an input that
-    matches nothing, a missing manifest or an output that already holds a dataset are answered
-    after Beam's import alone (~1 s of CPU), not after TensorFlow's, the analysis process's and
-    the zygote's too (~3 s). Returns the exit status to end with, or None to go on."""
+    """Parse `argv` as `run_convert` will, before the heavy imports and forks: `--help`, a bad
+    option and (on this machine's disk) an input that matches nothing, a missing manifest or an
+    output that already holds a dataset are answered after Beam's import alone. Returns the exit
+    status to end with, or None to go on."""
     if any(a in ("-h", "--help") for a in argv):
         print_help()
         return 0
@@ -455,32 +456,20 @@ def check_options(argv: list[str]) -> int | None:
     return None
 
 
-def run_convert(argv: list[str]) -> int:
-    """`imgrec convert ARGS`: returns the process exit status (0 ok, 2 bad usage, 1 failed)."""
+def run_convert(argv: list[str], plan: LaunchPlan | None = None) -> int:
+    """`imgrec convert ARGS`: returns the process exit status (0 ok, 2 bad usage, 1 failed).
+
+    `plan` is the launch's reading of the command line (pipeline/launch/plan.py); a library
+    caller may leave it out.
+    """
     if any(a in ("-h", "--help") for a in argv):
         print_help()
         return 0
     started = time.time()
-    # What a no-change rerun compares (pipeline/versions/fast_rerun.py): the command line as given.
-    rerun_key = fast_rerun.run_key(argv)
     try:
-        options, config, argv = parse_convert_args(argv)
-        # The preflight lists --input and checks --output through FileSystems: give it the
-        # --s3_* / GCS options now, not only to the pipeline's workers.
-        FileSystems.set_options(options)
-        dry_run = bool(options.view_as(TestOptions).dry_run)
-        if config.versioned:  # --output is the root; the run writes one version folder in it
-            config, version_note = versions.plan_run(config)
-        num_files = preflight(config, count_up_to=AUTO_PROCESSES_MIN_FILES)
-        if not dry_run:  # A dry run builds the job and touches nothing.
-            check_writable(config, options)
-        if config.versioned and not dry_run:
-            config = versions.claim_run(config, {"argv": fast_rerun.redact_argv(argv)})
-            print(version_note.format(name=versions.split_version_dir(config.output)[1]))
-        if config.overwrite and not dry_run:  # A dry run builds the job and touches nothing.
-            _delete_dataset(config.output)
-        config = configure_runner(options, argv, config, num_files)
-    except (OptionError, PreflightError, ManifestError, versions.VersionError) as e:
+        plan = plan or read_plan(["convert", *argv])
+        options, config, argv = _prepare(list(plan.args), plan)
+    except (OptionError, PreflightError, ManifestError, versions.VersionError, PlanError) as e:
         print(f"imgrec: {e}", file=sys.stderr)
         return 2
     provenance = {
@@ -491,10 +480,50 @@ def run_convert(argv: list[str]) -> int:
     }
     from pipeline.builder import build_pipeline  # Heavy transforms only once options are good.
 
+    # What a no-change rerun compares (pipeline/versions/fast_rerun.py): the command line as given.
+    rerun_key = fast_rerun.run_key(list(plan.args), plan.convert)
     pipeline = build_pipeline(config, options, provenance, rerun_key=rerun_key)
-    startup.finish()  # the `imgrec` program's start-up imports are done (core/startup.py)
+    status, result = _run_pipeline(pipeline, options)
+    if status is None:
+        _summarise(config, options, result, started)
+        status = 0
+    return status
+
+
+def _prepare(argv: list[str], plan: LaunchPlan):
+    """Parse, preflight and claim the output: (options, config, effective argv) to build from.
+
+    Raises:
+        OptionError, PreflightError, ManifestError, VersionError: naming the problem and the fix.
+    """
+    options, config, argv = parse_convert_args(argv)
+    # The preflight lists --input and checks --output through FileSystems: give it the
+    # --s3_* / GCS options now, not only to the pipeline's workers.
+    FileSystems.set_options(options)
+    dry_run = bool(options.view_as(TestOptions).dry_run)  # builds the job and touches nothing
+    if config.versioned:  # --output is the root; the run writes one version folder in it
+        config, version_note = versions.plan_run(config)
+    num_files = preflight(config, count_up_to=AUTO_PROCESSES_MIN_FILES)
+    if not dry_run:
+        check_writable(config, options)
+    if config.versioned and not dry_run:
+        config = versions.claim_run(config, {"argv": fast_rerun.redact_argv(argv)})
+        print(version_note.format(name=versions.split_version_dir(config.output)[1]))
+    if config.overwrite and not dry_run:
+        _delete_dataset(config.output)
+    config = configure_runner(options, argv, config, num_files)
+    return options, config, argv
+
+
+def _run_pipeline(pipeline, options: PipelineOptions):
+    """Run and wait (a Dataflow job: submit, show its link, poll its counters).
+
+    Returns:
+        (None, the result) when there is a dataset to summarise, else (exit status, None).
+    """
     runner = str(options.view_as(StandardOptions).runner or "")
     remote = "Dataflow" in runner
+    dry_run = bool(options.view_as(TestOptions).dry_run)
     from pipeline import progress
 
     try:
@@ -502,59 +531,77 @@ def run_convert(argv: list[str]) -> int:
         with progress.live(enabled=not remote and not dry_run):
             result = pipeline.run()
             if dry_run:
-                return 0  # The runner reported the job it built; nothing ran to summarise.
+                return 0, None  # The runner reported the job it built; nothing ran to summarise.
             if os.environ.get(_FLEX_TEMPLATE_ENV):
-                return 0  # Dataflow's rule for template launchers: submit, then exit (no waiting).
-            # A template launch (Flex Template) only writes the job's spec: no job, no id yet.
-            if remote and getattr(result, "has_job", False):
-                gcp = options.view_as(GoogleCloudOptions)
-                print(
-                    f"imgrec: Dataflow job {result.job_id()}: https://console.cloud.google.com/"
-                    f"dataflow/jobs/{gcp.region}/{result.job_id()}?project={gcp.project}"
-                )
-                with progress.poll_remote(result):  # the job's counters while it runs
-                    result.wait_until_finish()
-            else:
-                result.wait_until_finish()
+                return 0, None  # Dataflow's rule for template launchers: submit, then exit.
+            _wait(result, options, remote)
     except (KeyboardInterrupt, Exception) as e:  # noqa: BLE001 - any failure: one clear line
-        if not interrupted(e):  # Beam re-raises a DoFn's KeyboardInterrupt as a RuntimeError
-            from pipeline.quiet import log_hint
+        return _failure_status(e, remote), None
+    return None, result
 
-            print(f"imgrec: {_beam_error_line(e)}{log_hint()}", file=sys.stderr)
-            # Too many rejects is the input's problem, not a crash: its own status (see --help).
-            too_many = "TooManyRejectsError" in f"{type(e).__name__} {e}"  # Beam wraps ours
-            return EXIT_TOO_MANY_REJECTS if too_many else 1
-        if remote:
-            print(
-                "imgrec: stopped waiting; the Dataflow job keeps running (cancel it with "
-                "`gcloud dataflow jobs cancel JOB_ID --region REGION`)",
-                file=sys.stderr,
-            )
-        else:
-            print(
-                "imgrec: interrupted; rerun with --resume to keep finished shards", file=sys.stderr
-            )
-        return 130
+
+def _wait(result, options: PipelineOptions, remote: bool) -> None:
+    # A template launch (Flex Template) only writes the job's spec: no job, no id yet.
+    if not (remote and getattr(result, "has_job", False)):
+        result.wait_until_finish()
+        return
+    from pipeline import progress
+
+    gcp = options.view_as(GoogleCloudOptions)
+    print(
+        f"imgrec: Dataflow job {result.job_id()}: https://console.cloud.google.com/"
+        f"dataflow/jobs/{gcp.region}/{result.job_id()}?project={gcp.project}"
+    )
+    with progress.poll_remote(result):  # the job's counters while it runs
+        result.wait_until_finish()
+
+
+def _failure_status(e: BaseException, remote: bool) -> int:
+    """One line on the terminal for a failed or interrupted run; returns the exit status."""
+    if not interrupted(e):  # Beam re-raises a DoFn's KeyboardInterrupt as a RuntimeError
+        from pipeline.quiet import log_hint
+
+        print(f"imgrec: {_beam_error_line(e)}{log_hint()}", file=sys.stderr)
+        # Too many rejects is the input's problem, not a crash: its own status (see --help).
+        too_many = "TooManyRejectsError" in f"{type(e).__name__} {e}"  # Beam wraps ours
+        return EXIT_TOO_MANY_REJECTS if too_many else 1
+    if remote:
+        print(
+            "imgrec: stopped waiting; the Dataflow job keeps running (cancel it with "
+            "`gcloud dataflow jobs cancel JOB_ID --region REGION`)",
+            file=sys.stderr,
+        )
+    else:
+        print("imgrec: interrupted; rerun with --resume to keep finished shards", file=sys.stderr)
+    return 130
+
+
+def _summarise(config: ConvertConfig, options: PipelineOptions, result, started: float) -> None:
+    """The summary lines, the version's lines and the report, once the dataset is written."""
     info_path = storage.join(config.output, schema.DATASET_INFO)
-    if storage.exists(info_path):
-        info = json.loads(storage.read_bytes(info_path))
-        print(format_summary(info, config.output, time.time() - started))
-        if config.versioned:
-            print(versions.publication_line(config.output))
-            reused = versions.reuse_line(config, result)
-            if reused:
-                print(reused)
-            root = versions.split_version_dir(config.output)[0]
-            kept = retention.retention_line(root, config.keep_versions, config.keep_for_s)
-            if kept:  # versions --keep_versions let go that a reader or --keep_for still holds
-                print(kept)
-            from transforms.splice_records import splice_lines
+    if not storage.exists(info_path):
+        return
+    info = json.loads(storage.read_bytes(info_path))
+    print(format_summary(info, config.output, time.time() - started))
+    if config.versioned:
+        _print_version_lines(config, result)
+    if not options.view_as(ConvertOptions).no_report:
+        _write_report(config.output)
 
-            for line in splice_lines(config, result):  # records taken from the previous version
-                print(line)
-        if not options.view_as(ConvertOptions).no_report:
-            _write_report(config.output)
-    return 0
+
+def _print_version_lines(config: ConvertConfig, result) -> None:
+    print(versions.publication_line(config.output))
+    reused = versions.reuse_line(config, result)
+    if reused:
+        print(reused)
+    root = versions.split_version_dir(config.output)[0]
+    kept = retention.retention_line(root, config.keep_versions, config.keep_for_s)
+    if kept:  # versions --keep_versions let go that a reader or --keep_for still holds
+        print(kept)
+    from transforms.splice_records import splice_lines
+
+    for line in splice_lines(config, result):  # records taken from the previous version
+        print(line)
 
 
 def _write_report(output: str) -> None:

@@ -17,6 +17,7 @@ from apache_beam.options.pipeline_options import (
 
 from core import storage
 from core.normalize import IMAGE, LABEL, normalize_layer
+from core.runners import is_local_runner
 
 # The analyzers' feature names, the label id of an unknown label and the mean/std ops, shared
 # with the statistics read back from the export or summed exactly (transforms/statistics.py).
@@ -57,23 +58,6 @@ QUANTILES = (1, 5, 10, 25, 50, 75, 90, 95, 99)
 # Rows per Arrow RecordBatch fed to TFT: large enough to amortise a TF call, small enough that a
 # bundle of per-image dicts (a few hundred bytes each) never matters for memory.
 _MIN_BATCH, _MAX_BATCH = 16, 1024
-# Runners whose workers all run on this machine and share its filesystem: TFT's scratch (written
-# and read back through TensorFlow's file layer, which has no s3:// and ignores the GCS emulator)
-# stays in the local temp dir there, whatever --temp_location says.
-_LOCAL_RUNNERS = frozenset(
-    {
-        "DirectRunner",
-        "direct",
-        "BundleBasedDirectRunner",
-        "SwitchingDirectRunner",
-        "TestDirectRunner",
-        "PrismRunner",
-        "prism",
-        "InteractiveRunner",
-    }
-)
-
-
 def scratch_root(options: PipelineOptions) -> str:
     """Where tensorflow-transform keeps its scratch files (written by TensorFlow, not Beam).
 
@@ -93,7 +77,7 @@ def scratch_root(options: PipelineOptions) -> str:
     runner = options.view_as(StandardOptions).runner
     name = runner if runner is None or isinstance(runner, str) else type(runner).__name__
     temp_location = options.view_as(GoogleCloudOptions).temp_location
-    if name is None or name in _LOCAL_RUNNERS:
+    if is_local_runner(name):
         if temp_location and storage.is_local(temp_location):
             return temp_location
         return tempfile.gettempdir()

@@ -34,7 +34,6 @@ from apache_beam.internal import pickler
 from apache_beam.metrics.metric import MetricResults
 from apache_beam.runners.runner import PipelineRunner
 
-from core import beam_compat
 from core.errors import ERROR_PREFIX
 from pipeline.options import OptionError
 
@@ -144,7 +143,7 @@ def _run_dofn_partition(items, spec: dict, *side_values):
         # A fresh DoFn per task: Dask hands the same deserialized `spec` to every task of a
         # worker, and DoFns keep per-instance state (TFT caches its graph on the instance).
         DoFnSignature(pickler.loads(spec["fn"])),
-        beam_compat.dofn_output_handler(spec["window_fn"], receivers[None], receivers),
+        _dofn_output_handler(spec["window_fn"], receivers[None], receivers),
         context=DoFnContext(spec["label"], state=None),
         side_inputs=side_inputs,
         input_args=list(spec["args"]),
@@ -244,7 +243,7 @@ class _Translator(beam.pipeline.PipelineVisitor):
         main = inputs[0]
         side_views, side_bags = [], []
         for si in node.side_inputs:
-            side_views.append(beam_compat.side_input_view(si))
+            side_views.append((type(si), si._view_options()))
             source = self._input(si.pvalue)
             # Computed once on the cluster; every task reading it gets the whole list. An Item
             # argument is turned into a delayed with its graph optimized (fused) on its own,
@@ -282,7 +281,7 @@ class DaskRunner(PipelineRunner):
         dask_options = options.view_as(DaskOptions).get_all_options(
             drop_default=True, current_only=True
         )
-        bag_kwargs = beam_compat.pop_dask_bag_kwargs(dask_options)
+        bag_kwargs = _pop_dask_bag_kwargs(dask_options)
         client = ddist.Client(**dask_options)
         pipeline.replace_all(dask_overrides())
         threads = sum(client.nthreads().values()) or 1
@@ -320,3 +319,26 @@ def _result_class():
             return _NoMetrics()
 
     return _Result
+
+
+# Beam's own runners run DoFns with these private pieces; Dask runs only.
+def _dofn_output_handler(window_fn, main_receivers, tagged_receivers):
+    """Beam's router of a DoFn's outputs to receivers, for a DoFn run outside a Beam worker."""
+    from apache_beam.runners.common import _OutputHandler
+
+    return _OutputHandler(
+        window_fn=window_fn,
+        main_receivers=main_receivers,
+        tagged_receivers=tagged_receivers,
+        per_element_output_counter=None,
+        output_batch_converter=None,
+        process_yields_batches=False,
+        process_batch_yields_elements=False,
+    )
+
+
+def _pop_dask_bag_kwargs(dask_options: dict) -> dict:
+    """The dask.Bag arguments among DaskOptions' values, removed from `dask_options`."""
+    from apache_beam.runners.dask.dask_runner import DaskOptions
+
+    return DaskOptions._extract_bag_kwargs(dask_options)

@@ -42,13 +42,14 @@ import re
 import sys
 import time
 
-from core import changes, dali_index, leases, retention, schema, startup, versions
+from core import changes, dali_index, leases, retention, schema, versions
 from core.rerun_record import (
     RECORD_FORMAT,
     RERUN_RECORD,
     listing_digest,
     record_bytes,
 )
+from pipeline.launch.plan import ConvertPlan, LaunchPlan
 from pipeline.versions.rerun_stores import BucketStore, LocalStore, latest_version, list_lines
 
 __all__ = ["redact_argv", "run_key", "try_fast_rerun"]
@@ -71,11 +72,6 @@ _KEY_DISTS = (
 # that changed while it was written, a decoder process that died): a previous version holding
 # any of them is never reused whole; the pipeline inspects those files again.
 _UNSTABLE_REJECTS = frozenset({"unreadable", "changed_during_run", "decoder_error"})
-# Options that make a run something other than a local versioned conversion of --input
-# patterns: each of them sends the run through the pipeline.
-_NOT_FAST = ("--full", "--dry_run", "--config", "--manifest", "--overwrite", "-h", "--help")
-# Runners whose conversions run here: others (Dataflow, Dask) always submit their job.
-_LOCAL_RUNNERS = ("DirectRunner", "direct")
 # Files of the previous version that this run writes itself instead of copying.
 _OWN_FILES = (
     schema.DATASET_INFO,
@@ -144,35 +140,17 @@ def _software() -> dict:
     return found
 
 
-def run_key(argv: list[str]) -> str | None:
+def run_key(argv: list[str], plan: ConvertPlan) -> str | None:
     """The run key of `imgrec convert ARGV` (None: such a run is never reused whole).
 
     Two runs with one key have the same options and the same software, so equal input
     listings give equal outputs. The command line is taken as given, so any option change
     (even one that writes the same bytes) runs the pipeline.
     """
-    if not _given(argv, "--versioned") or any(_given(argv, name) for name in _NOT_FAST):
+    if not plan.fast_rerun:
         return None
     body = {"format": RECORD_FORMAT, "argv": list(argv), "software": _software()}
     return hashlib.sha256(json.dumps(body, sort_keys=True).encode("utf-8")).hexdigest()
-
-
-# -- The command line, read without Beam's parser ----------------------------------------------
-
-
-def _given(argv: list[str], name: str) -> bool:
-    return any(a == name or a.startswith(name + "=") for a in argv)
-
-
-def _values(argv: list[str], name: str) -> list[str]:
-    """Values of `--name X` and `--name=X` in order."""
-    found = []
-    for i, a in enumerate(argv):
-        if a == name and i + 1 < len(argv):
-            found.append(argv[i + 1])
-        elif a.startswith(name + "="):
-            found.append(a.split("=", 1)[1])
-    return found
 
 
 def _resolve_local(pattern: str) -> str:
@@ -298,8 +276,8 @@ def _build(store, root: str, previous: str, name: str, info: dict) -> int:
     return sum(not rel.endswith(dali_index.INDEX_SUFFIX) for rel, _ in checked)
 
 
-def try_fast_rerun(argv: list[str]) -> int | None:
-    """Serve `imgrec convert ARGV` from the previous version when nothing changed.
+def try_fast_rerun(launch: LaunchPlan) -> int | None:
+    """Serve `imgrec convert` from the previous version when nothing changed.
 
     Returns:
         The exit status (0) when the run was served, None when the pipeline must run (nothing
@@ -310,9 +288,9 @@ def try_fast_rerun(argv: list[str]) -> int | None:
             summary or the report (as the pipeline's run would).
     """
     started = time.time()
+    argv, convert = list(launch.args), launch.convert
     try:
-        root, patterns, keep, keep_for_s = _eligible(argv)
-        startup.finish()  # it reads the inputs' listing now (core/startup.py)
+        root, patterns, keep, keep_for_s = _eligible(convert)
         remote = "://" in root or any("://" in p for p in patterns)
         if remote:
             from apache_beam.io.filesystems import FileSystems
@@ -322,65 +300,58 @@ def try_fast_rerun(argv: list[str]) -> int | None:
 
             FileSystems.set_options(PipelineOptions(argv))
         store = BucketStore() if remote else LocalStore()
-        plan = _plan(store, argv, root, patterns)
+        plan = _plan(store, launch, root, patterns)
         made = _make_version(store, argv, root, plan, started)
     except _NotApplicable:
         return None
     except (OSError, ValueError, KeyError, versions.VersionError):
         # Before publishing: the pipeline can still convert (and report a real problem).
         return None
-    _publish(store, root, plan, made, (keep, keep_for_s), argv, started)
+    _publish(store, root, plan, made, (keep, keep_for_s), convert.no_report, started)
     return 0
 
 
-def _eligible(argv: list[str]) -> tuple[str, list[str], int, float]:
+def _eligible(convert: ConvertPlan) -> tuple[str, list[str], int, float]:
     """(root, input patterns, --keep_versions, --keep_for seconds) of a run the fast path may
     serve.
 
     Raises:
         _NotApplicable: anything else.
     """
-    if not _given(argv, "--versioned") or any(_given(argv, n) for n in _NOT_FAST):
-        raise _NotApplicable("not a plain versioned run")
-    runners = _values(argv, "--runner")
-    if runners and runners[-1] not in _LOCAL_RUNNERS:
-        raise _NotApplicable("a distributed runner")
-    outputs, inputs = _values(argv, "--output"), _values(argv, "--input")
-    if len(outputs) != 1 or not inputs:
+    if not convert.fast_rerun:
+        raise _NotApplicable("not a plain local versioned run")
+    if len(convert.outputs) != 1 or not convert.inputs:
         raise _NotApplicable("no single --output or no --input")
-    keep = _values(argv, "--keep_versions")
-    if keep and not keep[-1].isdigit():
+    keep = convert.keep_versions
+    if keep is not None and not keep.isdigit():
         raise _NotApplicable("--keep_versions is not a number: the parser says so")
-    keep_for = _values(argv, "--keep_for")
     try:
-        keep_for_s = retention.parse_duration(
-            keep_for[-1] if keep_for else retention.DEFAULT_KEEP_FOR
-        )
+        keep_for_s = retention.parse_duration(convert.keep_for or retention.DEFAULT_KEEP_FOR)
     except ValueError:
         raise _NotApplicable("--keep_for is not a duration: the parser says so") from None
     return (
-        outputs[0].rstrip("/"),
-        [_resolve_local(p) for p in inputs],
-        int(keep[-1] or 0) if keep else 0,
+        convert.outputs[0].rstrip("/"),
+        [_resolve_local(p) for p in convert.inputs],
+        int(keep or 0),
         keep_for_s,
     )
 
 
-def _plan(store, argv: list[str], root: str, patterns: list[str]) -> dict:
+def _plan(store, launch: LaunchPlan, root: str, patterns: list[str]) -> dict:
     """Everything the new version is made from; raises _NotApplicable unless nothing changed."""
     previous = latest_version(store, root)
     if previous is None:
         raise _NotApplicable("no previous version")
     names = store.versions(root)
     unfinished = [n for n in names if n > previous]
-    if _given(argv, "--resume") and unfinished:
+    if launch.convert.resume and unfinished:
         raise _NotApplicable("--resume continues an unfinished version")
     folder = store.join(root, previous)
     record = store.read(store.join(folder, RERUN_RECORD))
     if record is None:
         raise _NotApplicable("the previous version has no rerun record")
     record = json.loads(record)
-    key = run_key(argv)
+    key = run_key(list(launch.args), launch.convert)
     if record.get("format") != RECORD_FORMAT or not key or record.get("run_key") != key:
         raise _NotApplicable("other options or software")
     digest = listing_digest(list_lines(patterns))
@@ -445,7 +416,13 @@ def _make_version(store, argv: list[str], root: str, plan: dict, started: float)
 
 
 def _publish(
-    store, root: str, plan: dict, made: dict, keeping: tuple[int, float], argv, started: float
+    store,
+    root: str,
+    plan: dict,
+    made: dict,
+    keeping: tuple[int, float],
+    no_report: bool,
+    started: float,
 ) -> None:
     """Move LATEST, prune (keeping: --keep_versions, --keep_for seconds), print what the
     pipeline's run prints, write the report."""
@@ -478,7 +455,7 @@ def _publish(
         kept = retention.retention_line(root, keep, keep_for_s, listing)
         if kept:  # versions --keep_versions let go that a reader or --keep_for still holds
             print(kept)
-    if not _given(argv, "--no_report"):
+    if not no_report:
         _write_report(
             store, store.join(root, previous), out, made["old_finished"], made["finished"]
         )

@@ -49,8 +49,12 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from core.startup import on_a_roomy_stack
-    from pipeline.cli import start_program
+    from pipeline.launch import patches, startup
 
-    start_program()  # as `imgrec` starts (Keras 2 only; imports without the garbage collector)
-    sys.exit(on_a_roomy_stack(main))  # its frames in one stack chunk, as `imgrec`'s
+    # As `imgrec` starts: Keras 2 only, the job's modules imported without the collector.
+    startup.use_keras_2()
+    startup.defer_keras()
+    with startup.without_gc():
+        import pipeline.builder  # noqa: F401
+    patches.install()
+    sys.exit(main())

@@ -12,9 +12,10 @@ from apache_beam.options.pipeline_options import (
     StandardOptions,
 )
 
-from core.beam_compat import is_direct_runner
+from core.runners import is_direct_runner, is_local_runner
+from pipeline.launch import forked_workers
 from pipeline.options import ConvertConfig, ConvertOptions
-from pipeline.runners import dask_runner, forked_workers
+from pipeline.runners import dask_runner
 
 __all__ = [
     "AUTO_PROCESSES_MIN_FILES",
@@ -23,22 +24,16 @@ __all__ = [
     "configure_runner",
 ]
 
-# Default DirectRunner worker choice (--workers not given): below this many listed files the job
-# runs in-process. Extra worker processes each start their own Beam + TensorFlow (+ TFT) before
-# converting anything: measured start-up 4.5 s in-process vs 7.4 s with 2 processes, steady
-# 2,582 vs 4,103 img/s (bench/convert.py, 36,000 photos, README "Benchmarks"), so 2 processes
-# only win beyond (7.4 - 4.5) / (1/2582 - 1/4103) ~ 20,000 files. Counting stops here, so the
-# preflight never lists a huge input to the end.
+# Without --workers, a DirectRunner job runs in-process below this many listed files: each worker
+# process starts its own Beam and TensorFlow before converting anything, which pays off only
+# for large inputs (docs/benchmarks.md). Counting stops here, so the preflight never lists a
+# huge input to the end.
 AUTO_PROCESSES_MIN_FILES = 20_000
-# The same threshold where `imgrec convert` forks its worker processes ready-imported
-# (pipeline/runners/forked_workers.py): they start in milliseconds, not ~4 s of CPU each. Default
-# command against in-process, interleaved (docs/benchmarks.md, 2026-12-03 22:00-22:40): 1,000
-# files 8.1 s with 2 forked workers against 7.1 s (medians of 3); 3,000 files even (8.28 against
-# 8.15 s, medians of 5; 10.2 against 11.8 s in another series of 3); 12,000 photos 14.4
-# against 16.7 s (best of 2).
+# The same threshold where the `imgrec` program forks its worker processes ready-imported
+# (pipeline/launch/forked_workers.py): they start in milliseconds.
 FORKED_PROCESSES_MIN_FILES = 3_000
-# The module DirectRunner worker processes import first (--beam_plugins; pipeline/runners/worker_start.py).
-WORKER_START_PLUGIN = "pipeline.runners.worker_start"
+# The module worker processes import first (--beam_plugins; pipeline/launch/worker_start.py).
+WORKER_START_PLUGIN = "pipeline.launch.worker_start"
 
 
 def configure_runner(
@@ -70,13 +65,18 @@ def configure_runner(
         if not any(a.startswith("--direct_running_mode") for a in argv):
             direct.direct_running_mode = "multi_processing" if workers > 1 else "in_memory"
         if direct.direct_running_mode == "multi_processing":
-            # Each worker process imports TensorFlow and the stages at start-up, without the
-            # garbage collector: ~0.9 s of CPU less per worker (pipeline/runners/worker_start.py).
-            setup = options.view_as(SetupOptions)
-            setup.beam_plugins = [*(setup.beam_plugins or []), WORKER_START_PLUGIN]
+            _add_worker_start(options)
         if not forked or direct.direct_running_mode != "multi_processing":
             forked_workers.stop()  # no worker to fork in this run: free the zygote now
         decode_threads = max(1, cores // max(1, direct.direct_num_workers or 1))
+    elif not is_local_runner(standard.runner) and not dask_runner.is_dask(standard.runner):
+        _add_worker_start(options)  # Dataflow's workers start as imgrec's own do
     if not options.view_as(ConvertOptions).decode_threads:
         config = dataclasses.replace(config, decode_threads=decode_threads)
     return config
+
+
+def _add_worker_start(options: PipelineOptions) -> None:
+    """Worker processes import imgrec's start-up first, after any plugin the user gave."""
+    setup = options.view_as(SetupOptions)
+    setup.beam_plugins = [*(setup.beam_plugins or []), WORKER_START_PLUGIN]

@@ -1,10 +1,9 @@
 """DirectRunner's worker processes forked from a process that has everything imported already.
 
-Beam starts each DirectRunner worker process (`--workers 2`, and the default from 3,000 files,
-pipeline/runners/choose.py) as a fresh interpreter, `python -m
-apache_beam.runners.worker.sdk_worker_main`, which imports Python's start-up, Beam, TensorFlow
-and the stages' modules again: ~4 s of CPU per worker on this machine (0.9 s of it saved by
-`worker_start`'s start-up without the collector), paid while the launcher waits for its workers.
+Beam starts each DirectRunner worker process (`--workers 2`, and the default for large inputs,
+pipeline/launch/choose.py) as a fresh interpreter, `python -m
+apache_beam.runners.worker.sdk_worker_main`, which imports Beam, TensorFlow and the stages'
+modules again, seconds of CPU per worker paid while the launcher waits for its workers.
 
 `imgrec convert` instead forks a *zygote* (`start`) at the point where it forks the analysis
 process: Beam, TensorFlow and the stages are imported and TensorFlow has run nothing. Beam still
@@ -16,10 +15,9 @@ exits with. So Beam sees the worker process it expects (its command, environment
 status; killing the client kills the worker), and the worker starts in milliseconds. A zygote
 that is killed takes its workers with it (PR_SET_PDEATHSIG).
 
-Only the `imgrec` program starts one (`cli.run`). Where there is no zygote (a library caller, a
-test, not Linux, a remote runner,
-`IMGREC_FORKED_WORKERS=0` for A/B runs) Beam's own command runs, as before. A client that finds
-no zygote runs Beam's worker itself.
+Only the `imgrec` program starts one (pipeline/launch/program.py). Where there is no zygote (a
+library caller, a test, not Linux, a remote runner, `IMGREC_FORKED_WORKERS=0` for A/B runs) Beam's
+own command runs. A client that finds no zygote runs Beam's worker itself.
 """
 
 from __future__ import annotations
@@ -37,10 +35,8 @@ import struct
 import sys
 import tempfile
 
-__all__ = ["DISABLE_ENV", "STARTED", "command", "end_child", "local_runner", "start", "stop"]
+__all__ = ["STARTED", "command", "end_child", "start", "stop"]
 
-# IMGREC_FORKED_WORKERS=0: Beam's fresh worker processes (bench/convert.py A/B runs).
-DISABLE_ENV = "IMGREC_FORKED_WORKERS"
 _CLIENT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fork_client.py")
 # linux/prctl.h: the signal this process gets when its parent thread exits.
 _PR_SET_PDEATHSIG = 1
@@ -51,7 +47,6 @@ _CWD_KEY = "\0cwd"
 _MAX_MESSAGE = 1 << 22
 # How often the idle zygote checks that the command still runs (it exits once it has gone).
 _PARENT_CHECK_S = 1.0
-_LOCAL_RUNNER_NAMES = ("directrunner", "direct", "bundlebaseddirectrunner", "switchingdirectrunner")
 # The zygote's first message to a client: its worker is forked (then the exit status, "!i").
 # A client that gets none starts Beam's own worker (fork_client.py).
 STARTED = b"S"
@@ -59,22 +54,12 @@ STARTED = b"S"
 _started: tuple[int, str] | None = None
 
 
-def local_runner(argv: list[str]) -> bool:
-    """Whether `imgrec convert argv` runs on this machine's DirectRunner (argv alone decides)."""
-    for i, a in enumerate(argv):
-        if a == "--runner" and i + 1 < len(argv):
-            return argv[i + 1].lower() in _LOCAL_RUNNER_NAMES
-        if a.startswith("--runner="):
-            return a.split("=", 1)[1].lower() in _LOCAL_RUNNER_NAMES
-    return True
-
-
 def start() -> None:
     """Fork the zygote (once). Call only where the analysis process could be forked: Beam and
     TensorFlow imported by this process itself, TensorFlow having run nothing (its thread pools
     would not exist in the forked workers)."""
     global _started
-    if _started is not None or sys.platform != "linux" or os.environ.get(DISABLE_ENV) == "0":
+    if _started is not None or sys.platform != "linux":
         return
     try:  # the zygote waits on its workers through pidfds (Linux 5.3; a sandbox may refuse)
         os.close(os.pidfd_open(os.getpid()))
@@ -248,7 +233,7 @@ def _worker(environment: dict, fds: list[int]) -> None:
     import logging
     import threading
 
-    from core import startup
+    from pipeline.launch import startup
 
     status = 1
     try:

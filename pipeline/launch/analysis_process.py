@@ -7,8 +7,8 @@ then it imports TFT (without Keras 2, `_tft_without_keras`) and builds its small
 (tracing the preprocessing_fn), on the core the job is not yet using; then it waits for the
 request, runs the analysis and export (`transforms.analyze.export_to_scratch`) and answers with
 the statistics summed exactly (transforms/statistics.py), or asks the job to read them back from
-the export. Measured (docs/benchmarks.md, "Fixed cost"): the launcher no longer imports TFT nor
-traces before the first image, and the job has no TFT stages of its own.
+the export. So the launcher neither imports TFT nor traces before the first image, and the job
+has no TFT stages of its own.
 
 A run that turns out not to analyse here (--no_analyze in a --config, a remote runner, a local
 --temp_location for TFT's scratch, a dry run, a fast rerun) stops it (`stop`); so does the end
@@ -23,46 +23,22 @@ import shutil
 import signal
 import sys
 import tempfile
+import types
 
-__all__ = ["DISABLE_ENV", "TFT_KERAS_ENV", "claim", "start", "stop", "wanted"]
+from pipeline.launch import patches, startup
 
-# IMGREC_ANALYSIS_PROCESS=0 keeps TFT in the job's own stages (bench/convert.py --aside, A/B).
-DISABLE_ENV = "IMGREC_ANALYSIS_PROCESS"
-# IMGREC_ANALYSIS_KERAS=1 lets TFT import Keras 2 in this process (bench/ablations/tft_keras.py).
-TFT_KERAS_ENV = "IMGREC_ANALYSIS_KERAS"
+__all__ = ["claim", "start", "stop"]
 
 _PREFIX = "imgrec-analysis-"
 # Set by start(): (the process id, its hand-off folder); claim() hands the folder to one job.
 _started: tuple[int, str] | None = None
-# Options that decide, from the command line alone, that no local analysis will run.
-_NOT_HERE = ("--no_analyze", "--dry_run", "--help", "-h")
-
-
-def runs_nothing_here(argv: list[str]) -> bool:
-    """Whether argv alone says no local job will analyse or run workers (help, a dry run,
-    --no_analyze: no analysis; the others: nothing at all)."""
-    return any(a == flag or a.startswith(flag + "=") for a in argv for flag in _NOT_HERE)
-
-
-def wanted(argv: list[str]) -> bool:
-    """Whether `imgrec convert argv` will analyse on this machine (read from argv alone).
-
-    A `--config` may still turn analysis off; `claim` then finds no use for the process.
-    """
-    if os.environ.get(DISABLE_ENV) == "0":
-        return False
-    if runs_nothing_here(argv):
-        return False
-    from pipeline.runners.forked_workers import local_runner
-
-    return local_runner(argv)
 
 
 def start() -> None:
     """Fork the analysis process (once) after importing what both processes use.
 
     Beam and TensorFlow are imported here, once, and the child inherits them (a fresh process
-    would import them again: ~3 s of CPU on this machine, docs/benchmarks.md). Forking is safe
+    would import them again). Forking is safe
     only before TensorFlow has run anything (its thread pools would not exist in the child), so
     a process that imported TensorFlow before (a library caller, a test) starts none and the
     job analyses in its own stages, as does any system without fork.
@@ -123,7 +99,7 @@ def stop() -> None:
         return
     pid, handoff = _started
     _started = None
-    from pipeline.runners.forked_workers import end_child
+    from pipeline.launch.forked_workers import end_child
 
     end_child(pid, signal.SIGKILL, handoff)  # done already, or no longer needed
 
@@ -184,31 +160,33 @@ def _answer(unused_done, handoff: str, request: dict, sizes: dict, totals: dict 
     write_json_atomic(os.path.join(handoff, STATISTICS), stats)
 
 
-def _tft_without_keras() -> None:
-    """TFT imported without Keras 2 in this process: ~0.4 s off the 1-file critical path.
+def _import_tft_without_keras() -> None:
+    """Import TFT with a stand-in for its Keras module: this process never loads an export.
 
-    `import tensorflow_transform` runs `tensorflow_transform/keras_lib.py`, which touches
-    `tf.keras` and imports `tf_keras` whole (0.42 s of TFT's 0.53 s import here, -X importtime)
-    for two uses only: `annotators.make_and_track_object` refuses unnamed Keras layers (an
-    isinstance check), and `output_wrapper` defines `TransformFeaturesLayer`, the Keras layer a
-    reader applies the export with. This process traces, analyses and exports and never loads an
-    export (the job reads one back when it must, READ_BACK), so the module is replaced here by one
-    whose `tf_keras` has placeholder classes: no object here is a Keras layer, and the export's
-    saved_model.pb was byte-identical with and without (bench/ablations/tft_keras.py checks the
-    outputs, dataset_info.json included).
-    The real keras_lib also sets TF_USE_LEGACY_KERAS=1; the `imgrec` program set it before the
-    fork (`cli.use_keras_2`), and nothing here touches `tf.keras`. Skipped when tf_keras or TFT
-    is already loaded, or TFT_KERAS_ENV is 1.
+    `tensorflow_transform/keras_lib.py` imports `tf_keras` whole for two uses: an isinstance
+    check on layers and the Keras layer a reader applies an export with. This process only
+    traces, analyses and exports (the job reads an export back when it must, READ_BACK), so
+    placeholder classes do; the export's bytes are the same. Guarded: if TFT no longer imports
+    with the stand-in, it is imported as it is.
     """
-    import types
-
     name = "tensorflow_transform.keras_lib"
-    loaded = (
-        name in sys.modules or "tensorflow_transform" in sys.modules or "tf_keras" in sys.modules
-    )
-    if loaded or os.environ.get(TFT_KERAS_ENV) == "1":
-        return
+    if not patches.enabled("tft_without_keras") or any(
+        m in sys.modules for m in (name, "tensorflow_transform", "tf_keras")
+    ):
+        import tensorflow_transform  # noqa: F401
 
+        return
+    sys.modules[name] = _keras_lib_stand_in(name)
+    try:
+        import tensorflow_transform  # noqa: F401
+    except (ImportError, AttributeError, TypeError) as e:
+        for loaded in [m for m in sys.modules if m.startswith("tensorflow_transform")]:
+            del sys.modules[loaded]
+        patches.skipped("tft_without_keras", f"TFT did not import with the stand-in ({e})")
+        import tensorflow_transform  # noqa: F401
+
+
+def _keras_lib_stand_in(name: str) -> types.ModuleType:
     class Layer:  # placeholders: never instantiated in this process
         pass
 
@@ -221,52 +199,52 @@ def _tft_without_keras() -> None:
         Model=Model,
         utils=types.SimpleNamespace(register_keras_serializable=lambda **_: lambda cls: cls),
     )
-    sys.modules[name] = stand_in
+    return stand_in
+
+
+def _build(handoff: str, parent: int):
+    """The analysis pipeline: wait for the request, analyse and export, answer."""
+    import apache_beam as beam
+    from apache_beam.options.pipeline_options import PipelineOptions, TypeOptions
+
+    from pipeline.launch.direct_runner import DirectRunner
+    from transforms.analyze import export_to_scratch
+    from transforms.analyze_aside import EXPORT_SUBDIR, TFT_SUBDIR
+    from transforms.statistics import ExactSumsFn
+
+    options = PipelineOptions(
+        ["--direct_num_workers=1", "--direct_running_mode=in_memory"], save_main_session=False
+    )
+    options.view_as(TypeOptions).pipeline_type_check = False  # as the job's (builder.py)
+    p = beam.Pipeline(runner=DirectRunner(), options=options)
+    request = (
+        p
+        | "Start" >> beam.Create([None])
+        | "WaitForRequest" >> beam.Map(lambda _: _wait_request(handoff, parent))
+    )
+    items = request | "ReadRows" >> beam.FlatMap(_read_rows, handoff)
+    names = request | "LabelNames" >> beam.Map(lambda r: r["label_names"])
+    exported, sizes = export_to_scratch(
+        items, names, os.path.join(handoff, TFT_SUBDIR), os.path.join(handoff, EXPORT_SUBDIR)
+    )
+    totals = items | "ExactSums" >> beam.CombineGlobally(ExactSumsFn())
+    _ = exported | "Answer" >> beam.Map(
+        _answer,
+        handoff,
+        request=beam.pvalue.AsSingleton(request),
+        sizes=beam.pvalue.AsSingleton(sizes),
+        totals=beam.pvalue.AsSingleton(totals),
+    )
+    return p
 
 
 def _main(handoff: str, parent: int) -> None:
-    from core import startup
-
     startup.defer_keras()
-    _tft_without_keras()
-    with startup.without_gc():
-        import apache_beam as beam
-        from apache_beam.options.pipeline_options import PipelineOptions
-
-        from core import beam_compat
-        from transforms.analyze import export_to_scratch
-        from transforms.statistics import ExactSumsFn
-
-        options = PipelineOptions(
-            ["--direct_num_workers=1", "--direct_running_mode=in_memory"], save_main_session=False
-        )
-        beam_compat.skip_type_inference(options)
-        # Nothing this process pickles leaves it: Beam's pickles without bz2 at level 9. Its CPU
-        # until the answer on the 1-file conversion (the critical path there): 4.25 s against
-        # 4.69 s (medians of 3, interleaved; docs/benchmarks.md).
-        beam_compat.keep_pickles_in_process()
-        p = beam.Pipeline(runner=beam_compat.DirectRunner(), options=options)
-        request = (
-            p
-            | "Start" >> beam.Create([None])
-            | "WaitForRequest" >> beam.Map(lambda _: _wait_request(handoff, parent))
-        )
-        items = request | "ReadRows" >> beam.FlatMap(_read_rows, handoff)
-        names = request | "LabelNames" >> beam.Map(lambda r: r["label_names"])
-        from transforms.analyze_aside import EXPORT_SUBDIR, TFT_SUBDIR
-
-        exported, sizes = export_to_scratch(
-            items, names, os.path.join(handoff, TFT_SUBDIR), os.path.join(handoff, EXPORT_SUBDIR)
-        )
-        totals = items | "ExactSums" >> beam.CombineGlobally(ExactSumsFn())
-        _ = exported | "Answer" >> beam.Map(
-            _answer,
-            handoff,
-            request=beam.pvalue.AsSingleton(request),
-            sizes=beam.pvalue.AsSingleton(sizes),
-            totals=beam.pvalue.AsSingleton(totals),
-        )
-    p.run().wait_until_finish()
+    with patches.pickles_kept_in_process():  # nothing this process pickles leaves it
+        with startup.without_gc():
+            _import_tft_without_keras()
+            p = _build(handoff, parent)
+        p.run().wait_until_finish()
 
 
 def _run(handoff: str, parent: int) -> None:

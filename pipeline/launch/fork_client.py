@@ -1,7 +1,7 @@
 """One DirectRunner worker process, as Beam starts it, made by imgrec's zygote.
 
 Run by Beam as the worker command (`forked_workers.command()`: `python -I -S fork_client.py
-SOCKET`, a bare interpreter: ~20 ms). It sends the zygote (pipeline/runners/forked_workers.py)
+SOCKET`, a bare interpreter). It sends the zygote (pipeline/launch/forked_workers.py)
 its environment (Beam's control and logging addresses, the pipeline options, the worker id) and
 its standard streams, waits while the forked worker runs, and exits with the worker's status.
 Killing it kills the worker. Standard library only: it runs without site-packages.

@@ -1,0 +1,162 @@
+"""The command line, read once and Beam-free, into the plan every later step of a launch is handed.
+
+The plan says what the process will do before anything heavy is imported: which command, on
+which runner, whether a no-change rerun may serve it, whether TFT's analysis process and forked
+workers are started. The command's own options are parsed later by their owners (convert's by
+Beam's parser, pipeline/launcher.py); the plan keeps them, escaped, as `args`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+
+from core import names
+from core.runners import is_local_runner
+
+__all__ = [
+    "ANALYSIS_PROCESS_ENV",
+    "COMMANDS",
+    "ConvertPlan",
+    "FORKED_WORKERS_ENV",
+    "LaunchPlan",
+    "PlanError",
+    "read_plan",
+]
+
+COMMANDS = ("convert", "verify", "inspect", "preview", "versions", "help")
+# A/B switches for the benchmarks: "0" runs TFT in the job's own stages, or Beam's own workers.
+ANALYSIS_PROCESS_ENV = "IMGREC_ANALYSIS_PROCESS"
+FORKED_WORKERS_ENV = "IMGREC_FORKED_WORKERS"
+# Options whose values may name files that are not UTF-8 (escaped: Beam's options are protobuf
+# strings, which refuse surrogate escapes).
+_FILE_OPTIONS = ("--input", "--manifest")
+# Options that make a versioned run something the no-change rerun does not serve.
+_NOT_FAST = ("full", "dry_run", "config", "manifest", "overwrite", "help")
+
+
+class PlanError(ValueError):
+    """The command line cannot be read; the message names the argument and the fix."""
+
+
+@dataclasses.dataclass(frozen=True)
+class ConvertPlan:
+    """What `imgrec convert` will do, from its command line alone."""
+
+    runner: str | None = None
+    local: bool = True  # runs on this machine's DirectRunner (or another local runner)
+    inputs: tuple[str, ...] = ()
+    outputs: tuple[str, ...] = ()
+    workers: int | None = None
+    versioned: bool = False
+    resume: bool = False
+    no_analyze: bool = False
+    no_report: bool = False
+    dry_run: bool = False
+    help: bool = False
+    keep_versions: str | None = None
+    keep_for: str | None = None
+    fast_rerun: bool = False  # a plain local versioned run the no-change rerun may serve
+    analysis_process: bool = False  # TFT analyses beside the job, in a process of its own
+    forked_workers: bool = False  # DirectRunner's worker processes forked ready-imported
+
+
+@dataclasses.dataclass(frozen=True)
+class LaunchPlan:
+    """One launch of the `imgrec` program (or of `pipeline.cli.main` from a library)."""
+
+    command: str
+    args: tuple[str, ...]
+    verbose: bool = False
+    as_program: bool = False  # the `imgrec` process itself: it may fork and exit at will
+    convert: ConvertPlan = dataclasses.field(default_factory=ConvertPlan)
+
+
+def read_plan(argv: list[str], as_program: bool = False) -> LaunchPlan:
+    """`imgrec ARGV` -> its plan.
+
+    Raises:
+        PlanError: an argument that is not UTF-8 where no file name may be.
+    """
+    rest = [a for a in argv if a not in ("-v", "--verbose")]
+    verbose = len(rest) != len(argv)
+    if not rest or rest[0] in ("-h", "--help", "help"):
+        return LaunchPlan("help", tuple(rest), verbose, as_program)
+    command, args = rest[0], rest[1:]
+    if command.startswith("--"):  # `imgrec --input ...` means convert
+        command, args = "convert", rest
+    if command != "convert":
+        return LaunchPlan(command, tuple(args), verbose, as_program)
+    args = _escape_file_names(args)
+    convert = _read_convert(args, as_program)
+    return LaunchPlan(command, tuple(args), verbose, as_program, convert)
+
+
+def _convert_parser() -> argparse.ArgumentParser:
+    """The few convert options the launch looks at; every other argument is left alone."""
+    parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    parser.add_argument("--runner")
+    parser.add_argument("--input", dest="inputs", action="append", default=[])
+    parser.add_argument("--output", dest="outputs", action="append", default=[])
+    parser.add_argument("--workers")
+    parser.add_argument("--keep_versions")
+    parser.add_argument("--keep_for")
+    for flag in ("versioned", "resume", "no_analyze", "no_report", "dry_run", "full"):
+        parser.add_argument(f"--{flag}", action="store_true")
+    for option in ("config", "manifest"):
+        parser.add_argument(f"--{option}")
+    parser.add_argument("--overwrite", action="store_true")
+    parser.add_argument("-h", "--help", action="store_true")
+    return parser
+
+
+def _read_convert(args: list[str], as_program: bool) -> ConvertPlan:
+    known, _ = _convert_parser().parse_known_args(args)
+    local = is_local_runner(known.runner)
+    fast = known.versioned and local and not any(getattr(known, n) for n in _NOT_FAST)
+    runs_here = local and not known.dry_run and not known.help
+    return ConvertPlan(
+        runner=known.runner,
+        local=local,
+        inputs=tuple(known.inputs),
+        outputs=tuple(known.outputs),
+        workers=int(known.workers) if (known.workers or "").isdigit() else None,
+        versioned=known.versioned,
+        resume=known.resume,
+        no_analyze=known.no_analyze,
+        no_report=known.no_report,
+        dry_run=known.dry_run,
+        help=known.help,
+        keep_versions=known.keep_versions,
+        keep_for=known.keep_for,
+        fast_rerun=fast,
+        analysis_process=runs_here
+        and not known.no_analyze
+        and os.environ.get(ANALYSIS_PROCESS_ENV) != "0",
+        forked_workers=runs_here and as_program and os.environ.get(FORKED_WORKERS_ENV) != "0",
+    )
+
+
+def _escape_file_names(args: list[str]) -> list[str]:
+    """`args` with each non-UTF-8 value of a file option made absolute and escaped.
+
+    Raises:
+        PlanError: another argument is not UTF-8 (nothing else may name such a file).
+    """
+    out = []
+    for i, arg in enumerate(args):
+        if names.is_utf8(arg):
+            out.append(arg)
+            continue
+        flag, eq, value = arg.partition("=")
+        if eq and flag in _FILE_OPTIONS:
+            out.append(f"{flag}={names.absolute_escaped(value)}")
+        elif i > 0 and args[i - 1] in _FILE_OPTIONS:
+            out.append(names.absolute_escaped(arg))
+        else:
+            raise PlanError(
+                f"{names.printable(arg)}: not valid UTF-8; only {' and '.join(_FILE_OPTIONS)} "
+                "may name files whose names are not (rename the folder, e.g. the --output one)"
+            )
+    return out

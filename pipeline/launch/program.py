@@ -1,0 +1,56 @@
+"""The `imgrec` program (`imgrec ...`, `python -m pipeline ...`): its start, one command, its exit."""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import sys
+
+from pipeline.launch import patches, startup
+from pipeline.launch.plan import LaunchPlan, PlanError, read_plan
+
+__all__ = ["run", "start"]
+
+
+def start() -> None:
+    """How a program of imgrec's starts, before anything imports TensorFlow: Keras 2 only (as TFT
+    needs), TensorFlow's import without Keras, and the imports without the garbage collector
+    until the command's work starts (pipeline/launch/startup.py)."""
+    startup.use_keras_2()
+    startup.defer_keras()
+    startup.begin()
+
+
+def run() -> None:
+    """Read the command line, start, run the command, and exit without the interpreter's slow
+    teardown of TensorFlow's and Beam's threads (exit handlers and logging still run)."""
+    try:
+        plan = read_plan(sys.argv[1:], as_program=True)
+    except PlanError as e:
+        print(f"imgrec: {e}", file=sys.stderr)
+        _exit(2)
+    start()
+    _exit(_run_command(plan))
+
+
+def _run_command(plan: LaunchPlan) -> int:
+    from pipeline.cli import run_command
+
+    if plan.command != "convert":  # convert starts its work in launch/processes.py
+        if plan.command == "verify":
+            with startup.without_gc():
+                import tensorflow  # noqa: F401 - verify decodes every record
+
+                import pipeline.verify  # noqa: F401
+        patches.install()
+        startup.finish()
+    return run_command(plan)
+
+
+def _exit(status) -> None:
+    atexit._run_exitfuncs()
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status if isinstance(status, int) else 1)
