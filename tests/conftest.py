@@ -8,20 +8,17 @@
 Three tiers, one folder and one marker each (given here by folder):
 - tests/unit/ (`unit`): no conversion, no server, no TFT pipeline, no fresh process. Pure
   functions, DoFns and transforms under `TestPipeline`, the reader on shards written by hand.
+  Everything there runs with `-m unit`: a test in tests/unit that is marked `integration` or
+  `e2e`, or uses a storage server (a tests/servers.py fixture), stops the collection.
 - tests/integration/ (`integration`): whole conversions in this process (`tests.runs.in_process`,
-  one in-memory worker), read back and compared: the command's behaviour without its start-up.
-  Also in this tier, from their feature's file in tests/unit: tests that use a storage server
-  (tests/servers.py fixtures, by `_SERVER_FIXTURES`) and those marked `integration` (TFT's
-  analysis pipelines).
+  one in-memory worker), read back and compared; TFT's analysis pipelines; core/storage.py and
+  the reader against the storage servers.
 - tests/e2e/ (`e2e`): the real command line in fresh processes (`tests.runs.cli`: default options
   end to end, exit statuses, kill -9), storage outages mid-run, Dask and Dataflow, TensorFlow
   clusters, packaging.
-A test in a unit or integration file that needs a fresh process (the command line killed or under
-setpriv, MirroredStrategy's logical CPUs, TensorFlow's GCS filesystem, a real browser) or a whole
-conversion on the storage servers carries `@pytest.mark.e2e` itself: it belongs to the e2e tier
-only (it stays beside the fast tests of the same feature). The unit tier's inner loop took
-48-56 s on 2 cores (2026-12-03 14:50-15:07, 5 runs; the target is 60 s); its fuzz gets 6 s there
-(IMGREC_FUZZ_BUDGET_S; CI gives it 40 s).
+A test in an integration file that needs a fresh process or a whole conversion on the storage
+servers carries `@pytest.mark.e2e` itself: it belongs to the e2e tier only (it stays beside the
+fast tests of the same feature and shares their module fixtures).
 
 Shared helpers: tests/runs.py (running imgrec), tests/servers.py (GCS emulator and S3 server
 fixtures, registered below; `put_corpus`), tests/hostile.py and tests/format_corpus.py
@@ -31,60 +28,19 @@ fixtures, registered below; `put_corpus`), tests/hostile.py and tests/format_cor
 from __future__ import annotations
 
 import gc
-import os
 from pathlib import Path
 
 import pytest
 
-from core import startup
-
-# Collection imports TensorFlow, Beam and TFT in every xdist worker: without the garbage collector
-# until it is done, then those objects frozen, as the `imgrec` program does at its start-up
-# (core/startup.py), so the in-process tests' full collections do not walk them again. And as in
-# the program, TensorFlow's import leaves Keras out (`tf.keras`, TFT and Keras's own imports still
-# load it when a test asks): a worker's collection imported Keras 3 and TensorFlow's legacy Keras
-# layers for nothing, ~0.7 s of CPU per worker (7.2 -> 6.5 s, medians of 5 alternating).
-startup.begin()
-startup.defer_keras()
-
-
-def _import_what_collection_imports() -> None:
-    import apache_beam  # noqa: F401
-    import tensorflow  # noqa: F401
-
-
-# The test modules' imports and each test's protocol (fixtures, the test, teardown) run above one
-# large frame, as the `imgrec` program's work does (core/startup.py, `on_a_roomy_stack`): their
-# frames stay in one stack chunk instead of mapping and unmapping one at each crossing. strace of
-# `pytest -n 0 tests/integration/test_convert.py`: 71,031 16 KB maps in the test process, 7,995
-# with the tests above the frame (most of those left are its collection's imports, which a run
-# without xdist does not move: the controller of an xdist run collects nothing and should not
-# import TensorFlow).
-if os.environ.get("PYTEST_XDIST_WORKER"):
-    startup.on_a_roomy_stack(_import_what_collection_imports)
-
-
-@pytest.hookimpl(tryfirst=True)
-def pytest_runtest_protocol(item, nextitem):
-    """pytest's own protocol (setup, call, teardown, reports) above the large frame."""
-    from _pytest.runner import pytest_runtest_protocol as run_the_test
-
-    return startup.on_a_roomy_stack(run_the_test, item, nextitem)
-
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtestloop(session):
-    startup.finish()  # collected (each xdist worker), or the controller's loop starts
     # Fewer young collections: each one is cheap, but every tenth of the tenth is a full one.
     gc.set_threshold(10_000, 10, 10)
 
 
-# What a test module leaves alive once its fixtures are gone (TFT and Keras imported by its first
-# analysis, TensorFlow's traced functions, Beam's caches) lives to the end of the session; the
-# workers' full collections walked it again and again. At the end of each module: one collection,
-# then what survives is frozen, as the start-up imports are. In the integration tier's workers
-# (-n 3) the collector's time went from 5.3 s per worker (gen2: 3.7 s) to 2.8 s (2026-12-04;
-# the threshold above is 0.6 s of that).
+# What a test module leaves alive (TFT, Keras, TensorFlow's traced functions, Beam's caches) lives
+# to the end of the session: frozen once the module is done, so full collections skip it.
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_teardown(item, nextitem):
     yield  # the module's fixtures are finalised in here when the next test is in another module
@@ -135,16 +91,16 @@ _SLOWEST_FIRST = (
     "e2e/test_cli.py",  # 29
     "e2e/test_version_leases_s3.py",  # 26
     "e2e/test_cloud_analyze.py",  # 26
-    "unit/test_storage.py",  # 25, most of it waiting on the storage servers
+    "integration/test_storage_servers.py",  # 25, most of it waiting on the storage servers
     "integration/test_convert.py",  # 23
     "e2e/test_quiet_progress.py",  # 22
     "integration/test_versioned.py",  # 20
     "e2e/test_version_leases_gcs.py",  # 20
-    "unit/test_analyze.py",  # 19
+    "integration/test_analyze_pipeline.py",  # 19
     "e2e/test_reader_vanishing_buckets.py",  # 18
     "unit/test_fuzz.py",  # 14 in CI (its budget: 20,000 cases or 40 s), 6 in the unit tier
     "unit/test_startup.py",  # 14
-    "unit/test_reader_s3.py",  # 14
+    "integration/test_reader_s3.py",  # 14
     "integration/test_incremental_stats.py",  # 12
     "unit/test_layers.py",  # 9
 )
@@ -165,33 +121,71 @@ def _folder_tier(name: str) -> str:
     return folder if folder in TIERS else "unit"
 
 
-# The storage-server fixtures (tests/servers.py): a test in tests/unit that uses one talks to a
-# real server over HTTP (seconds of set-up, retries, outages), so it runs in the integration tier.
-_SERVER_FIXTURES = frozenset(
-    {"cloud_env", "gcs", "own_gcs", "s3", "store", "googleapis_front", "tensorflow_gcs_env",
-     "beam_filesystems"}
+# Files in tests/unit whose owners have still to move their integration and e2e tests out (each
+# of those tests takes the tier its marker or server says, as before). Remove a name once its file
+# holds only unit tests; with none left, tests/unit is all unit.
+_NOT_MOVED_YET = frozenset(
+    {"unit/test_analysis_process.py", "unit/test_beam_clients.py", "unit/test_layers.py",
+     "unit/test_startup.py"}
 )  # fmt: skip
 
 
 def _tier(item, name: str) -> str:
-    """The test's tier: e2e if marked so; integration if in tests/unit but marked so (a TFT
-    analysis pipeline) or using a storage server; else its folder's."""
-    if item.get_closest_marker("e2e") is not None:
-        return "e2e"
+    """The tier of the test's folder; e2e for a test in tests/integration marked so."""
     tier = _folder_tier(name)
-    if tier == "unit" and (
-        item.get_closest_marker("integration") is not None
-        or _SERVER_FIXTURES & set(getattr(item, "fixturenames", ()))
-    ):
-        return "integration"
+    if tier != "unit" and item.get_closest_marker("e2e") is not None:
+        return "e2e"
+    if name in _NOT_MOVED_YET and _not_a_unit_test(item):
+        return "e2e" if item.get_closest_marker("e2e") is not None else "integration"
     return tier
+
+
+def _not_a_unit_test(item) -> list[str]:
+    """Why a test in tests/unit belongs to another tier: its marker, or the storage-server
+    fixtures (tests/servers.py) it uses, directly or through other fixtures."""
+    why = [f"marked {m}" for m in ("integration", "e2e") if item.get_closest_marker(m)]
+    definitions = getattr(item, "_fixtureinfo", None)
+    for fixture, defs in getattr(definitions, "name2fixturedefs", {}).items():
+        if defs and getattr(defs[-1].func, "__module__", None) in pytest_plugins:
+            why.append(f"uses the server fixture {fixture!r}")
+    return why
+
+
+def _name(path) -> str:
+    """A test file's path under tests/ ("unit/test_x.py"); the whole path for one elsewhere."""
+    path = Path(str(path)).resolve()
+    return path.relative_to(_TESTS_DIR).as_posix() if _TESTS_DIR in path.parents else str(path)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_make_collect_report(collector):
+    """A test module (or class) in tests/unit with a test of another tier fails to collect."""
+    report = yield
+    name = _name(collector.path)
+    if (
+        report.passed
+        and isinstance(collector, pytest.Module | pytest.Class)
+        and _folder_tier(name) == "unit"
+        and name not in _NOT_MOVED_YET
+    ):
+        misplaced = [
+            f"  {item.name}: {', '.join(why)}"
+            for item in report.result
+            if isinstance(item, pytest.Function) and (why := _not_a_unit_test(item))
+        ]
+        if misplaced:
+            report.outcome = "failed"
+            report.longrepr = "\n".join(
+                ["tests/unit holds only unit tests; move these to tests/integration or tests/e2e:"]
+                + misplaced
+            )
+    return report
 
 
 def pytest_collection_modifyitems(config, items):
     by_file: dict[str, list] = {}
     for item in items:
-        path = Path(str(item.path)).resolve()
-        name = path.relative_to(_TESTS_DIR).as_posix() if _TESTS_DIR in path.parents else str(path)
+        name = _name(item.path)
         tier = _tier(item, name)
         if item.get_closest_marker(tier) is None:
             item.add_marker(getattr(pytest.mark, tier))
