@@ -58,7 +58,7 @@ class _DropFn(beam.DoFn):
         self._dropped = Metrics.counter("imgrec", "duplicates")
 
     def process(self, batch, dropped):
-        kept = [r for r in batch if r["path"] not in dropped]
+        kept = [r for r in batch if r.path not in dropped]
         if len(kept) < len(batch):
             self._dropped.inc(len(batch) - len(kept))
         if kept:
@@ -78,8 +78,7 @@ class DropDuplicates(beam.PTransform):
             | "HashKeyPath"
             >> beam.FlatMap(
                 lambda batch: [
-                    (int(r["sha256"][:8], 16) % _BUCKETS, (r["sha256"], r["key"], r["path"]))
-                    for r in batch
+                    (int(r.sha256[:8], 16) % _BUCKETS, (r.sha256, r.key, r.path)) for r in batch
                 ]
             )
             # (bucket, (sha256, key, path)) -> (bucket, [Duplicate])

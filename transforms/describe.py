@@ -13,16 +13,13 @@ from apache_beam import pvalue
 
 from core import dali_index, schema, storage
 from core.errors import ERROR_PREFIX
+from transforms.elements import ShardInfo
 
 __all__ = ["DescribeDataset", "TooManyRejectsError", "ERROR_PREFIX"]
 
 
 _SHARD_RE = re.compile(r"^(?P<split>.+)-\d{5}-of-\d{5}\.tfrecord(\.gz)?(\.idx)?$")
-
-
-# What dataset_info.json lists per shard (dali_index: {"file", "num_bytes", "sha256"} of the
-# shard's DALI index, with --dali_index only).
-_SHARD_FIELDS = ("file", "num_examples", "num_bytes", "sha256", "dali_index")
+_EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
 
 
 class TooManyRejectsError(RuntimeError):
@@ -33,6 +30,63 @@ def _jsonl(rows: list[dict]) -> bytes:
     return "".join(json.dumps(r, sort_keys=True) + "\n" for r in rows).encode("utf-8")
 
 
+def _check_bad_fraction(config, num_listed: int, num_rejected: int, reasons) -> None:
+    """Raise TooManyRejectsError when more than --max_bad_fraction of the files were rejected."""
+    bad = num_rejected / num_listed if num_listed else 0.0
+    if bad <= config.max_bad_fraction:
+        return
+    top = ", ".join(f"{k}={v}" for k, v in reasons.most_common(4))
+    raise TooManyRejectsError(
+        f"{ERROR_PREFIX}{num_rejected} of {num_listed} listed files were rejected "
+        f"({bad:.1%} > --max_bad_fraction {config.max_bad_fraction}; {top}); see "
+        f"{storage.join(config.output, schema.REJECTED)}. Fix the input (wrong path or bucket?), "
+        "or rerun with a higher --max_bad_fraction plus --resume (keeps the shards "
+        "written) or --overwrite. No dataset_info.json was written."
+    )
+
+
+def _split_entry(shards: list[ShardInfo]) -> dict:
+    """A split's entry in dataset_info.json from its shards, in index order."""
+    entries = [s.listing() for s in shards]
+    entry = {
+        "num_examples": sum(e["num_examples"] for e in entries),
+        "num_bytes": sum(e["num_bytes"] for e in entries),
+        "num_shards": len(shards),
+        "shards": entries,
+    }
+    # Examples per label text ("" = no label), as written, if every shard says (markers of
+    # older runs may not).
+    if all(s.label_counts is not None for s in shards):
+        labels = collections.Counter()
+        for s in shards:
+            labels.update(s.label_counts)
+        entry["label_counts"] = dict(sorted(labels.items()))
+    return entry
+
+
+def _written_totals(shards: list[ShardInfo]) -> dict:
+    """dataset_info.json's records per transcode reason and, if every shard says, per format."""
+    transcoded, formats = collections.Counter(), collections.Counter()
+    for s in shards:
+        transcoded.update(s.transcoded or {})
+        formats.update(s.formats or {})
+    totals = {"transcoded_by_reason": dict(sorted(transcoded.items()))}
+    if all(s.formats is not None for s in shards):
+        totals["formats_written"] = dict(sorted(formats.items()))
+    return totals
+
+
+def _check_accounting(info: dict) -> None:
+    """Every listed file is written, rejected or a duplicate; anything else is a bug."""
+    num_listed, num_written = info["num_listed"], info["num_written"]
+    if num_listed != num_written + info["num_rejected"] + info["num_duplicates"]:
+        raise RuntimeError(
+            f"{ERROR_PREFIX}accounting mismatch: listed {num_listed} != written {num_written} "
+            f"+ rejected {info['num_rejected']} + duplicates {info['num_duplicates']}; this is "
+            "a bug, please report it with the command line"
+        )
+
+
 class _DescribeFn(beam.DoFn):
     """One element in -> the dataset's description files out (side inputs hold everything)."""
 
@@ -41,89 +95,94 @@ class _DescribeFn(beam.DoFn):
         self._provenance = provenance
 
     def process(self, _, num_listed, shards, rejected, duplicates, plan, label_names, statistics):
-        c = self._config
-        out = c.output
+        out = self._config.output
         rejected = sorted(rejected, key=lambda r: (r["path"], r["reason"]))
         duplicates = sorted(duplicates, key=lambda r: r["path"])
         storage.write_bytes_atomic(storage.join(out, schema.REJECTED), _jsonl(rejected))
         storage.write_bytes_atomic(storage.join(out, schema.DUPLICATES), _jsonl(duplicates))
-        bad = len(rejected) / num_listed if num_listed else 0.0
         reasons = collections.Counter(r["reason"] for r in rejected)
-        if bad > c.max_bad_fraction:
-            top = ", ".join(f"{k}={v}" for k, v in reasons.most_common(4))
-            raise TooManyRejectsError(
-                f"{ERROR_PREFIX}{len(rejected)} of {num_listed} listed files were rejected "
-                f"({bad:.1%} > --max_bad_fraction {c.max_bad_fraction}; {top}); see "
-                f"{storage.join(out, schema.REJECTED)}. Fix the input (wrong path or bucket?), "
-                "or rerun with a higher --max_bad_fraction plus --resume (keeps the shards "
-                "written) or --overwrite. No dataset_info.json was written."
-            )
+        _check_bad_fraction(self._config, num_listed, len(rejected), reasons)
+        every_shard, splits = self._splits(plan, shards)
+        self._remove_stale_shards(splits)
+        info = self._info(
+            num_listed,
+            num_rejected=len(rejected),
+            num_duplicates=len(duplicates),
+            label_names=label_names,
+            splits=splits,
+            rejected_by_reason=dict(sorted(reasons.items())),
+            written=_written_totals(every_shard),
+            statistics=statistics,
+        )
+        _check_accounting(info)
+        # Written last: its presence means the dataset is complete.
+        storage.write_bytes_atomic(
+            storage.join(out, schema.DATASET_INFO),
+            json.dumps(info, indent=2, sort_keys=False).encode("utf-8"),
+            mime_type="application/json",
+        )
+        yield info
 
+    def _splits(self, plan: dict, shards: list[ShardInfo]) -> tuple[list[ShardInfo], dict]:
+        """(every planned shard, {split: its dataset_info.json entry}); a planned shard no file
+        hashed to is written empty."""
         by_split = collections.defaultdict(dict)
         for s in shards:
-            by_split[s["split"]][s["index"]] = s
-        transcoded = collections.Counter()
-        formats = collections.Counter()  # records per image/format, if every shard says
-        formats_known = True
-        empty_sha256 = hashlib.sha256(b"").hexdigest()
-        splits = {}
+            by_split[s.split][s.index] = s
+        every_shard, splits = [], {}
         for split in sorted(plan):
+            found = by_split[split]
             n = plan[split]
-            entries = []
-            labels = collections.Counter()
-            counted = True  # every shard says what it holds (markers of older runs may not)
-            for index in range(n):
-                s = by_split[split].get(index)
-                if s is None:  # No file hashed to this shard: write it empty, keep the name.
-                    relname = schema.shard_name(split, index, n, schema.shard_suffix(c.compression))
-                    storage.write_bytes_atomic(storage.join(out, relname), b"")
-                    s = {
-                        "file": relname,
-                        "num_examples": 0,
-                        "num_bytes": 0,
-                        "sha256": empty_sha256,
-                        "formats": {},
-                        "label_counts": {},
-                    }
-                    if c.dali_index:
-                        idx_rel = dali_index.index_name(relname)
-                        storage.write_bytes_atomic(storage.join(out, idx_rel), b"")
-                        s["dali_index"] = {"file": idx_rel, "num_bytes": 0, "sha256": empty_sha256}
-                transcoded.update(s.get("transcoded", {}))
-                if "formats" in s:
-                    formats.update(s["formats"])
-                else:
-                    formats_known = False
-                if "label_counts" in s:
-                    labels.update(s["label_counts"])
-                else:
-                    counted = False
-                entries.append({k: s[k] for k in _SHARD_FIELDS if k in s})
-            splits[split] = {
-                "num_examples": sum(e["num_examples"] for e in entries),
-                "num_bytes": sum(e["num_bytes"] for e in entries),
-                "num_shards": n,
-                "shards": entries,
-            }
-            if counted:  # examples per label text ("" = no label), as written
-                splits[split]["label_counts"] = dict(sorted(labels.items()))
-        self._remove_stale_shards(splits)
-        num_written = sum(s["num_examples"] for s in splits.values())
-        info = {
+            planned = [found.get(i) or self._empty_shard(split, i, n) for i in range(n)]
+            splits[split] = _split_entry(planned)
+            every_shard += planned
+        return every_shard, splits
+
+    def _empty_shard(self, split: str, index: int, num_shards: int) -> ShardInfo:
+        """Write the shard no file hashed to, empty, under its planned name."""
+        c = self._config
+        relname = schema.shard_name(split, index, num_shards, schema.shard_suffix(c.compression))
+        storage.write_bytes_atomic(storage.join(c.output, relname), b"")
+        empty = {"num_bytes": 0, "sha256": _EMPTY_SHA256}
+        index_entry = None
+        if c.dali_index:
+            idx_rel = dali_index.index_name(relname)
+            storage.write_bytes_atomic(storage.join(c.output, idx_rel), b"")
+            index_entry = {"file": idx_rel, **empty}
+        return ShardInfo(
+            split, index, relname, num_examples=0, **empty, formats={}, label_counts={},
+            dali_index=index_entry,
+        )  # fmt: skip
+
+    def _info(
+        self,
+        num_listed: int,
+        *,
+        num_rejected: int,
+        num_duplicates: int,
+        label_names,
+        splits: dict,
+        rejected_by_reason: dict,
+        written: dict,
+        statistics,
+    ) -> dict:
+        """dataset_info.json's contents (`written`: _written_totals)."""
+        c = self._config
+        return {
             "schema_version": schema.SCHEMA_VERSION,
             "num_listed": num_listed,
-            "num_written": num_written,
-            "num_rejected": len(rejected),
-            "num_duplicates": len(duplicates),
+            "num_written": sum(s["num_examples"] for s in splits.values()),
+            "num_rejected": num_rejected,
+            "num_duplicates": num_duplicates,
             "label_names": list(label_names),
             "num_classes": len(label_names),
             "splits": splits,
-            "rejected_by_reason": dict(sorted(reasons.items())),
-            "transcoded_by_reason": dict(sorted(transcoded.items())),
+            "rejected_by_reason": rejected_by_reason,
+            "transcoded_by_reason": written["transcoded_by_reason"],
             # --transcode as run (`verify` checks every record is a JPEG under "jpeg"), and the
             # records per image/format (the summary warns about non-JPEG ones).
             "transcode": c.check.transcode,
-            **({"formats_written": dict(sorted(formats.items()))} if formats_known else {}),
+            **{k: v for k, v in written.items() if k == "formats_written"},
             "dali_index": c.dali_index,
             # How records store images (reader: which decode path) and how shards are compressed.
             "store": c.store,
@@ -135,19 +194,6 @@ class _DescribeFn(beam.DoFn):
                 "finished": datetime.datetime.now(datetime.UTC).isoformat(),
             },
         }
-        if num_listed != info["num_written"] + info["num_rejected"] + info["num_duplicates"]:
-            raise RuntimeError(
-                f"{ERROR_PREFIX}accounting mismatch: listed {num_listed} != written {num_written} "
-                f"+ rejected {len(rejected)} + duplicates {len(duplicates)}; this is a bug, "
-                "please report it with the command line"
-            )
-        # Written last: its presence means the dataset is complete.
-        storage.write_bytes_atomic(
-            storage.join(out, schema.DATASET_INFO),
-            json.dumps(info, indent=2, sort_keys=False).encode("utf-8"),
-            mime_type="application/json",
-        )
-        yield info
 
     def _remove_stale_shards(self, splits: dict) -> None:
         """Delete leftovers in our split folders: temp files of failed attempts, and shards of

@@ -11,6 +11,7 @@ from apache_beam.metrics import Metrics
 
 from core import storage
 from core.rejects import Rejected, decoder_error, make_reject
+from transforms.elements import InspectedImage, ListedFile
 from transforms.images.check import check_image
 from transforms.images.limits import CheckOptions, check_file_size
 from transforms.keys import stats_fraction, wants_stats
@@ -18,21 +19,23 @@ from transforms.keys import stats_fraction, wants_stats
 __all__ = ["InspectImages", "inspect_bytes"]
 
 
-def inspect_bytes(item: dict, data: bytes, opts: CheckOptions, compute_stats: bool) -> dict:
-    """ListedFile + its bytes -> InspectedImage dict. Raises Rejected."""
+def inspect_bytes(
+    item: ListedFile, data: bytes, opts: CheckOptions, compute_stats: bool
+) -> InspectedImage:
+    """ListedFile + its bytes -> InspectedImage. Raises Rejected."""
     info = check_image(data, opts, compute_stats=compute_stats)
-    return {
-        **item,
-        "size": len(data),
-        "sha256": hashlib.sha256(data).hexdigest(),
-        "format": info.format,
-        "source_format": info.source_format,
-        "height": info.height,
-        "width": info.width,
-        "channels": info.channels,
-        "transcode": info.transcode,
-        "stats": list(info.stats) if info.stats is not None else None,
-    }
+    return InspectedImage.of(
+        item,
+        size=len(data),
+        sha256=hashlib.sha256(data).hexdigest(),
+        format=info.format,
+        source_format=info.source_format,
+        height=info.height,
+        width=info.width,
+        channels=info.channels,
+        transcode=info.transcode,
+        stats=list(info.stats) if info.stats is not None else None,
+    )
 
 
 class _InspectFn(beam.DoFn):
@@ -82,21 +85,21 @@ class _InspectFn(beam.DoFn):
         if self._decode_pool is not None:
             self._decode_pool.shutdown(wait=False, cancel_futures=True)
 
-    def _wants_stats(self, item: dict, fraction: float) -> bool:
+    def _wants_stats(self, item: ListedFile, fraction: float) -> bool:
         return wants_stats(item, self._stats_split, fraction, self._seed)
 
-    def _read(self, item: dict):
+    def _read(self, item: ListedFile):
         """Runs on the I/O pool: (bytes, None), or (None, Reject) for an unreadable file."""
         try:
-            if item["size"] >= 0:  # Known from the listing: refuse empty/huge files unread.
-                check_file_size(item["size"], self._opts)
-            return storage.read_bytes(item["path"]), None
+            if item.size >= 0:  # Known from the listing: refuse empty/huge files unread.
+                check_file_size(item.size, self._opts)
+            return storage.read_bytes(item.path), None
         except Rejected as e:
-            return None, make_reject(item["path"], e.reason, e.detail)
+            return None, make_reject(item.path, e.reason, e.detail)
         except storage.ReadError as e:
-            return None, make_reject(item["path"], "unreadable", e.detail)
+            return None, make_reject(item.path, "unreadable", e.detail)
 
-    def _check(self, item: dict, read: concurrent.futures.Future | None, fraction: float):
+    def _check(self, item: ListedFile, read: concurrent.futures.Future | None, fraction: float):
         """(InspectedImage, None) or (None, Reject) once the file's read completes (a local
         file, `read` None, is read here, on the calling thread)."""
         try:
@@ -105,21 +108,20 @@ class _InspectFn(beam.DoFn):
                 return None, reject
             return inspect_bytes(item, data, self._opts, self._wants_stats(item, fraction)), None
         except Rejected as e:
-            return None, make_reject(item["path"], e.reason, e.detail)
+            return None, make_reject(item.path, e.reason, e.detail)
         except storage.StoreOutageError:
             raise  # the store is down: stop the job (the only per-file failure that may)
         except Exception as e:  # noqa: BLE001  (the per-file dead-letter boundary)
-            return None, decoder_error(item["path"], e)
+            return None, decoder_error(item.path, e)
 
-    def process(self, batch: list[dict], num_listed: int = 0):
+    def process(self, batch: list[ListedFile], num_listed: int = 0):
         fraction = stats_fraction(self._stats_fraction, self._stats_max_images, num_listed)
         # Reads overlap on the I/O pool (bucket latency). Decoding runs on `decode_threads`
-        # threads: one per core this worker may use. More decoding threads than cores measured
-        # 30 % more CPU per image (contention) for no gain in throughput.
-        # Local files are read on the decoding thread itself: a pool hand-off measured 90 us of
-        # CPU per 28 KB file, three times the read.
+        # threads, one per core this worker may use: more only contend for the cores.
+        # Local files are read on the decoding thread itself: a pool hand-off costs more CPU
+        # than the read (docs/benchmarks.md).
         reads = [
-            None if storage.is_local(item["path"]) else self._pool.submit(self._read, item)
+            None if storage.is_local(item.path) else self._pool.submit(self._read, item)
             for item in batch
         ]
         if self._decode_pool is None:
@@ -139,8 +141,8 @@ class _InspectFn(beam.DoFn):
                 yield pvalue.TaggedOutput(self.REJECTED, reject)
                 continue
             self._ok.inc()
-            self._bytes.inc(value["size"])
-            if value["transcode"]:
+            self._bytes.inc(value.size)
+            if value.transcode:
                 self._transcoded.inc()
             inspected.append(value)
         if inspected:

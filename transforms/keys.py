@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import hashlib
 
+from transforms.elements import ListedFile
+
 __all__ = ["unit_hash", "int_hash", "assign_split", "stats_fraction", "wants_stats"]
 
 
@@ -45,11 +47,11 @@ def stats_fraction(fraction: float, max_images: int, num_listed: int) -> float:
     return fraction
 
 
-def wants_stats(item: dict, stats_split: str | None, fraction: float, seed: int) -> bool:
+def wants_stats(item: ListedFile, stats_split: str | None, fraction: float, seed: int) -> bool:
     """Whether `item` feeds the pixel statistics: in `stats_split` and in the salted-hash sample.
 
     One rule for inspection and for reused inspections (--resume), so both pick the same files.
     """
-    if item["split"] != stats_split:
+    if item.split != stats_split:
         return False
-    return fraction >= 1.0 or unit_hash("stats", seed, item["key"]) < fraction
+    return fraction >= 1.0 or unit_hash("stats", seed, item.key) < fraction

@@ -15,6 +15,7 @@ from apache_beam.metrics import Metrics
 
 from core import names
 from core.rejects import make_reject
+from transforms.elements import ListedFile, MatchedFile
 from transforms.keys import assign_split
 from transforms.match_local import match_bucket, match_local
 
@@ -129,7 +130,7 @@ def _key(path: str, root: str) -> str:
 
 
 class _MatchAllFn(beam.DoFn):
-    """None -> batches of ListedFile (without label/split) for every file the patterns match;
+    """None -> batches of MatchedFile for every file the patterns match;
     what a pattern matched but is no file (dangling link, unreadable folder, folder) -> REJECTED.
 
     All patterns are matched in one call so a file matched by two patterns is listed once (the
@@ -174,14 +175,14 @@ class _MatchAllFn(beam.DoFn):
                     continue
                 self._matched.inc()
                 key = _key(path, root)
-                yield {"path": path, "key": key, "size": size, "stamp": stamp}
+                yield MatchedFile(path, key, size, stamp)
 
     def process(self, _):
         yield from _in_batches(self._files())
 
 
 def _in_batches(outputs):
-    """Listing outputs -> the same, ListedFiles gathered in lists of LIST_BATCH (rejects, as
+    """Listing outputs -> the same, MatchedFiles gathered in lists of LIST_BATCH (rejects, as
     TaggedOutputs, pass through as they come)."""
     batch = []
     for out in outputs:
@@ -197,7 +198,7 @@ def _in_batches(outputs):
 
 
 class _ReadManifestFn(beam.DoFn):
-    """manifest URI -> batches of ListedFile (one per row); rows without a path -> REJECTED."""
+    """manifest URI -> batches of MatchedFile (one per row); rows without a path -> REJECTED."""
 
     REJECTED = "rejected"
 
@@ -224,11 +225,11 @@ class _ReadManifestFn(beam.DoFn):
                 key = _key(path, base)
             else:
                 key = names.escape_text(posixpath.normpath(raw))
-            item = {"path": path, "key": key, "size": -1, "stamp": None}
-            for column in ("label", "split"):
-                if row.get(column) not in (None, ""):
-                    item["manifest_" + column] = names.escape_text(str(row[column]))
-            yield item
+            label, split = (
+                names.escape_text(str(row[column])) if row.get(column) not in (None, "") else ""
+                for column in ("label", "split")
+            )
+            yield MatchedFile(path, key, -1, None, manifest_label=label, manifest_split=split)
 
     def process(self, manifest: str):
         seen = set()
@@ -236,16 +237,16 @@ class _ReadManifestFn(beam.DoFn):
         def once(outputs):
             for out in outputs:
                 if not isinstance(out, pvalue.TaggedOutput):
-                    if out["path"] in seen:  # A file listed twice is one file.
+                    if out.path in seen:  # A file listed twice is one file.
                         continue
-                    seen.add(out["path"])
+                    seen.add(out.path)
                 yield out
 
         yield from _in_batches(once(self._rows(manifest)))
 
 
 class _LabelAndSplitFn(beam.DoFn):
-    """[ListedFile] -> the same batch with label and split set; files without -> REJECTED."""
+    """[MatchedFile] -> [ListedFile], label and split set; files without either -> REJECTED."""
 
     REJECTED = "rejected"
 
@@ -266,12 +267,12 @@ class _LabelAndSplitFn(beam.DoFn):
         if listed:
             yield listed
 
-    def _one(self, item):
-        path, key = item["path"], item["key"]
+    def _one(self, item: MatchedFile):
+        path, key = item.path, item.key
         if self._label_from == "parent":
             label = _parent_name(path)
         elif self._label_from == "manifest":
-            label = item.get("manifest_label", "")
+            label = item.manifest_label
             if not label:
                 yield pvalue.TaggedOutput(
                     self.REJECTED,
@@ -287,7 +288,7 @@ class _LabelAndSplitFn(beam.DoFn):
         if self._split_from == "hash":
             split = assign_split(key, self._seed, self._splits)
         elif self._split_from == "manifest":
-            split = item.get("manifest_split", "")
+            split = item.manifest_split
         else:  # path: <split>/<label>/file under the input root
             parts = key.split("/")
             split = parts[0] if len(parts) >= 2 else ""
@@ -303,18 +304,11 @@ class _LabelAndSplitFn(beam.DoFn):
                 ),
             )
             return
-        yield {
-            "path": path,
-            "key": key,
-            "label": label,
-            "split": split,
-            "size": item["size"],
-            "stamp": item.get("stamp"),
-        }
+        yield ListedFile(path, key, label, split, item.size, item.stamp)
 
 
 class ListImages(beam.PTransform):
-    """Match --input patterns (or read a --manifest) into ListedFile dicts, one per distinct file.
+    """Match --input patterns (or read a --manifest) into ListedFiles, one per distinct file.
 
     Returns:
         {"listed": PCollection[[ListedFile]] (batches of up to LIST_BATCH files),
@@ -350,7 +344,7 @@ class ListImages(beam.PTransform):
             batches, bad_rows = matched.batches, matched[_MatchAllFn.REJECTED]
         listed = (
             batches
-            # [ListedFile]: spread the listing over workers, a batch (names only) at a time.
+            # [MatchedFile]: spread the listing over workers, a batch (names only) at a time.
             | "Redistribute" >> beam.Reshuffle()
             | "LabelAndSplit"
             >> beam.ParDo(

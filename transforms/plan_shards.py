@@ -6,37 +6,10 @@ import math
 
 import apache_beam as beam
 
+from transforms.elements import InspectedImage, WriterEntry
 from transforms.keys import int_hash
 
-__all__ = ["PlanShards", "WRITER_FIELDS", "num_shards_for", "writer_entry", "writer_record"]
-
-# What the writer needs of each file, as a plain tuple in this order: no field names repeated
-# per file in the shuffle or in memory. Measured on a typical record: 306 -> 201 bytes encoded,
-# 1.75 -> 0.70 KB decoded (what a shard's writer and the pre-combine hold per file). The split
-# is the group's key; pixel statistics stay out of the write shuffle.
-WRITER_FIELDS = (
-    "path",
-    "key",
-    "label",
-    "size",
-    "sha256",
-    "format",
-    "source_format",
-    "height",
-    "width",
-    "channels",
-    "transcode",
-)
-
-
-def writer_entry(record: dict) -> tuple:
-    """An inspected record -> its shard-group tuple."""
-    return tuple(record[f] for f in WRITER_FIELDS)
-
-
-def writer_record(entry: tuple) -> dict:
-    """A shard group's tuple -> the writer's record dict (one at a time, while writing)."""
-    return dict(zip(WRITER_FIELDS, entry, strict=True))
+__all__ = ["PlanShards", "num_shards_for"]
 
 
 def num_shards_for(
@@ -65,12 +38,12 @@ class _SplitTotals(beam.CombineFn):
         return acc
 
 
-def _batch_totals(batch):
+def _batch_totals(batch: list[InspectedImage]):
     """[InspectedImage] -> (split, (bytes, files)) per split in the batch."""
     totals = {}
     for r in batch:
-        b, n = totals.get(r["split"], (0, 0))
-        totals[r["split"]] = (b + r["size"], n + 1)
+        b, n = totals.get(r.split, (0, 0))
+        totals[r.split] = (b + r.size, n + 1)
     return totals.items()
 
 
@@ -97,26 +70,20 @@ class _ConcatFn(beam.CombineFn):
 
 def _write_order(shard: tuple[str, int], plan: dict[str, int]) -> tuple:
     """The order each batch emits its shards in: the splits with the most shards first, then
-    by index; so the shards' keys first reach the group in about this order (a batch holds 64
-    records: of 12 shards it nearly always holds every one; of hundreds, the order is rough).
+    by index; so the shards' keys first reach the group in about this order.
 
     Only the local runner's speed depends on it: FnApiRunner hands the grouped shards to its
-    worker processes round-robin in the order their keys first reached the group (its
-    `_GroupingBuffer.partition`), which was the order the records arrived in. The large
+    worker processes round-robin in the order their keys first reached the group, so the large
     splits' shards (the slowest to write) alternate between the workers first, then the small
-    splits' do: 48,000 photos, 10 train and 2 validation shards on 2 workers, now write 5 + 1
-    of them each, where the arrival order gave one worker 6 train shards and the other 4 and
-    both validation shards, and the first then wrote alone for ~0.6 s (docs/benchmarks.md).
-    The shards themselves do not change: each writer orders its own records.
+    splits' do (docs/benchmarks.md). The shards themselves do not change: each writer orders
+    its own records.
     """
     split, index = shard
     return -plan[split], split, index
 
 
 class PlanShards(beam.PTransform):
-    """[InspectedImage] -> {"groups": ((split, index), [entry]), "plan": {split: num_shards}}.
-
-    An entry is a tuple of WRITER_FIELDS (`writer_record` makes it a dict).
+    """[InspectedImage] -> {"groups": ((split, index), [WriterEntry]), "plan": {split: num_shards}}.
 
     A file's shard is a salted hash of its key modulo the split's shard count: no global sort,
     no single worker holding the listing, and the same key lands in the same shard wherever the
@@ -146,15 +113,15 @@ class PlanShards(beam.PTransform):
         def assign(batch, plan_dict):
             by_shard = {}
             for record in batch:
-                n = plan_dict[record["split"]]
-                key = (record["split"], int_hash("shard", seed, record["key"]) % n)
-                by_shard.setdefault(key, []).append(writer_entry(record))
+                n = plan_dict[record.split]
+                key = (record.split, int_hash("shard", seed, record.key) % n)
+                by_shard.setdefault(key, []).append(WriterEntry.of(record))
             return sorted(by_shard.items(), key=lambda kv: _write_order(kv[0], plan_dict))
 
         groups = (
             images
             | "AssignShard" >> beam.FlatMap(assign, beam.pvalue.AsSingleton(plan))
-            # ((split, index), [entry]): names and metadata only, never bytes. A combine
+            # ((split, index), [WriterEntry]): names and metadata only, never bytes. A combine
             # rather than a GroupByKey: Beam pre-combines each bundle's records per shard, so
             # the shuffle carries one list per shard per bundle instead of one element per file.
             | "GroupByShard" >> beam.CombinePerKey(_ConcatFn())

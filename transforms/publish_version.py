@@ -15,7 +15,7 @@ from apache_beam import pvalue
 
 from core import changes, rerun_record, schema, storage, versions
 from core.errors import ERROR_PREFIX
-from transforms.plan_shards import WRITER_FIELDS
+from transforms.elements import ListedFile, WriterEntry
 
 __all__ = [
     "DigestListing",
@@ -27,24 +27,16 @@ __all__ = [
 
 _log = logging.getLogger(__name__)
 
-_PATH, _LABEL, _SHA256 = (WRITER_FIELDS.index(f) for f in ("path", "label", "sha256"))
-
 
 class VersionCheckError(RuntimeError):
     """A finished version does not match its own dataset_info.json; LATEST is left alone."""
 
 
-def _index_rows(group) -> list[dict]:
-    """((split, index), [entry]) -> one index row per file of the shard."""
+def _index_rows(group: tuple[tuple[str, int], list[WriterEntry]]) -> list[dict]:
+    """((split, index), [WriterEntry]) -> one index row per file of the shard."""
     (split, index), entries = group
     return [
-        {
-            "path": e[_PATH],
-            "sha256": e[_SHA256],
-            "split": split,
-            "label": e[_LABEL],
-            "shard": index,
-        }
+        {"path": e.path, "sha256": e.sha256, "split": split, "label": e.label, "shard": index}
         for e in entries
     ]
 
@@ -70,7 +62,7 @@ class _ConcatFn(beam.CombineFn):
 
 
 class WriteFileIndex(beam.PTransform):
-    """((split, index), [entry]) shard groups -> files.jsonl.gz in `output`; yields its path.
+    """((split, index), [WriterEntry]) shard groups -> files.jsonl.gz in `output`; yields its path.
 
     One file per version, sorted by path: changes.json is computed from two of them without
     opening a shard (the alternative, reading image/filename and sha256 back from every record
@@ -100,13 +92,10 @@ class WriteFileIndex(beam.PTransform):
         )
 
 
-def _file_values(batch: list[dict]) -> tuple[int, int, bool]:
+def _file_values(batch: list[ListedFile]) -> tuple[int, int, bool]:
     """[ListedFile] -> the batch's part of the listing digest (core/rerun_record.py)."""
     return rerun_record.combine_values(
-        rerun_record.line_value(
-            rerun_record.listing_line(r["path"], r.get("size", -1), r.get("stamp"))
-        )
-        for r in batch
+        rerun_record.line_value(rerun_record.listing_line(r.path, r.size, r.stamp)) for r in batch
     )
 
 

@@ -17,6 +17,7 @@ that the next version finds every unchanged file's record in its predecessor alo
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import operator
@@ -26,6 +27,7 @@ from apache_beam import pvalue
 from apache_beam.metrics import Metrics
 
 from core import storage
+from transforms.elements import INSPECTION_FIELDS, InspectedImage, ListedFile
 from transforms.keys import stats_fraction, wants_stats
 
 __all__ = [
@@ -43,19 +45,7 @@ RECORD_DIR = ".imgrec/inspected"
 RECORD_VERSION = 1
 # stamp: reuse a record while the file's listing stamp is unchanged; full: inspect every file.
 RESUME_VERIFY_MODES = ("stamp", "full")
-# The inspection results a record holds; the listing fields (key, label, split) are recomputed.
-_INSPECTED_FIELDS = (
-    "size",
-    "sha256",
-    "format",
-    "source_format",
-    "height",
-    "width",
-    "channels",
-    "transcode",
-    "stats",
-)
-_STATS = _INSPECTED_FIELDS.index("stats")
+_STATS = INSPECTION_FIELDS.index("stats")
 
 
 def records_folder(config, output: str | None = None) -> str:
@@ -88,16 +78,8 @@ class _RecordFn(beam.DoFn):
         self._folder = folder
         self._files = Metrics.counter("imgrec", "inspection_record_files")
 
-    def process(self, batch):
-        rows = [
-            {
-                "path": r["path"],
-                "stamp": r["stamp"],
-                **{f: r[f] for f in _INSPECTED_FIELDS},
-            }
-            for r in batch
-            if r.get("stamp") is not None
-        ]
+    def process(self, batch: list[InspectedImage]):
+        rows = [r.to_record() for r in batch if r.stamp is not None]
         if not rows:
             return
         rows.sort(key=lambda row: row["path"])
@@ -119,7 +101,7 @@ class RecordInspections(beam.PTransform):
 
 
 def _load_records(folders: list[str]) -> dict:
-    """Every record under `folders` -> {(path, size, stamp): _INSPECTED_FIELDS values}; a file
+    """Every record under `folders` -> {(path, size, stamp): INSPECTION_FIELDS values}; a file
     that cannot be read or parsed is skipped (its files are inspected again)."""
     paths = []
     for folder in folders:
@@ -129,16 +111,16 @@ def _load_records(folders: list[str]) -> dict:
             continue
         paths += [m.path for m in found if not m.path.rsplit("/", 1)[-1].startswith(".")]
     records = {}
-    values = operator.itemgetter(*_INSPECTED_FIELDS)
+    values = operator.itemgetter(*INSPECTION_FIELDS)
     for _path, data in storage.read_many(paths, storage.DEFAULT_READ_CONCURRENCY):
         if isinstance(data, storage.ReadError):
             continue
         try:
-            # One JSON array per file (a JSON line never holds a raw newline): measured 1.7x
-            # faster than a json.loads per line on 12,000 records.
+            # One JSON array per file (a JSON line never holds a raw newline): faster than a
+            # json.loads per line.
             text = data.decode("utf-8").strip("\n")
             rows = json.loads("[" + text.replace("\n", ",") + "]")
-            # A tuple of _INSPECTED_FIELDS: ~1.2 KB per file in memory, a dict ~2.2 KB.
+            # A tuple of INSPECTION_FIELDS: about half a dict's memory per file.
             parsed = [((row["path"], row["size"], row["stamp"]), values(row)) for row in rows]
         except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError):
             continue
@@ -174,13 +156,13 @@ class _ReuseFn(beam.DoFn):
     def setup(self):
         # {(path, size, stamp): inspected values}, read on first use by each DoFn instance.
         # Not a side input: Beam would pickle it to every bundle and weigh it object by object
-        # for its state cache (objsize: 1.4 s for 12,000 records, more than reading them).
+        # for its state cache, which costs more than reading the records.
         self._records = None
 
-    def _wants_stats(self, item: dict, fraction: float) -> bool:
+    def _wants_stats(self, item: ListedFile, fraction: float) -> bool:
         return wants_stats(item, self._stats_split, fraction, self._seed)
 
-    def process(self, batch, num_listed: int = 0):
+    def process(self, batch: list[ListedFile], num_listed: int = 0):
         if self._records is None:
             self._records = _load_records(self._folders)
         records = self._records
@@ -189,19 +171,19 @@ class _ReuseFn(beam.DoFn):
         stats_reused = stats_redone = 0
         for item in batch:
             row = None
-            if item.get("stamp") is not None and item["size"] >= 0:
-                row = records.get((item["path"], item["size"], item["stamp"]))
+            if item.stamp is not None and item.size >= 0:
+                row = records.get((item.path, item.size, item.stamp))
             wants = self._wants_stats(item, fraction)
             if row is None or (wants and row[_STATS] is None):
                 stats_redone += row is not None
                 todo.append(item)
                 continue
             stats_reused += wants
-            record = {**item, **dict(zip(_INSPECTED_FIELDS, row, strict=True))}
+            record = InspectedImage.of(item, **dict(zip(INSPECTION_FIELDS, row, strict=True)))
             if self._carry:  # As recorded, statistics included even when this run needs none.
-                carried.append(dict(record))
+                carried.append(record)
             if not wants:
-                record["stats"] = None
+                record = dataclasses.replace(record, stats=None)
             reused.append(record)
         if stats_reused:
             self._stats_reused.inc(stats_reused)

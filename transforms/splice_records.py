@@ -9,18 +9,21 @@ import io
 import json
 import logging
 import threading
+from typing import NamedTuple
 
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 
 from core import schema, storage
-from core.beam_compat import read_record
+from core.tfrecord import read_record
+from transforms.elements import WriterEntry
 
 __all__ = [
     "RECORDS_KEY",
     "SETTINGS_KEY",
     "FALLBACK_REASONS",
     "PreviousRecords",
+    "RecordLocation",
     "STATS_FALLBACK",
     "Spliced",
     "index_entry",
@@ -32,19 +35,16 @@ __all__ = [
 _log = logging.getLogger(__name__)
 
 # A shard marker (.imgrec/shards/<shard>.json) lists where each record of its shard sits under
-# this key, one entry per record in shard order (see index_entry), and under SETTINGS_KEY the
-# digest of what decides a record's bytes besides its file (record_settings). The marker is
+# this key, one RecordLocation (a JSON list) per record in shard order, and under SETTINGS_KEY
+# the digest of what decides a record's bytes besides its file (record_settings). The marker is
 # written after the shard is renamed into place and is itself written atomically, so a listed
 # offset always points into a complete shard.
 RECORDS_KEY = "records"
 SETTINGS_KEY = "record_settings"
-_PATH, _SHA256, _TRANSCODE, _LABEL, _LABEL_ID, _OFFSET, _LENGTH, _FORMAT, _STORED_TRANSCODE = range(
-    9
-)
 
 # Two wanted records of one previous shard closer than this are fetched by one read (the bytes
-# between them read and dropped): on a bucket a GET's latency (~10-50 ms) costs more than 1 MB
-# of transfer, and locally one sequential read beats many seeks.
+# between them read and dropped): on a bucket a GET's latency costs more than 1 MB of
+# transfer, and locally one sequential read beats many seeks.
 _COALESCE_GAP_BYTES = 1 << 20
 # ... but one read holds at most this much (bounded memory per writer thread).
 _MAX_READ_BYTES = 64 << 20
@@ -81,12 +81,28 @@ def record_settings(check_options, store: str, compression: str, software: dict)
     return hashlib.sha256(repr(settings).encode()).hexdigest()
 
 
-def index_entry(record: dict, label_id: int, offset: int, length: int, fmt: str, transcode: str):
+class RecordLocation(NamedTuple):
     """One record's line in its shard marker: what it was made from, and where it sits."""
-    return [
-        record["path"], record["sha256"], record["transcode"], record["label"], label_id,
-        offset, length, fmt, transcode,
-    ]  # fmt: skip
+
+    path: str
+    sha256: str  # of the source file
+    transcode: str  # the source's transcode reasons (inspection's)
+    label: str
+    label_id: int
+    offset: int  # of the record's frame in the (uncompressed) shard
+    length: int  # of the whole frame
+    format: str  # image/format as stored
+    stored_transcode: str  # image/transcode_reason: the source's reasons and the --store one
+
+
+def index_entry(
+    entry: WriterEntry, label_id: int, offset: int, length: int, fmt: str, transcode: str
+) -> RecordLocation:
+    """The marker line of the record written from `entry` at `offset`."""
+    return RecordLocation(
+        entry.path, entry.sha256, entry.transcode, entry.label, label_id, offset, length, fmt,
+        transcode,
+    )  # fmt: skip
 
 
 @dataclasses.dataclass(frozen=True)
@@ -141,56 +157,56 @@ class PreviousRecords:
                     and marker["shard"].get("file") == shard["file"]
                     and marker["shard"].get("sha256") == shard["sha256"]
                 )
-                for rec in marker[RECORDS_KEY]:
+                for rec in map(RecordLocation._make, marker[RECORDS_KEY]):
                     if usable:
-                        index[rec[_PATH]] = (shard["file"], rec, None)
+                        index[rec.path] = (shard["file"], rec, None)
                     else:
-                        index[rec[_PATH]] = (None, rec, "settings")
+                        index[rec.path] = (None, rec, "settings")
         return index, blanket
 
     def _refuse(self, reason: str, count: int) -> None:
         Metrics.counter("imgrec", f"splice_refused_{reason}").inc(count)
 
-    def fetch(self, records: list[dict], label_ids: dict) -> list[Spliced | None]:
-        """For each writer record (in shard order): its record from the previous version, or
+    def fetch(self, records: list[WriterEntry], label_ids: dict) -> list[Spliced | None]:
+        """For each writer entry (in shard order): its record from the previous version, or
         None to read its source (a new or changed file, or the previous shard cannot serve)."""
         index, blanket = self._load()
         found: list[Spliced | None] = [None] * len(records)
-        wanted = collections.defaultdict(list)  # previous shard file -> [(entry, position)]
+        wanted = collections.defaultdict(list)  # previous shard file -> [(location, position)]
         for i, record in enumerate(records):
-            hit = index.get(record["path"])
+            hit = index.get(record.path)
             if hit is None:
                 if blanket:  # (a new file counts here too: the previous index cannot tell)
                     self._refuse(blanket, 1)
                 continue
             shard_file, entry, refused = hit
-            if entry[_SHA256] != record["sha256"] or entry[_TRANSCODE] != record["transcode"]:
+            if entry.sha256 != record.sha256 or entry.transcode != record.transcode:
                 continue  # the file changed: its source is read
             if refused:
                 self._refuse(refused, 1)
                 continue
             wanted[shard_file].append((entry, i))
         for shard_file, items in wanted.items():
-            frames = self._read_frames(shard_file, sorted(e[_OFFSET] for e, _ in items), items)
+            frames = self._read_frames(shard_file, sorted(e.offset for e, _ in items), items)
             if frames is None:
                 continue
             for entry, i in items:
-                framed = frames[entry[_OFFSET]]
+                framed = frames[entry.offset]
                 record = records[i]
-                label_id = label_ids.get(record["label"], -1)
-                if entry[_LABEL] == record["label"] and entry[_LABEL_ID] == label_id:
-                    found[i] = Spliced(framed, None, entry[_FORMAT], entry[_STORED_TRANSCODE])
+                label_id = label_ids.get(record.label, -1)
+                if entry.label == record.label and entry.label_id == label_id:
+                    found[i] = Spliced(framed, None, entry.format, entry.stored_transcode)
                     self._spliced.inc()
                 else:  # the label (or its id) is the run's: rebuild from the image bytes
-                    example = _relabel(framed[12:-4], record["label"], label_id)
-                    found[i] = Spliced(None, example, entry[_FORMAT], entry[_STORED_TRANSCODE])
+                    example = _relabel(framed[12:-4], record.label, label_id)
+                    found[i] = Spliced(None, example, entry.format, entry.stored_transcode)
                     self._rebuilt.inc()
         return found
 
     def _read_frames(self, shard_file: str, offsets: list[int], items) -> dict | None:
         """{offset: framed bytes} of the records at `offsets` of the previous shard, each
         frame's length and data CRCs checked; None (counted, logged) if the shard cannot serve."""
-        lengths = {e[_OFFSET]: e[_LENGTH] for e, _ in items}
+        lengths = {e.offset: e.length for e, _ in items}
         path = storage.join(self._previous, shard_file)
         spans = []  # [start, end) byte ranges, each one read
         for off in offsets:

@@ -7,6 +7,7 @@ shard's plan digest and the software that wrote it are the same (see `_copy_prev
 from __future__ import annotations
 
 import collections
+import dataclasses
 import errno
 import hashlib
 import io
@@ -22,12 +23,12 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 
 from core import dali_index, names, schema, storage
-from core.beam_compat import write_record
 from core.rejects import Rejected, decoder_error, make_reject
+from core.tfrecord import write_record
+from transforms.elements import ShardInfo, WriterEntry
 from transforms.images.check import ImageInfo
 from transforms.images.store_modes import PIXELS_REASON, StoredImage, store_image
 from transforms.keys import int_hash
-from transforms.plan_shards import WRITER_FIELDS, writer_record
 from transforms.splice_records import (
     RECORDS_KEY,
     SETTINGS_KEY,
@@ -43,11 +44,6 @@ _log = logging.getLogger(__name__)
 # Shards of a resumable run record their plan here: a finished shard is reused only if the same
 # files, in the same order, with the same transcode settings, would be written again.
 MARKER_DIR = ".imgrec"
-
-_PATH, _KEY, _SHA256, _TRANSCODE = (
-    WRITER_FIELDS.index(f) for f in ("path", "key", "sha256", "transcode")
-)
-_LABEL = WRITER_FIELDS.index("label")
 
 # Bump whenever the bytes this writer produces for one plan change (record layout, what an
 # Example holds, how a file is stored): a shard written under another value is never copied
@@ -165,11 +161,91 @@ def _discard(sink, out: _HashingWriter, tmp: str) -> None:
             _log.warning("imgrec: could not delete the partial shard %s", tmp)
 
 
-class _WriteShardFn(beam.DoFn):
-    """((split, index), [entry]) -> ShardInfo; records that fail at write time -> REJECTED.
+@dataclasses.dataclass(frozen=True)
+class _Shard:
+    """One planned shard: where it goes and the digest of what it will hold."""
 
-    Entries are PlanShards' tuples; each becomes a record dict only while it is written.
-    """
+    split: str
+    index: int
+    num_shards: int
+    relname: str  # its file, relative to the output
+    final: str  # its file
+    marker: str  # its plan marker
+    plan_digest: str
+
+    @property
+    def shard_id(self) -> tuple[str, int, int]:
+        return self.split, self.index, self.num_shards
+
+
+def _plan_digest(settings: tuple, entries: list[WriterEntry], label_ids: dict) -> str:
+    """sha256 of the settings and of each file's part of its Example: a shard is reused (resume)
+    or copied (versions) only for the same digest."""
+    digest = hashlib.sha256(repr(settings).encode())
+    for e in entries:
+        # Also what an Example holds that neither the bytes nor the options decide: its
+        # path, label and label id (a relabel or a new class must not keep a stale shard).
+        digest.update(
+            f"{e.key}\0{e.sha256}\0{e.transcode}\0{e.path}\0{e.label}\0"
+            f"{label_ids.get(e.label, -1)}\n".encode()
+        )
+    return digest.hexdigest()
+
+
+def _example(entry: WriterEntry, data: bytes, stored: StoredImage, label_id: int):
+    """(serialized Example, its transcode reasons) of one file stored as `stored`."""
+    transcode = entry.transcode
+    if stored.raw:
+        transcode = ",".join(filter(None, [transcode, PIXELS_REASON]))
+    example = schema.make_example(
+        encoded=stored.data,
+        image_format=stored.format,
+        height=stored.height,
+        width=stored.width,
+        channels=stored.channels,
+        label=label_id,
+        label_text=entry.label,
+        filename=names.filename_bytes(entry.path),
+        sha256=entry.sha256 if stored.data is data else hashlib.sha256(stored.data).hexdigest(),
+        transcoded_from=entry.source_format if transcode else "",
+        transcode_reason=transcode,
+    )
+    return example, transcode
+
+
+def _framed(example: bytes) -> bytes:
+    """`example` as one TFRecord frame."""
+    frame = io.BytesIO()
+    write_record(frame, example)
+    return frame.getvalue()
+
+
+class _ShardContents:
+    """What one shard's write has put in it so far: counts, record locations, DALI index lines."""
+
+    def __init__(self, with_dali_index: bool):
+        self._with_dali_index = with_dali_index
+        self.num_examples = 0
+        self.transcoded = collections.Counter()
+        self.formats = collections.Counter()  # records per image/format (the summary's warning)
+        self.labels = collections.Counter()  # examples per label text: exact class counts
+        self.idx_lines = []  # --dali_index: one line per record, at its offset in the shard
+        self.located = []  # each record's RecordLocation: where the next run finds it
+
+    def add(self, entry: WriterEntry, label_id: int, offset: int, frame_length: int, fmt, why):
+        """Count the record of `entry` whose frame (`frame_length` bytes) starts at `offset`."""
+        self.located.append(index_entry(entry, label_id, offset, frame_length, fmt, why))
+        if self._with_dali_index:
+            size = frame_length - dali_index.RECORD_OVERHEAD
+            self.idx_lines.append(dali_index.index_line(offset, size))
+        self.transcoded.update(filter(None, why.split(",")))
+        self.num_examples += 1
+        self.formats[fmt] += 1
+        self.labels[entry.label] += 1
+
+
+class _WriteShardFn(beam.DoFn):
+    """((split, index), [WriterEntry]) -> ShardInfo; files that fail at write time -> REJECTED."""
 
     REJECTED = "rejected"
 
@@ -202,6 +278,59 @@ class _WriteShardFn(beam.DoFn):
                 self._previous, self._record_settings, self._compression
             )
 
+    def process(self, element, plan, label_names):
+        (split, index), entries = element
+        label_ids = {name: i for i, name in enumerate(label_names)}
+        entries = sorted(entries, key=lambda e: (int_hash("order", self._seed, e.key), e.key))
+        shard = self._shard(split, index, plan[split], entries, label_ids)
+        resumed = self._resumed_shard(shard) if self._resume else None
+        if resumed is not None:
+            self._resumed.inc()
+            yield resumed
+            return
+        copied = self._copy_previous(shard, len(entries)) if self._previous else None
+        if copied is not None:
+            info, located = copied
+            self._write_marker(shard, info, located)
+            self._copied.inc()
+            yield info
+            return
+        info, located = yield from self._write(shard, entries, label_ids)
+        self._write_marker(shard, info, located)
+        self._written.inc(info.num_examples)
+        self._written_bytes.inc(info.num_bytes)
+        self._shards.inc()
+        yield info
+
+    def _shard(self, split, index, num_shards, entries, label_ids) -> _Shard:
+        relname = schema.shard_name(
+            split, index, num_shards, schema.shard_suffix(self._compression)
+        )
+        settings = (self._opts, self._store, self._compression)
+        if self._dali_index:  # (only then: the default run's digests stay what they were)
+            settings += ("dali_index",)
+        return _Shard(
+            split=split,
+            index=index,
+            num_shards=num_shards,
+            relname=relname,
+            final=storage.join(self._output, relname),
+            marker=plan_marker_path(self._output, split, index, num_shards),
+            plan_digest=_plan_digest(settings, entries, label_ids),
+        )
+
+    def _resumed_shard(self, shard: _Shard) -> ShardInfo | None:
+        """The ShardInfo of `shard` written by an earlier attempt of this plan, if it is in place."""
+        previous = read_shard_info(shard.marker)
+        if (
+            previous
+            and previous.get("plan_digest") == shard.plan_digest
+            and storage.exists(shard.final)
+            and (not self._dali_index or storage.exists(dali_index.index_name(shard.final)))
+        ):
+            return ShardInfo.from_dict(previous["shard"])
+        return None
+
     def _recorded_shards(self) -> dict:
         """The previous version's shard entries from its dataset_info.json, by file name."""
         if self._previous_shards is None:
@@ -213,45 +342,45 @@ class _WriteShardFn(beam.DoFn):
             }
         return self._previous_shards
 
-    def _copy_previous(self, relname, plan_digest, shard_id, num_entries) -> dict | None:
-        """Copy the previous version's shard `relname` into this output when it was written
-        from the same plan by the same software; returns its ShardInfo, or None to write it.
+    def _copy_previous(self, shard: _Shard, num_entries: int) -> tuple | None:
+        """Copy the previous version's shard into this output when it was written from the same
+        plan by the same software: (its ShardInfo, its marker's record locations or None), or
+        None to write it.
 
         The copy goes to a temporary name, is checked against the size and sha256 the previous
         dataset_info.json records for it, and only then renamed into place.
         """
-        previous = read_shard_info(plan_marker_path(self._previous, *shard_id))
+        previous = read_shard_info(plan_marker_path(self._previous, *shard.shard_id))
         if (
             not previous
-            or previous.get("plan_digest") != plan_digest
+            or previous.get("plan_digest") != shard.plan_digest
             or previous.get("software") != self._software
         ):
             return None
-        info = previous["shard"]
-        recorded = self._recorded_shards().get(relname)
+        info = ShardInfo.from_dict(previous["shard"])
+        recorded = self._recorded_shards().get(shard.relname)
         fields = ("file", "num_examples", "num_bytes", "sha256")
+        if self._dali_index:
+            fields += ("dali_index",)
         # A shard some of whose files failed at write time is written again: their rejects
         # must be reported by this run too.
+        listing = info.listing()
         if (
             recorded is None
-            or any(recorded[k] != info.get(k) for k in fields)
-            or info["num_examples"] != num_entries
+            or any(recorded.get(k) != listing.get(k) for k in fields)
+            or info.num_examples != num_entries
         ):
-            return None
-        if self._dali_index and recorded.get("dali_index") != info.get("dali_index"):
             return None
         # The DALI index first (the shard's own name last, as in a write): each file is copied
         # to a temporary name, checked, then renamed into place.
-        files = [(relname, info["num_bytes"], info["sha256"])]
+        files = [(shard.relname, info.num_bytes, info.sha256)]
         if self._dali_index:
-            idx = info["dali_index"]
+            idx = info.dali_index
             files.insert(0, (idx["file"], idx["num_bytes"], idx["sha256"]))
-        for rel, num_bytes, sha256 in files:
-            if not self._copy_checked(rel, num_bytes, sha256):
-                return None
+        if not all(self._copy_checked(*file) for file in files):
+            return None
         # The same bytes: the previous marker's record offsets hold for the copy too.
-        self._copied_records = previous.get(RECORDS_KEY)
-        return info
+        return info, previous.get(RECORDS_KEY)
 
     def _copy_checked(self, rel: str, num_bytes: int, sha256: str) -> bool:
         """Copy the previous version's file `rel` into this output, checked against the size
@@ -280,228 +409,142 @@ class _WriteShardFn(beam.DoFn):
         storage.rename(tmp, final)
         return True
 
-    def _prefetched(self, entries, label_ids):
-        """Yield (record, bytes, error detail, Spliced or None) in order, `read_concurrency`
-        reads in flight; a record spliced from the previous version reads no source."""
-        records = [writer_record(e) for e in entries]
-        spliced = [None] * len(records)
-        if self._splicer is not None:
-            spliced = self._splicer.fetch(records, label_ids)
-        reads = storage.read_many(
-            (r["path"] for r, s in zip(records, spliced, strict=True) if s is None),
-            self._concurrency,
-        )
-        for record, splice in zip(records, spliced, strict=True):
-            if splice is not None:
-                yield record, None, None, splice
-                continue
-            _, result = next(reads)
-            if isinstance(result, storage.ReadError):
-                yield record, None, result.detail, None
-            else:
-                yield record, result, None, None
-
-    def _stored_bytes(self, record: dict, data: bytes) -> StoredImage:
-        """What to write for one file under --store, re-checked against inspection.
-
-        Raises:
-            Rejected: the bytes changed since inspection, or no longer decode/transcode.
-        """
-        if hashlib.sha256(data).hexdigest() != record["sha256"]:
-            raise Rejected(
-                "changed_during_run",
-                "the file's bytes no longer match the sha256 seen at inspection",
-            )
-        info = ImageInfo(
-            format=record["format"],
-            source_format=record["source_format"],
-            height=record["height"],
-            width=record["width"],
-            channels=record["channels"],
-            transcode=record["transcode"],
-        )
-        return store_image(data, info, self._opts, self._store)
-
-    def process(self, element, plan, label_names):
-        (split, index), entries = element
-        num_shards = plan[split]
-        label_ids = {name: i for i, name in enumerate(label_names)}
-        entries = sorted(entries, key=lambda e: (int_hash("order", self._seed, e[_KEY]), e[_KEY]))
-        relname = schema.shard_name(
-            split, index, num_shards, schema.shard_suffix(self._compression)
-        )
-        final = storage.join(self._output, relname)
-        marker = plan_marker_path(self._output, split, index, num_shards)
-        settings = (self._opts, self._store, self._compression)
-        if self._dali_index:  # (only then: the default run's digests stay what they were)
-            settings += ("dali_index",)
-        digest = hashlib.sha256(repr(settings).encode())
-        for e in entries:
-            # Also what an Example holds that neither the bytes nor the options decide: its
-            # path, label and label id (a relabel or a new class must not keep a stale shard).
-            label = e[_LABEL]
-            digest.update(
-                f"{e[_KEY]}\0{e[_SHA256]}\0{e[_TRANSCODE]}\0{e[_PATH]}\0{label}\0"
-                f"{label_ids.get(label, -1)}\n".encode()
-            )
-        plan_digest = digest.hexdigest()
-
-        if self._resume:
-            previous = read_shard_info(marker)
-            if (
-                previous
-                and previous.get("plan_digest") == plan_digest
-                and storage.exists(final)
-                and (not self._dali_index or storage.exists(dali_index.index_name(final)))
-            ):
-                self._resumed.inc()
-                yield previous["shard"]
-                return
-
-        if self._previous:
-            shard_id = (split, index, num_shards)
-            self._copied_records = None
-            copied = self._copy_previous(relname, plan_digest, shard_id, len(entries))
-            if copied is not None:
-                self._write_marker(marker, plan_digest, copied, self._copied_records)
-                self._copied.inc()
-                yield copied
-                return
-
-        tmp = storage.temp_sibling(final)
-        num_examples = 0
-        transcoded = collections.Counter()
-        formats = collections.Counter()  # records per image/format (the summary's JPEG warning)
-        labels = collections.Counter()  # examples per label text: exact class counts for free
-        idx_lines = []  # --dali_index: one line per record, at its offset in the (uncompressed) shard
-        located = []  # each record's index_entry: where the next run finds it (splice_records)
+    def _write(self, shard: _Shard, entries: list[WriterEntry], label_ids: dict):
+        """Write `shard` from its files (a generator: yields the REJECTED outputs of files that
+        fail now); returns (its ShardInfo, its RecordLocations)."""
+        tmp = storage.temp_sibling(shard.final)
         out = _HashingWriter(tmp)
         sink = GzipSink(out) if self._compression == "gzip" else out
+        contents = _ShardContents(self._dali_index)
         try:
-            for record, data, error, splice in self._prefetched(entries, label_ids):
+            for entry, data, error, splice in self._prefetched(entries, label_ids):
+                label_id = label_ids.get(entry.label, -1)
                 if splice is not None:  # the previous version's record: no source read
                     frame = splice.framed
-                    if frame is None:  # rebuilt (this run's label id): framed as any record
-                        frame = io.BytesIO()
-                        write_record(frame, splice.example)
-                        frame = frame.getvalue()
-                    label_id = label_ids.get(record["label"], -1)
-                    located.append(
-                        index_entry(
-                            record, label_id, out.num_bytes, len(frame), splice.format,
-                            splice.transcode,
-                        )
-                    )  # fmt: skip
-                    if self._dali_index:
-                        idx_lines.append(dali_index.index_line(out.num_bytes, len(frame) - 16))
+                    if frame is None:  # rebuilt with this run's label id
+                        frame = _framed(splice.example)
+                    contents.add(
+                        entry, label_id, out.num_bytes, len(frame), splice.format, splice.transcode
+                    )
                     sink.write(frame)
-                    for why in filter(None, splice.transcode.split(",")):
-                        transcoded[why] += 1
-                    num_examples += 1
-                    formats[splice.format] += 1
-                    labels[record["label"]] += 1
                     continue
-                reason = "unreadable"
-                if error is None:
-                    try:
-                        stored = self._stored_bytes(record, data)
-                    except Rejected as e:
-                        reason, error = e.reason, e.detail
-                    except storage.StoreOutageError:
-                        raise
-                    except Exception as e:  # noqa: BLE001  (the per-file dead-letter boundary)
-                        failure = decoder_error(record["path"], e)
-                        reason, error = failure["reason"], failure["detail"]
-                if error is not None:
-                    Metrics.counter("imgrec", f"rejected_{reason}").inc()
-                    yield pvalue.TaggedOutput(
-                        self.REJECTED, make_reject(record["path"], reason, error)
-                    )
+                stored, reject = self._stored_or_reject(entry, data, error)
+                if reject is not None:
+                    Metrics.counter("imgrec", f"rejected_{reject['reason']}").inc()
+                    yield pvalue.TaggedOutput(self.REJECTED, reject)
                     continue
-                transcode = record["transcode"]
-                if stored.raw:
-                    transcode = ",".join(filter(None, [transcode, PIXELS_REASON]))
-                for why in filter(None, transcode.split(",")):
-                    transcoded[why] += 1
-                example = schema.make_example(
-                    encoded=stored.data,
-                    image_format=stored.format,
-                    height=stored.height,
-                    width=stored.width,
-                    channels=stored.channels,
-                    label=label_ids.get(record["label"], -1),
-                    label_text=record["label"],
-                    filename=names.filename_bytes(record["path"]),
-                    sha256=(
-                        record["sha256"]
-                        if stored.data is data
-                        else hashlib.sha256(stored.data).hexdigest()
-                    ),
-                    transcoded_from=record["source_format"] if transcode else "",
-                    transcode_reason=transcode,
-                )
-                if self._dali_index:
-                    idx_lines.append(dali_index.index_line(out.num_bytes, len(example)))
-                located.append(
-                    index_entry(
-                        record, label_ids.get(record["label"], -1), out.num_bytes,
-                        len(example) + dali_index.RECORD_OVERHEAD, stored.format, transcode,
-                    )
-                )  # fmt: skip
+                example, transcode = _example(entry, data, stored, label_id)
+                frame_length = len(example) + dali_index.RECORD_OVERHEAD
+                contents.add(entry, label_id, out.num_bytes, frame_length, stored.format, transcode)
                 write_record(sink, example)
-                num_examples += 1
-                formats[stored.format] += 1
-                labels[record["label"]] += 1
         except BaseException:
             _discard(sink, out, tmp)
             raise
         sink.close()
-        extra = {}
+        return self._finish(shard, tmp, out, contents), contents.located
+
+    def _finish(self, shard: _Shard, tmp: str, out, contents: _ShardContents) -> ShardInfo:
+        """Write the DALI index (--dali_index), rename the shard into place; its ShardInfo."""
+        written_index = None
         if self._dali_index:
             # Before the shard's rename: a shard in place under a finished marker always has its
             # index (the marker, written last, is what --resume trusts).
-            body = b"".join(idx_lines)
-            idx_rel = dali_index.index_name(relname)
+            body = b"".join(contents.idx_lines)
+            idx_rel = dali_index.index_name(shard.relname)
             storage.write_bytes_atomic(storage.join(self._output, idx_rel), body)
-            extra["dali_index"] = {
+            written_index = {
                 "file": idx_rel,
                 "num_bytes": len(body),
                 "sha256": hashlib.sha256(body).hexdigest(),
             }
         if out.opened:
-            storage.rename(tmp, final)
+            storage.rename(tmp, shard.final)
         else:  # Every file failed at write time: an empty shard keeps the planned name.
-            storage.write_bytes_atomic(final, b"")
-        info = {
-            "split": split,
-            "index": index,
-            "file": relname,
-            "num_examples": num_examples,
-            "num_bytes": out.num_bytes,
-            "sha256": out.sha256.hexdigest(),
-            "transcoded": dict(transcoded),
-            "formats": dict(sorted(formats.items())),
-            "label_counts": dict(sorted(labels.items())),
-            **extra,
-        }
-        self._write_marker(marker, plan_digest, info, located)
-        self._written.inc(num_examples)
-        self._written_bytes.inc(out.num_bytes)
-        self._shards.inc()
-        yield info
+            storage.write_bytes_atomic(shard.final, b"")
+        return ShardInfo(
+            split=shard.split,
+            index=shard.index,
+            file=shard.relname,
+            num_examples=contents.num_examples,
+            num_bytes=out.num_bytes,
+            sha256=out.sha256.hexdigest(),
+            transcoded=dict(contents.transcoded),
+            formats=dict(sorted(contents.formats.items())),
+            label_counts=dict(sorted(contents.labels.items())),
+            dali_index=written_index,
+        )
 
-    def _write_marker(
-        self, marker: str, plan_digest: str, info: dict, records: list | None = None
-    ) -> None:
-        body = {"plan_digest": plan_digest, "shard": info, "software": self._software}
+    def _prefetched(self, entries: list[WriterEntry], label_ids: dict):
+        """Yield (entry, bytes, error detail, Spliced or None) in order, `read_concurrency`
+        reads in flight; a record spliced from the previous version reads no source."""
+        spliced = [None] * len(entries)
+        if self._splicer is not None:
+            spliced = self._splicer.fetch(entries, label_ids)
+        reads = storage.read_many(
+            (e.path for e, s in zip(entries, spliced, strict=True) if s is None),
+            self._concurrency,
+        )
+        for entry, splice in zip(entries, spliced, strict=True):
+            if splice is not None:
+                yield entry, None, None, splice
+                continue
+            _, result = next(reads)
+            if isinstance(result, storage.ReadError):
+                yield entry, None, result.detail, None
+            else:
+                yield entry, result, None, None
+
+    def _stored_or_reject(self, entry: WriterEntry, data, error):
+        """(StoredImage, None), or (None, Reject) for a file that failed its read (`error`) or
+        fails now: the per-file dead-letter boundary of the writer."""
+        reason = "unreadable"
+        if error is None:
+            try:
+                return self._stored_bytes(entry, data), None
+            except Rejected as e:
+                reason, error = e.reason, e.detail
+            except storage.StoreOutageError:
+                raise
+            except Exception as e:  # noqa: BLE001  (the per-file dead-letter boundary)
+                failure = decoder_error(entry.path, e)
+                reason, error = failure["reason"], failure["detail"]
+        return None, make_reject(entry.path, reason, error)
+
+    def _stored_bytes(self, entry: WriterEntry, data: bytes) -> StoredImage:
+        """What to write for one file under --store, re-checked against inspection.
+
+        Raises:
+            Rejected: the bytes changed since inspection, or no longer decode/transcode.
+        """
+        if hashlib.sha256(data).hexdigest() != entry.sha256:
+            raise Rejected(
+                "changed_during_run",
+                "the file's bytes no longer match the sha256 seen at inspection",
+            )
+        info = ImageInfo(
+            format=entry.format,
+            source_format=entry.source_format,
+            height=entry.height,
+            width=entry.width,
+            channels=entry.channels,
+            transcode=entry.transcode,
+        )
+        return store_image(data, info, self._opts, self._store)
+
+    def _write_marker(self, shard: _Shard, info: ShardInfo, records: list | None) -> None:
+        body = {
+            "plan_digest": shard.plan_digest,
+            "shard": info.to_dict(),
+            "software": self._software,
+        }
         if records is not None:
             body[SETTINGS_KEY] = self._record_settings
             body[RECORDS_KEY] = records
-        storage.write_bytes_atomic(marker, json.dumps(body).encode())
+        storage.write_bytes_atomic(shard.marker, json.dumps(body).encode())
 
 
 class WriteShards(beam.PTransform):
-    """((split, index), [entry]) -> {"shards": ShardInfo, "rejected": Reject}."""
+    """((split, index), [WriterEntry]) -> {"shards": ShardInfo, "rejected": Reject}."""
 
     def __init__(self, config, plan, label_names):
         super().__init__()
@@ -518,8 +561,8 @@ class WriteShards(beam.PTransform):
         return {"shards": out.shards, "rejected": out[_WriteShardFn.REJECTED]}
 
 
-# zlib level of --compression gzip: 6 is gzip's own default (level 9 measured ~3x the CPU for
-# ~1% smaller raw-pixel shards).
+# zlib level of --compression gzip: 6 is gzip's own default (9 costs far more CPU for barely
+# smaller raw-pixel shards).
 _GZIP_LEVEL = 6
 # wbits 16 + 15: a gzip container (what TFRecordDataset(compression_type="GZIP") reads) with a
 # 32 KB window; zlib writes a fixed header (mtime 0), so shards stay byte-identical run to run.

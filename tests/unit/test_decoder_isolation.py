@@ -21,11 +21,11 @@ from core.rejects import MAX_ERROR_DETAIL, REASONS, Rejected
 from pipeline.options import ConvertConfig
 from tests.runs import ROOT as ROOT_PATH
 from tests.runs import in_process, read_records
+from transforms.elements import ListedFile, WriterEntry
 from transforms.images import check, decode_worker, limits
 from transforms.images.check import check_image
 from transforms.images.limits import CheckOptions
 from transforms.inspect_images import InspectImages
-from transforms.plan_shards import writer_entry
 
 ROOT = str(ROOT_PATH)
 REGRESSIONS = str(ROOT_PATH / "tests" / "regressions")
@@ -155,9 +155,7 @@ def test_inspection_turns_any_per_file_exception_into_a_decoder_error(tmp_path, 
     for name, tail in names.items():
         path = tmp_path / "in" / "a" / name
         path.write_bytes(_encode(_photo(5), "JPEG") + tail)
-        listed.append(
-            {"path": str(path), "key": f"a/{name}", "label": "a", "split": "train", "size": -1}
-        )
+        listed.append(ListedFile(str(path), f"a/{name}", "a", "train", -1, None))
     with TestPipeline() as p:
         out = p | beam.Create([listed]) | InspectImages(_config(tmp_path))
         assert_that(
@@ -202,21 +200,18 @@ def test_writer_turns_a_failing_re_encode_into_a_reject_and_keeps_the_rest(tmp_p
         path = tmp_path / "in" / "a" / name
         path.write_bytes(data)
         entries.append(
-            writer_entry(
-                {
-                    "path": str(path),
-                    "key": f"a/{name}",
-                    "label": "a",
-                    "split": "train",
-                    "size": len(data),
-                    "sha256": hashlib.sha256(data).hexdigest(),
-                    "format": "jpeg",
-                    "source_format": "jpeg",
-                    "height": 30,
-                    "width": 40,
-                    "channels": 3,
-                    "transcode": "",
-                }
+            WriterEntry(
+                path=str(path),
+                key=f"a/{name}",
+                label="a",
+                size=len(data),
+                sha256=hashlib.sha256(data).hexdigest(),
+                format="jpeg",
+                source_format="jpeg",
+                height=30,
+                width=40,
+                channels=3,
+                transcode="",
             )
         )
     with TestPipeline() as p:

@@ -15,16 +15,14 @@ from apache_beam.testing.util import assert_that, equal_to
 
 from tests.unit.test_transforms import _config, _record
 from transforms import keys
+from transforms.elements import ListedFile, WriterEntry
 from transforms.keys import assign_split, int_hash, unit_hash, wants_stats
-from transforms.plan_shards import (
-    WRITER_FIELDS,
-    PlanShards,
-    _batch_totals,
-    _ConcatFn,
-    _SplitTotals,
-    writer_entry,
-    writer_record,
-)
+from transforms.plan_shards import PlanShards, _batch_totals, _ConcatFn, _SplitTotals
+
+
+def _listed(split: str, key: str) -> ListedFile:
+    return ListedFile(f"/in/{key}", key, "", split, -1, None)
+
 
 SPLITS_3 = (("train", 0.7), ("validation", 0.2), ("test", 0.1))
 
@@ -59,31 +57,31 @@ def test_split_hash_salt_is_the_split_purpose(monkeypatch):
     seen = []
     monkeypatch.setattr(keys, "unit_hash", lambda purpose, seed, key: seen.append(purpose) or 0.1)
     assign_split("k", 0, SPLITS_3)
-    wants_stats({"split": "train", "key": "k"}, "train", 0.5, 0)
+    wants_stats(_listed("train", "k"), "train", 0.5, 0)
     assert seen == ["split", "stats"]
 
 
 def test_stats_sample_is_the_half_open_interval_below_the_fraction(monkeypatch):
     monkeypatch.setattr(keys, "unit_hash", lambda purpose, seed, key: 0.25)
-    item = {"split": "train", "key": "k"}
+    item = _listed("train", "k")
     assert not wants_stats(item, "train", 0.25, 0)
     assert wants_stats(item, "train", 0.2500001, 0)
 
 
 def test_stats_sample_is_pinned_across_releases():
-    items = [{"split": "train", "key": f"k{i}"} for i in range(10)]
+    items = [_listed("train", f"k{i}") for i in range(10)]
     assert [i for i, it in enumerate(items) if wants_stats(it, "train", 0.5, 3)] == [
         i for i in range(10) if int_hash("stats", 3, f"k{i}") / 2.0**64 < 0.5
     ]
 
 
-def test_writer_record_round_trips_and_rejects_a_short_entry():
+def test_writer_entry_round_trips_and_rejects_a_short_entry():
     record = _record("/in/a/1.jpg", "a/1.jpg", split="train")
-    entry = writer_entry(record)
-    assert len(entry) == len(WRITER_FIELDS)
-    assert writer_record(entry) == {f: record[f] for f in WRITER_FIELDS}
-    with pytest.raises(ValueError):
-        writer_record(entry[:-1])
+    entry = WriterEntry.of(record)
+    assert len(entry) == len(WriterEntry._fields)
+    assert entry._asdict() == {f: getattr(record, f) for f in WriterEntry._fields}
+    with pytest.raises(TypeError):
+        WriterEntry._make(entry[:-1])
 
 
 def test_split_totals_count_bytes_and_files_per_split():

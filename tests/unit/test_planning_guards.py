@@ -11,8 +11,9 @@ from apache_beam.testing.util import assert_that, equal_to
 
 from tests.unit.test_transforms import _config, _record
 from transforms import keys
+from transforms.elements import ListedFile
 from transforms.keys import assign_split, int_hash
-from transforms.plan_shards import PlanShards, _write_order, num_shards_for, writer_record
+from transforms.plan_shards import PlanShards, _write_order, num_shards_for
 
 SPLITS_3 = (("train", 0.7), ("validation", 0.2), ("test", 0.1))
 
@@ -62,9 +63,13 @@ def test_every_shard_index_is_used_and_shards_follow_keys_not_paths(tmp_path):
         out = p | beam.Create([rows[i : i + 16] for i in range(0, 200, 16)]) | PlanShards(config)
         assert_that(out["plan"], equal_to([{"train": 4}]), label="Plan")
         placed = out["groups"] | beam.FlatMapTuple(
-            lambda key, entries: [(key[0], key[1], writer_record(e)["path"]) for e in entries]
+            lambda key, entries: [(key[0], key[1], e.path) for e in entries]
         )
         assert_that(placed, equal_to(expected), label="Placement")
+
+
+def _listed(split: str, key: str) -> ListedFile:
+    return ListedFile(f"/in/{key}", key, "", split, -1, None)
 
 
 def test_stats_sample_is_capped_and_only_in_the_training_split():
@@ -72,11 +77,11 @@ def test_stats_sample_is_capped_and_only_in_the_training_split():
     assert keys.stats_fraction(0.1, 4000, 12000) == 0.1  # the smaller share wins
     assert keys.stats_fraction(1.0, 0, 12000) == 1.0  # 0: no cap
     assert keys.stats_fraction(1.0, 4000, 0) == 1.0  # count unknown
-    items = [{"split": "train", "key": f"k{i}"} for i in range(20_000)]
+    items = [_listed("train", f"k{i}") for i in range(20_000)]
     picked = sum(keys.wants_stats(it, "train", 0.25, 3) for it in items)
     assert picked / len(items) == pytest.approx(0.25, abs=0.015)
-    assert not keys.wants_stats({"split": "validation", "key": "k"}, "train", 1.0, 3)
-    assert not keys.wants_stats({"split": "train", "key": "k"}, None, 1.0, 3)  # --no_analyze
+    assert not keys.wants_stats(_listed("validation", "k"), "train", 1.0, 3)
+    assert not keys.wants_stats(_listed("train", "k"), None, 1.0, 3)  # --no_analyze
 
 
 def test_shards_are_emitted_so_that_round_robin_gives_each_worker_its_share():

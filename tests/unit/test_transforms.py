@@ -13,17 +13,12 @@ from apache_beam.testing.util import assert_that, equal_to
 
 from pipeline.options import ConvertConfig
 from transforms.dedupe import DropDuplicates
+from transforms.elements import InspectedImage, ListedFile, WriterEntry
 from transforms.images.limits import CheckOptions
 from transforms.inspect_images import InspectImages
 from transforms.keys import assign_split
 from transforms.list_images import ListImages, input_root
-from transforms.plan_shards import (
-    WRITER_FIELDS,
-    PlanShards,
-    num_shards_for,
-    writer_entry,
-    writer_record,
-)
+from transforms.plan_shards import PlanShards, num_shards_for
 
 
 def _jpeg(color=(200, 30, 30), size=(24, 16)) -> bytes:
@@ -39,14 +34,15 @@ def _config(tmp_path, **kw) -> ConvertConfig:
     return ConvertConfig(manifest=None, output=str(tmp_path / "out"), analyze=False, **kw)
 
 
-def _record(path: str, key: str, **fields) -> dict:
+def _record(path: str, key: str, **fields) -> InspectedImage:
     """An inspected JPEG record (the fields the planner and writer read), with overrides."""
-    return {
+    defaults = {
         "path": path,
         "key": key,
         "label": "a",
         "split": "train",
         "size": 10,
+        "stamp": None,
         "sha256": "0" * 64,
         "format": "jpeg",
         "source_format": "jpeg",
@@ -54,8 +50,9 @@ def _record(path: str, key: str, **fields) -> dict:
         "width": 1,
         "channels": 3,
         "transcode": "",
-        **fields,
+        "stats": None,
     }
+    return InspectedImage(**(defaults | fields))
 
 
 def test_input_root_is_directory_before_first_glob():
@@ -117,24 +114,9 @@ def test_inspect_counts_outcomes_and_tags_rejects(tmp_path):
     (tmp_path / "in" / "a" / "text.png").write_bytes(b"<html>hello</html>")
     config = _config(tmp_path)
     listed = [
-        {
-            "path": str(tmp_path / "in" / "a" / n),
-            "key": f"a/{n}",
-            "label": "a",
-            "split": "train",
-            "size": -1,
-        }
-        for n in ("good.jpg", "empty.jpg", "text.png")
+        ListedFile(str(tmp_path / "in" / "a" / n), f"a/{n}", "a", "train", -1, None)
+        for n in ("good.jpg", "empty.jpg", "text.png", "gone.jpg")
     ]
-    listed.append(
-        {
-            "path": str(tmp_path / "in" / "a" / "gone.jpg"),
-            "key": "a/gone.jpg",
-            "label": "a",
-            "split": "train",
-            "size": -1,
-        }
-    )
     p = TestPipeline()
     out = p | beam.Create([listed[:2], listed[2:]]) | InspectImages(config)
     assert_that(
@@ -165,7 +147,7 @@ def test_inspect_counts_outcomes_and_tags_rejects(tmp_path):
 
 def test_drop_duplicates_keeps_smallest_key():
     rows = [
-        {"path": f"/d/{k}", "key": k, "sha256": s}
+        _record(f"/d/{k}", k, sha256=s)
         for k, s in (("b.jpg", "a1"), ("a.jpg", "a1"), ("c.jpg", "b2"), ("z.jpg", "a1"))
     ]
     with TestPipeline() as p:
@@ -203,17 +185,15 @@ def test_plan_shards_groups_by_split_and_hash(tmp_path):
         totals = sizes | beam.CombinePerKey(sum)
         assert_that(totals, equal_to([("train", 30), ("validation", 10)]), label="Totals")
         # Each file once, as the compact tuple of exactly the writer's fields (no pixel
-        # statistics, no field names), and writer_record gives its values back by name.
+        # statistics, no field names), whose values read back by name.
         entries = out["groups"] | beam.FlatMapTuple(lambda key, recs: list(recs))
-        assert_that(entries, equal_to([writer_entry(r) for r in rows]), label="CompactEntries")
+        assert_that(entries, equal_to([WriterEntry.of(r) for r in rows]), label="CompactEntries")
         by_name = out["groups"] | beam.FlatMapTuple(
-            lambda key, recs: [
-                (key[0], writer_record(e)["path"], writer_record(e)["size"]) for e in recs
-            ]
+            lambda key, recs: [(key[0], e.path, e.size) for e in recs]
         )
         assert_that(
             by_name,
-            equal_to([(r["split"], r["path"], r["size"]) for r in rows]),
+            equal_to([(r.split, r.path, r.size) for r in rows]),
             label="ByName",
         )
 
@@ -228,7 +208,7 @@ def test_write_shards_rejects_files_gone_at_write_time_and_keeps_an_empty_shard(
         labels = p | "Labels" >> beam.Create([["a"]])
         out = (
             p
-            | beam.Create([(("train", 0), [writer_entry(record)])])
+            | beam.Create([(("train", 0), [WriterEntry.of(record)])])
             | WriteShards(config, plan, labels)
         )
         assert_that(
@@ -279,7 +259,7 @@ def test_write_shards_checks_each_re_encode_against_the_record(tmp_path):
         labels = p | "Labels" >> beam.Create([["a"]])
         out = (
             p
-            | beam.Create([(("train", 0), [writer_entry(r) for r in records])])
+            | beam.Create([(("train", 0), [WriterEntry.of(r) for r in records])])
             | WriteShards(config, plan, labels)
         )
         assert_that(
@@ -313,16 +293,14 @@ def test_a_store_that_stays_down_fails_the_job_instead_of_rejecting_each_file(
     monkeypatch.setattr(storage.beam_clients, "read_object", refused)  # gs:// reads
     config = _config(tmp_path)
     listed = [
-        {"path": f"gs://dead/a/{i}.jpg", "key": f"a/{i}.jpg", "label": "a", "split": "train",
-         "size": 100}
-        for i in range(40)
-    ]  # fmt: skip
+        ListedFile(f"gs://dead/a/{i}.jpg", f"a/{i}.jpg", "a", "train", 100, None) for i in range(40)
+    ]
     with pytest.raises(Exception, match="gs://dead looks down"):
         with TestPipeline() as p:
             _ = p | beam.Create([listed]) | InspectImages(config)
 
     monkeypatch.setattr(storage, "_BREAKER", storage._OutageBreaker())
-    records = [writer_entry(_record(item["path"], item["key"])) for item in listed]
+    records = [WriterEntry.of(_record(item.path, item.key)) for item in listed]
     with pytest.raises(Exception, match="gs://dead looks down"):
         with TestPipeline() as p:
             plan = p | "Plan" >> beam.Create([{"train": 1}])

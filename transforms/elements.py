@@ -1,0 +1,159 @@
+"""The elements that cross the conversion's Beam steps: one typed class each, defined once.
+
+Module-level classes, so Beam's default coder pickles them by reference in any worker process.
+Where an element meets JSON (inspection records, shard markers, dataset_info.json), the class
+converts at that boundary (`to_record`, `to_dict`, `from_dict`), keeping the bytes as they were.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, NamedTuple
+
+__all__ = [
+    "INSPECTION_FIELDS",
+    "InspectedImage",
+    "ListedFile",
+    "MatchedFile",
+    "ShardInfo",
+    "WriterEntry",
+]
+
+
+class _ReadByName:
+    """`element["field"]` and `element.get("field")`: read access by name for the callers
+    outside the stages that still read elements as the dicts they once were
+    (pipeline/builder.py, the analysis modules)."""
+
+    __slots__ = ()
+
+    def __getitem__(self, name: str) -> Any:
+        try:
+            return getattr(self, name)
+        except AttributeError:
+            raise KeyError(name) from None
+
+    def get(self, name: str, default: Any = None) -> Any:
+        return getattr(self, name, default)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class MatchedFile(_ReadByName):
+    """A file the patterns matched (or a manifest row named), before its label and split."""
+
+    path: str
+    key: str  # the path relative to the input root: split and shard hashes use it
+    size: int  # -1: unknown until read (a manifest row)
+    stamp: str | None  # the file's version as listed (--resume); None: unknown
+    manifest_label: str = ""
+    manifest_split: str = ""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ListedFile(_ReadByName):
+    """A file to convert, with its label and split."""
+
+    path: str
+    key: str
+    label: str
+    split: str
+    size: int
+    stamp: str | None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class InspectedImage(ListedFile):
+    """A listed file inspection kept: what its bytes hold and how they will be stored."""
+
+    sha256: str  # hex of the source bytes
+    format: str  # the stored format
+    source_format: str  # the detected format
+    height: int
+    width: int
+    channels: int
+    transcode: str  # "" or comma-joined reasons
+    # [sum_r, sum_g, sum_b, sumsq_r, sumsq_g, sumsq_b, num_pixels] of sampled training images
+    stats: list | None
+
+    @classmethod
+    def of(cls, listed: ListedFile, **inspection: Any) -> InspectedImage:
+        """`listed` with the INSPECTION_FIELDS values `inspection` (its size included)."""
+        return cls(**{f: getattr(listed, f) for f in _LISTED_FIELDS} | inspection)
+
+    def to_record(self) -> dict:
+        """The JSON row --resume reuses (transforms/reuse_inspections.py)."""
+        return {"path": self.path, "stamp": self.stamp, **self.inspection()}
+
+    def inspection(self) -> dict:
+        """INSPECTION_FIELDS by name."""
+        return {f: getattr(self, f) for f in INSPECTION_FIELDS}
+
+
+_LISTED_FIELDS = tuple(f.name for f in dataclasses.fields(ListedFile))
+# What inspection finds about a file: the size it read and the fields InspectedImage adds.
+INSPECTION_FIELDS = ("size",) + tuple(
+    f.name for f in dataclasses.fields(InspectedImage) if f.name not in _LISTED_FIELDS
+)
+
+
+class WriterEntry(NamedTuple):
+    """What the shard writer needs of one file. A tuple in the write shuffle: no field names per
+    file, and the split stays the group's key; pixel statistics stay out."""
+
+    path: str
+    key: str
+    label: str
+    size: int
+    sha256: str
+    format: str
+    source_format: str
+    height: int
+    width: int
+    channels: int
+    transcode: str
+
+    @classmethod
+    def of(cls, image: InspectedImage) -> WriterEntry:
+        return cls._make(getattr(image, f) for f in cls._fields)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ShardInfo(_ReadByName):
+    """One written (or resumed, or copied) shard, as its marker records it.
+
+    The optional fields are None where an older marker lacks them; to_dict leaves them out.
+    """
+
+    split: str
+    index: int
+    file: str  # relative to the output
+    num_examples: int
+    num_bytes: int
+    sha256: str
+    transcoded: dict | None = None  # records per transcode reason
+    formats: dict | None = None  # records per image/format
+    label_counts: dict | None = None  # records per label text
+    dali_index: dict | None = None  # {"file", "num_bytes", "sha256"} with --dali_index
+
+    @classmethod
+    def from_dict(cls, d: dict) -> ShardInfo:
+        return cls(**{f: d[f] for f in _SHARD_INFO_FIELDS if f in d})
+
+    def to_dict(self) -> dict:
+        """The marker's "shard" object (same keys, same order)."""
+        return {f: v for f in _SHARD_INFO_FIELDS if (v := getattr(self, f)) is not None}
+
+    def listing(self) -> dict:
+        """The shard's entry in dataset_info.json."""
+        entry = {
+            "file": self.file,
+            "num_examples": self.num_examples,
+            "num_bytes": self.num_bytes,
+            "sha256": self.sha256,
+        }
+        if self.dali_index is not None:
+            entry["dali_index"] = self.dali_index
+        return entry
+
+
+_SHARD_INFO_FIELDS = tuple(f.name for f in dataclasses.fields(ShardInfo))
