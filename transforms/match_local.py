@@ -151,19 +151,31 @@ def _match_local(pattern: str) -> Iterator[LocalEntry]:
     head = pattern[:cut]
     last_sep = max(head.rfind(s) for s in _SEPS)
     root = head[: last_sep + 1] or "."
-    segments = _split(pattern[last_sep + 1 :])
-    full = re.compile(translate_glob(pattern))
-    report_dirs = bool(segments[-1].replace("*", ""))
-    deep = next((i for i, s in enumerate(segments) if "**" in s), len(segments))
-    seg_res = [re.compile(translate_glob(s)) for s in segments[:deep]]
+    if not os.path.isdir(root):
+        return
+    base = root if root.endswith(tuple(_SEPS)) else root + os.sep
+    yield from _Walk(pattern, pattern[last_sep + 1 :]).walk(base, [], frozenset())
 
-    def may_hold_matches(parts: list[str]) -> bool:
-        known = min(len(parts), deep)
-        if any(not seg_res[i].match(parts[i]) for i in range(known)):
+
+class _Walk:
+    """The walk of one pattern's folders below its root; `tail` is the pattern past the root."""
+
+    def __init__(self, pattern: str, tail: str):
+        self._segments = _split(tail)
+        self._full = re.compile(translate_glob(pattern))
+        self._report_dirs = bool(self._segments[-1].replace("*", ""))
+        self._deep = next(
+            (i for i, s in enumerate(self._segments) if "**" in s), len(self._segments)
+        )
+        self._seg_res = [re.compile(translate_glob(s)) for s in self._segments[: self._deep]]
+
+    def _may_hold_matches(self, parts: list[str]) -> bool:
+        known = min(len(parts), self._deep)
+        if any(not self._seg_res[i].match(parts[i]) for i in range(known)):
             return False
-        return deep < len(segments) or len(parts) < len(segments)
+        return self._deep < len(self._segments) or len(parts) < len(self._segments)
 
-    def walk(directory: str, parts: list[str], ancestors: frozenset) -> Iterator[LocalEntry]:
+    def walk(self, directory: str, parts: list[str], ancestors: frozenset) -> Iterator[LocalEntry]:
         try:
             with os.scandir(directory) as it:
                 entries = sorted(it, key=lambda e: e.name)
@@ -187,28 +199,23 @@ def _match_local(pattern: str) -> Iterator[LocalEntry]:
             except OSError:
                 is_dir = False
             if is_dir:
-                if report_dirs and full.match(path):
+                if self._report_dirs and self._full.match(path):
                     yield LocalEntry(
                         path,
                         reason="not_a_file",
                         detail="the pattern matched a folder, not a file",
                     )
-                if may_hold_matches(sub):
+                if self._may_hold_matches(sub):
                     try:
                         st = entry.stat()
                     except OSError:
                         continue  # Vanished meanwhile.
                     if (st.st_dev, st.st_ino) not in ancestors:
-                        yield from walk(path, sub, ancestors)
-            elif full.match(path):
+                        yield from self.walk(path, sub, ancestors)
+            elif self._full.match(path):
                 found = _classify(path, is_link)
                 if found is not None:
                     yield found
-
-    if not os.path.isdir(root):
-        return
-    base = root if root.endswith(tuple(_SEPS)) else root + os.sep
-    yield from walk(base, [], frozenset())
 
 
 def match_bucket(pattern: str) -> list:

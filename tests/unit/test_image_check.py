@@ -272,8 +272,8 @@ def test_strict_verify_mutants_are_a_subset_of_dct(monkeypatch):
     start = data.rfind(b"\xff\xda") + 14
     strict, dct = CheckOptions(jpeg_verify="strict"), CheckOptions(jpeg_verify="dct")
     calls = []
-    real = decode._libjpeg_warning
-    monkeypatch.setattr(check, "_libjpeg_warning", lambda d: calls.append(1) or real(d))
+    real = decode.libjpeg_warning
+    monkeypatch.setattr(check, "libjpeg_warning", lambda d: calls.append(1) or real(d))
     extra = checked = 0
     for name, mutant in _mutants(data, rng, start, 60):
         in_dct = _outcome(mutant, dct, compute_stats=False)
@@ -324,8 +324,8 @@ def test_max_side_jpeg_is_not_transcoded_at_inspection_and_its_sides_are_exact(s
     data = encode(photo(rng, 200, 150).resize(size, Image.Resampling.BICUBIC), "JPEG")
     opts = CheckOptions(max_side=256)
     calls = []
-    real = transcode._transcode
-    monkeypatch.setattr(check, "_transcode", lambda *a: calls.append(1) or real(*a))
+    real = transcode.transcode_bytes
+    monkeypatch.setattr(check, "transcode_bytes", lambda *a: calls.append(1) or real(*a))
     info = check_image(data, opts)
     assert info.transcode == "max_side" and not calls
     stored = encode_for_storage(data, info, opts)
@@ -539,13 +539,13 @@ def test_max_side_on_a_large_jpeg_decodes_at_dct_scale_with_the_same_result(monk
     data = encode(large, "JPEG", quality=90)
     opts = CheckOptions(max_side=256)
     ratios = []
-    real_decode = decode._tf_decode
+    real_decode = decode.tf_decode
 
     def spy(*args, **kwargs):
         ratios.append(kwargs.get("ratio", 1))
         return real_decode(*args, **kwargs)
 
-    monkeypatch.setattr(transcode, "_tf_decode", spy)  # the writer's source decode
+    monkeypatch.setattr(transcode, "tf_decode", spy)  # the writer's source decode
     source = Image.open(io.BytesIO(data)).convert("RGB")
     assert source.size == (1600, 1200)  # 1/4 scale (400x300) stays >= 256
     size = (256, round(source.height * 256 / source.width))
@@ -580,9 +580,9 @@ def test_bombs_are_refused_from_the_header_without_decoding_or_pillow_warnings(m
     def no_decode(*args, **kwargs):
         raise AssertionError("decoded a bomb")
 
-    monkeypatch.setattr(check, "_tf_decode", no_decode)
-    monkeypatch.setattr(transcode, "_tf_decode", no_decode)
-    monkeypatch.setattr(transcode, "_source_pixels", no_decode)
+    monkeypatch.setattr(check, "tf_decode", no_decode)
+    monkeypatch.setattr(transcode, "tf_decode", no_decode)
+    monkeypatch.setattr(transcode, "source_pixels", no_decode)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         with pytest.raises(Rejected) as e:

@@ -7,11 +7,11 @@ from __future__ import annotations
 import pytest
 
 from transforms.images.sniff import (
-    _cut_signature,
-    _describe_non_image,
-    _undecodable_image,
+    cut_signature,
+    describe_non_image,
     sniff_container,
     sniff_format,
+    undecodable_image,
 )
 
 
@@ -33,12 +33,12 @@ def test_sniff_format_is_tensorflows_own_prefixes(data, expected):
 
 
 def test_a_cut_signature_names_the_format_it_begins():
-    assert _cut_signature(b"\x89PN") == "png"
-    assert _cut_signature(b"\xff\xd8") == "jpeg"
-    assert _cut_signature(b"GIF") == "gif"
-    assert _cut_signature(b"\x89PNG\r\n\x1a\n") is None  # whole: not cut
-    assert _cut_signature(b"\x89PX") is None
-    assert _cut_signature(b"") == "jpeg"  # zero bytes begin every signature; the first wins
+    assert cut_signature(b"\x89PN") == "png"
+    assert cut_signature(b"\xff\xd8") == "jpeg"
+    assert cut_signature(b"GIF") == "gif"
+    assert cut_signature(b"\x89PNG\r\n\x1a\n") is None  # whole: not cut
+    assert cut_signature(b"\x89PX") is None
+    assert cut_signature(b"") == "jpeg"  # zero bytes begin every signature; the first wins
 
 
 def _bmp(header_size: int) -> bytes:
@@ -152,18 +152,18 @@ def test_sniff_container_reads_only_the_first_64_bytes():
     ],
 )  # fmt: skip
 def test_a_non_image_is_described_readably(data, expected):
-    assert _describe_non_image(data) == expected
+    assert describe_non_image(data) == expected
 
 
 def test_text_cut_mid_character_by_the_window_is_still_text():
     # 1023 ASCII bytes then a 3-byte character: the 1024-byte window ends inside it.
     data = b"a" * 1023 + "€".encode() + b"tail"
-    assert _describe_non_image(data).startswith(f"text ({len(data)} bytes, starting 'aaaa")
+    assert describe_non_image(data).startswith(f"text ({len(data)} bytes, starting 'aaaa")
     # A bad byte well inside the window is binary, not text.
     bad = b"a" * 1000 + b"\xff" + b"a" * 100
-    assert _describe_non_image(bad).startswith("unknown binary data")
+    assert describe_non_image(bad).startswith("unknown binary data")
     # Markers past the first 1024 bytes are not read.
-    assert _describe_non_image(b"a" * 1024 + b"<html>").startswith("text (")
+    assert describe_non_image(b"a" * 1024 + b"<html>").startswith("text (")
 
 
 @pytest.mark.parametrize(
@@ -183,4 +183,4 @@ def test_text_cut_mid_character_by_the_window_is_still_text():
     ],
 )
 def test_an_image_no_decoder_here_reads_is_named(data, expected):
-    assert _undecodable_image(data) == expected
+    assert undecodable_image(data) == expected

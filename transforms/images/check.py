@@ -12,36 +12,36 @@ import numpy as np
 
 from core.rejects import Rejected
 from transforms.images.decode import (
-    _VERIFY_DCT_RATIO,
-    _dct_shape,
-    _decode_failure,
-    _libjpeg_warning,
-    _tf,
-    _tf_decode,
-    _tf_message,
+    VERIFY_DCT_RATIO,
+    dct_shape,
+    decode_failure,
+    libjpeg_warning,
+    load_tf,
+    tf_decode,
+    tf_message,
 )
 from transforms.images.headers import (
-    _SOF_PROGRESSIVE,
-    _Header,
-    _probe_gif,
-    _probe_jpeg,
-    _probe_png,
-    _webp_size,
+    SOF_PROGRESSIVE,
+    Header,
+    probe_gif,
+    probe_jpeg,
+    probe_png,
+    webp_size,
 )
 from transforms.images.limits import (
     MAX_PROGRESSIVE_SCANS,
     CheckOptions,
-    _check_dims,
+    check_dims,
     check_file_size,
 )
-from transforms.images.pillow_probe import _probe_other
-from transforms.images.sniff import _cut_signature, sniff_format
+from transforms.images.pillow_probe import probe_other
+from transforms.images.sniff import cut_signature, sniff_format
 from transforms.images.stats import _channel_stats
 from transforms.images.transcode import (
-    _max_side_plan,
-    _transcode,
-    _transcode_deferred,
-    _transcode_reasons,
+    max_side_plan,
+    transcode_bytes,
+    transcode_deferred,
+    transcode_reasons,
 )
 
 __all__ = ["ImageInfo", "check_image", "encode_for_storage"]
@@ -64,28 +64,28 @@ class ImageInfo:
     stats: tuple | None = None
 
 
-def _probe(data: bytes, opts: CheckOptions) -> tuple[str, _Header]:
+def _probe(data: bytes, opts: CheckOptions) -> tuple[str, Header]:
     fmt = sniff_format(data)
     if fmt == "jpeg":
-        return fmt, _probe_jpeg(data)
+        return fmt, probe_jpeg(data)
     if fmt == "png":
-        return fmt, _probe_png(data)
+        return fmt, probe_png(data)
     if fmt == "gif":
-        return fmt, _probe_gif(data)
-    cut = _cut_signature(data)
+        return fmt, probe_gif(data)
+    cut = cut_signature(data)
     if cut:
         raise Rejected("truncated", f"{len(data)} bytes: the start of a {cut.upper()} signature")
-    return _probe_other(data, opts)
+    return probe_other(data, opts)
 
 
-def _probe_checked(data: bytes, opts: CheckOptions) -> tuple[str, _Header]:
+def _probe_checked(data: bytes, opts: CheckOptions) -> tuple[str, Header]:
     """_probe, with the header's dimensions checked before any decoder allocates."""
-    width, height = _webp_size(data)
+    width, height = webp_size(data)
     if width and height:
-        _check_dims(width, height, opts, "WebP header")
+        check_dims(width, height, opts, "WebP header")
     fmt, h = _probe(data, opts)
     if h.width and h.height:  # a 0 side is left to the decoder, which names the error
-        _check_dims(h.width, h.height, opts, "header")
+        check_dims(h.width, h.height, opts, "header")
     return fmt, h
 
 
@@ -111,34 +111,56 @@ def check_image(data: bytes, opts: CheckOptions, compute_stats: bool = False) ->
     """
     check_file_size(len(data), opts)
     fmt, h = _probe_checked(data, opts)
-    if h.jpeg_sof in _SOF_PROGRESSIVE:
-        scans = data.count(b"\xff\xda")
-        if scans > MAX_PROGRESSIVE_SCANS:
-            raise Rejected(
-                "too_many_scans",
-                f"progressive JPEG with {scans} scans "
-                f"(> {MAX_PROGRESSIVE_SCANS}): refused as a decoding-time bomb",
-            )
-    reasons = _transcode_reasons(fmt, h, opts)
+    _refuse_scan_bombs(data, h)
+    reasons = transcode_reasons(fmt, h, opts)
     # A JPEG that only needs downscaling is verified as it is, and its output sides are computed
-    # (as _transcode will resize): the resize (2 ms with Lanczos for a 450x400 photo) then runs
-    # once, in the writer, instead of here and there. Pixel statistics need the stored pixels,
-    # so images that feed them are transcoded here.
+    # (as transcode_bytes will resize): the resize then runs once, in the writer, instead of
+    # here and there. Pixel statistics need the stored pixels, so images that feed them are
+    # transcoded here.
     deferred = (
-        _transcode_deferred(reasons, fmt, h.channels)
+        transcode_deferred(reasons, fmt, h.channels)
         and not compute_stats
         and h.width > 0
         and h.height > 0
     )
     if reasons and not deferred:
-        stored, stored_fmt, channels = _transcode(data, fmt, h, reasons, opts)
+        stored, stored_fmt, channels = transcode_bytes(data, fmt, h, reasons, opts)
     else:
         stored, stored_fmt, channels = data, fmt, h.channels
-    tf = _tf()
+    decoded, height, width = _decode_as_training(stored, stored_fmt, data, h, opts, compute_stats)
+    if opts.jpeg_verify == "strict" and fmt == "jpeg":
+        # The source bytes, also when transcoded: a repaired source bakes its damage into the
+        # re-encode.
+        _refuse_libjpeg_warnings(data)
+    if deferred:
+        _, (width, height) = max_side_plan(width, height, opts.max_side, fmt)
+    check_dims(width, height, opts, "decoded image")
+    # np.asarray: a read-only view of the tensor's buffer, where `.numpy()` copies it.
+    stats = _channel_stats(np.asarray(decoded)) if compute_stats else None
+    return ImageInfo(stored_fmt, fmt, height, width, channels, ",".join(reasons), stats)
+
+
+def _refuse_scan_bombs(data: bytes, h: Header) -> None:
+    """Raise Rejected for a progressive JPEG with more scans than any photo needs."""
+    if h.jpeg_sof not in SOF_PROGRESSIVE:
+        return
+    scans = data.count(b"\xff\xda")
+    if scans > MAX_PROGRESSIVE_SCANS:
+        raise Rejected(
+            "too_many_scans",
+            f"progressive JPEG with {scans} scans "
+            f"(> {MAX_PROGRESSIVE_SCANS}): refused as a decoding-time bomb",
+        )
+
+
+def _decode_as_training(stored, stored_fmt, data, h: Header, opts, compute_stats: bool):
+    """(decoded pixels, height, width) of the bytes to store, decoded by TensorFlow as training
+    will. Raises Rejected with the decoder's diagnosis."""
+    tf = load_tf()
     # JPEG at 1/8 DCT scale: libjpeg still entropy-decodes every coefficient of every block (the
     # only stage that can fail on damaged data) and skips only the full-size IDCT, upsampling and
     # colour conversion. Rejects are identical to a full decode (tests/unit/test_image_check.py
-    # damages 1,500 JPEGs both ways); the sides come from the header, checked against the output.
+    # damages JPEGs both ways); the sides come from the header, checked against the output.
     scaled = (
         opts.jpeg_verify in ("dct", "strict")
         and not compute_stats
@@ -148,35 +170,29 @@ def check_image(data: bytes, opts: CheckOptions, compute_stats: bool = False) ->
         and h.width > 0
     )
     try:
-        decoded = _tf_decode(stored_fmt, stored, ratio=_VERIFY_DCT_RATIO if scaled else 1)
+        decoded = tf_decode(stored_fmt, stored, ratio=VERIFY_DCT_RATIO if scaled else 1)
     except tf.errors.InvalidArgumentError as e:
-        raise _decode_failure(stored_fmt, stored, h if stored is data else _Header(), e) from e
+        raise decode_failure(stored_fmt, stored, h if stored is data else Header(), e) from e
     height, width = int(decoded.shape[0]), int(decoded.shape[1])
-    if scaled:
-        if (height, width) != _dct_shape(h.height, h.width, _VERIFY_DCT_RATIO):
-            # The decoder read other sides than our header parser: trust the decoder at full size.
-            decoded = _tf_decode(stored_fmt, stored)
-            height, width = int(decoded.shape[0]), int(decoded.shape[1])
-        else:
-            height, width = h.height, h.width
-    if opts.jpeg_verify == "strict" and fmt == "jpeg":
-        # The source bytes, also when transcoded: a repaired source bakes its damage into the
-        # re-encode.
-        warning = _libjpeg_warning(data)
-        if warning is not None:
-            raise Rejected(
-                "corrupt",
-                f"libjpeg warned while decoding ({warning}): it silently repairs or works "
-                "around such data; TensorFlow decodes it without an error, so --jpeg_verify dct "
-                "or full would write it",
-            )
-    if deferred:
-        _, (width, height) = _max_side_plan(width, height, opts.max_side, fmt)
-    _check_dims(width, height, opts, "decoded image")
-    # np.asarray: a read-only view of the tensor's buffer, where `.numpy()` copies it (76 of a
-    # sampled photo's ~1,490 us; docs/benchmarks.md, 2026-12-04 18:40).
-    stats = _channel_stats(np.asarray(decoded)) if compute_stats else None
-    return ImageInfo(stored_fmt, fmt, height, width, channels, ",".join(reasons), stats)
+    if not scaled:
+        return decoded, height, width
+    if (height, width) != dct_shape(h.height, h.width, VERIFY_DCT_RATIO):
+        # The decoder read other sides than our header parser: trust the decoder at full size.
+        decoded = tf_decode(stored_fmt, stored)
+        return decoded, int(decoded.shape[0]), int(decoded.shape[1])
+    return decoded, h.height, h.width
+
+
+def _refuse_libjpeg_warnings(data: bytes) -> None:
+    """--jpeg_verify strict: raise Rejected if libjpeg warns while decoding `data`."""
+    warning = libjpeg_warning(data)
+    if warning is not None:
+        raise Rejected(
+            "corrupt",
+            f"libjpeg warned while decoding ({warning}): it silently repairs or works "
+            "around such data; TensorFlow decodes it without an error, so --jpeg_verify dct "
+            "or full would write it",
+        )
 
 
 def encode_for_storage(data: bytes, info: ImageInfo, opts: CheckOptions) -> bytes:
@@ -190,25 +206,25 @@ def encode_for_storage(data: bytes, info: ImageInfo, opts: CheckOptions) -> byte
     if not info.transcode:
         return data
     fmt, h = _probe_checked(data, opts)
-    stored, stored_fmt, _ = _transcode(data, fmt, h, info.transcode.split(","), opts)
+    stored, stored_fmt, _ = transcode_bytes(data, fmt, h, info.transcode.split(","), opts)
     if stored_fmt != info.format:
         raise ValueError(
             f"transcode now yields {stored_fmt}, inspection said {info.format}: "
             "the options changed between inspection and writing"
         )
-    if _transcode_deferred(info.transcode.split(","), info.source_format, info.channels):
+    if transcode_deferred(info.transcode.split(","), info.source_format, info.channels):
         # Inspection may not have made this re-encode: decode it here, so every stored byte
         # string has been through TensorFlow's decoder, with the sides the record states.
         # (Other transcodes were decoded at inspection.)
-        tf = _tf()
-        ratio = _VERIFY_DCT_RATIO
+        tf = load_tf()
+        ratio = VERIFY_DCT_RATIO
         try:
-            decoded = _tf_decode(stored_fmt, stored, ratio=ratio)
+            decoded = tf_decode(stored_fmt, stored, ratio=ratio)
         except tf.errors.InvalidArgumentError as e:
             raise Rejected(
-                "corrupt", f"the re-encoded image does not decode: {_tf_message(e)}"
+                "corrupt", f"the re-encoded image does not decode: {tf_message(e)}"
             ) from e
-        if tuple(decoded.shape[:2]) != _dct_shape(info.height, info.width, ratio):
+        if tuple(decoded.shape[:2]) != dct_shape(info.height, info.width, ratio):
             raise Rejected(
                 "corrupt",
                 f"the re-encoded image decodes to {decoded.shape[1]}x{decoded.shape[0]} at "

@@ -5,10 +5,20 @@ from __future__ import annotations
 import zlib
 
 from core.rejects import Rejected
-from transforms.images.headers import _SOF_NAMES, _Header, _skip_gif_blocks
-from transforms.images.pillow_probe import _not_decodable
+from transforms.images.headers import SOF_NAMES, Header, skip_gif_blocks
+from transforms.images.pillow_probe import not_decodable
 
-__all__: list[str] = []  # package-private: transforms.images.check is the public entry point
+# Package-private: transforms.images.check is the entry point; its sibling modules use these.
+__all__ = [
+    "dct_shape",
+    "dct_side",
+    "decode_failure",
+    "libjpeg_warning",
+    "load_tf",
+    "tf_decode",
+    "tf_message",
+    "VERIFY_DCT_RATIO",
+]
 
 
 # TensorFlow's JPEG and PNG kernels refuse outputs of 2**29 or more (bytes for JPEG, pixels for
@@ -16,13 +26,13 @@ __all__: list[str] = []  # package-private: transforms.images.check is the publi
 _TF_MAX_OUTPUT = 1 << 29
 
 
-def _tf():
+def load_tf():
     import tensorflow as tf  # Deferred: importing this module must stay cheap for Beam pickling.
 
     return tf
 
 
-def _tf_message(e) -> str:
+def tf_message(e) -> str:
     lines = [ln for ln in str(getattr(e, "message", e)).splitlines() if ln.strip()]
     text = lines[0] if lines else type(e).__name__
     # Eager errors start with "{{function_node __wrapped__DecodeJpeg_device_...}} ".
@@ -32,7 +42,7 @@ def _tf_message(e) -> str:
 
 
 # --jpeg_verify dct: libjpeg's smallest DCT scale (measured 300 vs 436 CPU us per 28 KB photo).
-_VERIFY_DCT_RATIO = 8
+VERIFY_DCT_RATIO = 8
 
 # simplejpeg's output colour space per JPEG colour space, for the strict check: the cheapest
 # libjpeg can convert to (gray skips the chroma IDCT); the entropy decoding, where the warnings
@@ -59,7 +69,7 @@ _LIBJPEG_WARNINGS = (
 )
 
 
-def _libjpeg_warning(data: bytes) -> str | None:
+def libjpeg_warning(data: bytes) -> str | None:
     """What libjpeg warned about while decoding `data` (data it had to repair or skip: a cut or
     zeroed stretch of entropy data decodes to grey or smeared blocks without an error), or None.
 
@@ -78,7 +88,7 @@ def _libjpeg_warning(data: bytes) -> str | None:
             simplejpeg.decode_jpeg(
                 data,
                 colorspace=_STRICT_COLORSPACE.get(colorspace, "RGB"),
-                min_factor=_VERIFY_DCT_RATIO,
+                min_factor=VERIFY_DCT_RATIO,
                 min_height=1,
                 min_width=1,
                 **kwargs,
@@ -94,17 +104,17 @@ def _libjpeg_warning(data: bytes) -> str | None:
     return message if decode(strict=False) is None else None
 
 
-def _dct_side(side: int, ratio: int) -> int:
+def dct_side(side: int, ratio: int) -> int:
     """A side as libjpeg outputs it when decoding at 1/ratio scale (rounded up)."""
     return -(-side // ratio)
 
 
-def _dct_shape(height: int, width: int, ratio: int) -> tuple[int, int]:
+def dct_shape(height: int, width: int, ratio: int) -> tuple[int, int]:
     """(height, width) as libjpeg outputs them when decoding at 1/ratio scale."""
-    return _dct_side(height, ratio), _dct_side(width, ratio)
+    return dct_side(height, ratio), dct_side(width, ratio)
 
 
-def _tf_decode(fmt: str, data: bytes, channels: int = 3, accurate: bool = False, ratio: int = 1):
+def tf_decode(fmt: str, data: bytes, channels: int = 3, accurate: bool = False, ratio: int = 1):
     """Decode as the reader will: decode_jpeg for JPEG (the same kernel and flags as
     decode_image, so one call proves both), decode_image(expand_animations=False) otherwise.
     `ratio` (JPEG only) is libjpeg's DCT scaling: 1, 2, 4 or 8.
@@ -115,17 +125,17 @@ def _tf_decode(fmt: str, data: bytes, channels: int = 3, accurate: bool = False,
     Raises:
         tf.errors.InvalidArgumentError: what TensorFlow says about the bytes.
     """
-    tf = _tf()
+    tf = load_tf()
     if fmt == "jpeg":
         dct = "INTEGER_ACCURATE" if accurate else ""
         return tf.io.decode_jpeg(data, channels=channels, dct_method=dct, ratio=ratio)
     return tf.io.decode_image(data, channels=channels, expand_animations=False)
 
 
-def _decode_failure(fmt: str, data: bytes, h: _Header, error) -> Rejected:
+def decode_failure(fmt: str, data: bytes, h: Header, error) -> Rejected:
     """Turn a TensorFlow decode error into a reason, with our own diagnosis first in the detail."""
     op = "tf.io.decode_jpeg" if fmt == "jpeg" else "tf.io.decode_image"
-    tf_says = f"{op}: {_tf_message(error)}"
+    tf_says = f"{op}: {tf_message(error)}"
     if (
         h.width
         and h.height
@@ -145,14 +155,14 @@ def _decode_failure(fmt: str, data: bytes, h: _Header, error) -> Rejected:
     elif fmt == "gif":
         reason, why = _gif_diagnosis(data)
     else:  # a WebP stored as is
-        cut = _not_decodable(data, fmt)
+        cut = not_decodable(data, fmt)
         reason, why = cut.reason, cut.detail.replace("Pillow cannot open", "libwebp cannot decode")
     return Rejected(reason, f"{why}; {tf_says}")
 
 
-def _jpeg_diagnosis(data: bytes, h: _Header) -> tuple[str, str]:
+def _jpeg_diagnosis(data: bytes, h: Header) -> tuple[str, str]:
     if h.jpeg_sof and (h.jpeg_precision != 8 or h.jpeg_sof not in (0xC0, 0xC1, 0xC2)):
-        kind = _SOF_NAMES.get(h.jpeg_sof, hex(h.jpeg_sof))
+        kind = SOF_NAMES.get(h.jpeg_sof, hex(h.jpeg_sof))
         return "unsupported_format", (
             f"{h.jpeg_precision}-bit {kind} JPEG (SOF {h.jpeg_sof:#x}): "
             "TensorFlow decodes 8-bit baseline/progressive JPEG only"
@@ -177,10 +187,10 @@ def _gif_diagnosis(data: bytes) -> tuple[str, str]:
         if block == 0x3B:
             return "corrupt", "the GIF blocks are complete but the image data does not decode"
         if block == 0x21:
-            i = _skip_gif_blocks(data, i + 2)
+            i = skip_gif_blocks(data, i + 2)
         elif block == 0x2C and i + 10 <= n:
             lflags = data[i + 9]
-            i = _skip_gif_blocks(data, i + 11 + (3 * (2 << (lflags & 7)) if lflags & 0x80 else 0))
+            i = skip_gif_blocks(data, i + 11 + (3 * (2 << (lflags & 7)) if lflags & 0x80 else 0))
         elif block == 0x2C:
             break
         else:

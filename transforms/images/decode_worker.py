@@ -161,7 +161,7 @@ def _ask(op: str, data: bytes, formats: tuple[str, ...]):
 
 
 def probe(data: bytes, formats: tuple[str, ...]):
-    """The headers._Header of `data` opened with Pillow's `formats` plugins in a decoder
+    """The headers.Header of `data` opened with Pillow's `formats` plugins in a decoder
     process, or None if none opens it.
 
     Raises:
@@ -186,12 +186,12 @@ def _serve(op: str, data: bytes, formats: tuple[str, ...], abort_marker: str | N
 
     if abort_marker and abort_marker.encode() in data:
         os.abort()
-    im = pillow_probe._pillow_open(data, formats)
+    im = pillow_probe.pillow_open(data, formats)
     if im is None:
         return None
     if op == "probe":
-        return pillow_probe._pil_header(im, im.format or formats[0])
-    image, icc = pillow_probe._pil_pixels(im)
+        return pillow_probe.pil_header(im, im.format or formats[0])
+    image, icc = pillow_probe.pil_pixels(im)
     return image.mode, image.size, image.tobytes(), icc
 
 

@@ -7,13 +7,27 @@ import struct
 import zlib
 from typing import Any
 
-__all__: list[str] = []  # package-private: transforms.images.check is the public entry point
+# Package-private: transforms.images.check is the entry point; its sibling modules use these.
+__all__ = [
+    "exif_orientation",
+    "Header",
+    "ORIENTATION_TRANSPOSE",
+    "probe_gif",
+    "probe_jpeg",
+    "probe_png",
+    "skip_gif_blocks",
+    "SOF_NAMES",
+    "SOF_PROGRESSIVE",
+    "webp_alpha",
+    "webp_as_is",
+    "webp_size",
+]
 
 
 # JPEG start-of-frame markers (all coding processes); C4 (DHT), C8 (JPG), CC (DAC) are not frames.
 _SOF = frozenset({0xC0, 0xC1, 0xC2, 0xC3, 0xC5, 0xC6, 0xC7, 0xC9, 0xCA, 0xCB, 0xCD, 0xCE, 0xCF})
-_SOF_PROGRESSIVE = frozenset({0xC2, 0xC6, 0xCA, 0xCE})
-_SOF_NAMES = {
+SOF_PROGRESSIVE = frozenset({0xC2, 0xC6, 0xCA, 0xCE})
+SOF_NAMES = {
     0xC0: "baseline",
     0xC1: "extended sequential",
     0xC2: "progressive",
@@ -32,7 +46,7 @@ _SOF_NAMES = {
 
 # EXIF Orientation values 2..8 -> the Pillow transpose that makes the pixels upright (the same
 # table as PIL.ImageOps.exif_transpose). 1 is upright; other values are invalid and ignored.
-_ORIENTATION_TRANSPOSE = {
+ORIENTATION_TRANSPOSE = {
     2: "FLIP_LEFT_RIGHT",
     3: "ROTATE_180",
     4: "FLIP_TOP_BOTTOM",
@@ -48,7 +62,7 @@ _MAX_ICC_BYTES = 4 << 20
 
 
 @dataclasses.dataclass
-class _Header:
+class Header:
     """What the container header says, read without decoding pixels (all fields best effort)."""
 
     width: int = 0
@@ -65,14 +79,14 @@ class _Header:
     jpeg_sos_at: int = -1
     pil: Any = None  # the lazily opened Pillow image of a non-stored format
     isolated: bool = False  # Pillow runs in a decoder subprocess for this format (decode_worker)
-    webp_as_is: bool = False  # a WebP TensorFlow decodes with channels=3 (see _webp_as_is)
+    webp_as_is: bool = False  # a WebP TensorFlow decodes with channels=3 (see webp_as_is)
 
 
 def _u16be(b, i: int) -> int:
     return (b[i] << 8) | b[i + 1]
 
 
-def _exif_orientation(tiff: bytes) -> int:
+def exif_orientation(tiff: bytes) -> int:
     """The Orientation tag (0x0112) of IFD0 of a TIFF-structured EXIF block; 1 if absent/bad."""
     if tiff.startswith(b"Exif\x00\x00"):
         tiff = tiff[6:]
@@ -93,13 +107,13 @@ def _exif_orientation(tiff: bytes) -> int:
             kind = int.from_bytes(tiff[entry + 2 : entry + 4], order)
             size = 2 if kind in (3, 8) else 4 if kind in (4, 9) else 0
             value = int.from_bytes(tiff[entry + 8 : entry + 8 + size], order) if size else 1
-            return value if value in _ORIENTATION_TRANSPOSE else 1
+            return value if value in ORIENTATION_TRANSPOSE else 1
     return 1
 
 
-def _probe_jpeg(data: bytes) -> _Header:
+def probe_jpeg(data: bytes) -> Header:
     """Walk the markers up to the first SOS, tolerating garbage between them as libjpeg does."""
-    h = _Header()
+    h = Header()
     n = len(data)
     i = 2
     h.ran_out = True  # unless a SOS, an EOI or a broken segment length ends the walk
@@ -132,7 +146,7 @@ def _probe_jpeg(data: bytes) -> _Header:
             h.width = _u16be(data, body + 3)
             h.channels = 1 if data[body + 5] == 1 else 3  # CMYK/YCCK decode to RGB in TF
         elif marker == 0xE1 and h.orientation == 1 and data.startswith(b"Exif\x00\x00", body):
-            h.orientation = _exif_orientation(data[body + 6 : min(seg_end, n)])
+            h.orientation = exif_orientation(data[body + 6 : min(seg_end, n)])
         elif marker == 0xE2 and data.startswith(b"ICC_PROFILE\x00", body) and seg_end <= n:
             icc_parts.append((data[body + 12], data[body + 14 : seg_end]))
         elif marker == 0xDA:
@@ -146,9 +160,9 @@ def _probe_jpeg(data: bytes) -> _Header:
     return h
 
 
-def _probe_png(data: bytes) -> _Header:
+def probe_png(data: bytes) -> Header:
     """IHDR, then the chunks before the first IDAT (tRNS, acTL, eXIf)."""
-    h = _Header()
+    h = Header()
     n = len(data)
     if n < 33 or data[12:16] != b"IHDR":
         return h
@@ -169,7 +183,7 @@ def _probe_png(data: bytes) -> _Header:
             h.frames = max(1, int.from_bytes(data[i + 8 : i + 12], "big"))
         elif kind == b"eXIf":
             exif_seen = True
-            h.orientation = _exif_orientation(data[i + 8 : min(i + 8 + length, n)])
+            h.orientation = exif_orientation(data[i + 8 : min(i + 8 + length, n)])
         elif kind == b"iCCP":
             h.icc = _inflate_icc(data[i + 8 : min(i + 8 + length, n)])
         i += 12 + length
@@ -179,7 +193,7 @@ def _probe_png(data: bytes) -> _Header:
         if k >= 4:
             length = int.from_bytes(data[k - 4 : k], "big")
             if k + 4 + length <= n:
-                h.orientation = _exif_orientation(data[k + 4 : k + 4 + length])
+                h.orientation = exif_orientation(data[k + 4 : k + 4 + length])
     # tf.io.decode_image(channels=0): palette + tRNS expands to RGBA; gray/RGB tRNS is ignored.
     h.channels = {0: 1, 2: 3, 3: 4 if trns else 3, 4: 2, 6: 4}.get(color_type, 3)
     return h
@@ -198,7 +212,7 @@ def _inflate_icc(body: bytes) -> bytes | None:
     return profile if len(profile) < _MAX_ICC_BYTES else None
 
 
-def _skip_gif_blocks(data: bytes, i: int) -> int:
+def skip_gif_blocks(data: bytes, i: int) -> int:
     n = len(data)
     while i < n:
         size = data[i]
@@ -208,9 +222,9 @@ def _skip_gif_blocks(data: bytes, i: int) -> int:
     return n + 1  # ran off the end
 
 
-def _probe_gif(data: bytes) -> _Header:
+def probe_gif(data: bytes) -> Header:
     """Screen size and the first two image descriptors (enough to tell animated from still)."""
-    h = _Header()
+    h = Header()
     n = len(data)
     if n < 13:
         return h
@@ -223,7 +237,7 @@ def _probe_gif(data: bytes) -> _Header:
         if block == 0x3B:  # trailer
             break
         if block == 0x21:  # extension: label, then data sub-blocks
-            i = _skip_gif_blocks(data, i + 2)
+            i = skip_gif_blocks(data, i + 2)
         elif block == 0x2C:  # image descriptor
             if i + 10 > n:
                 break
@@ -234,7 +248,7 @@ def _probe_gif(data: bytes) -> _Header:
                 h.complete = True
             lflags = data[i + 9]
             i += 10 + (3 * (2 << (lflags & 7)) if lflags & 0x80 else 0)
-            i = _skip_gif_blocks(data, i + 1)  # + LZW minimum code size byte
+            i = skip_gif_blocks(data, i + 1)  # + LZW minimum code size byte
             frames += 1
         else:
             break
@@ -242,7 +256,7 @@ def _probe_gif(data: bytes) -> _Header:
     return h
 
 
-def _webp_size(data: bytes) -> tuple[int, int]:
+def webp_size(data: bytes) -> tuple[int, int]:
     """Canvas size from a WebP header, (0, 0) if unreadable. Read before Pillow: opening a WebP
     in Pillow creates libwebp's animation decoder, which allocates the canvas at once."""
     if len(data) < 30 or data[:4] != b"RIFF" or data[8:12] != b"WEBP":
@@ -261,16 +275,16 @@ def _webp_size(data: bytes) -> tuple[int, int]:
     return 0, 0
 
 
-def _webp_as_is(data: bytes) -> bool:
+def webp_as_is(data: bytes) -> bool:
     """Whether TensorFlow decodes this WebP with channels=3: libwebp (TensorFlow's decoder too)
     reports neither alpha (VP8X flag, VP8L bit) nor animation (VP8X flag). TensorFlow refuses
     channels=3 on the others, and TF 2.21 corrupts the heap decoding an animated WebP with
     channels=0: they are decoded by Pillow and stored as PNG, never handed to TensorFlow."""
     animated = data[12:16] == b"VP8X" and len(data) > 20 and bool(data[20] & 0x02)
-    return not animated and not _webp_alpha(data)
+    return not animated and not webp_alpha(data)
 
 
-def _webp_alpha(data: bytes) -> bool:
+def webp_alpha(data: bytes) -> bool:
     """Whether libwebp reports alpha: VP8X's flag or VP8L's bit."""
     chunk = data[12:16]
     if chunk == b"VP8X" and len(data) > 20:

@@ -11,14 +11,16 @@ import importlib.util
 from core.rejects import Rejected
 
 __all__ = [
+    "check_dims",
+    "check_file_size",
+    "CheckOptions",
     "DEFAULT_MAX_PIXELS",
     "JPEG_VERIFY_MODES",
     "MAX_PROGRESSIVE_SCANS",
     "RESIZE_FILTERS",
     "STORED_FORMATS",
+    "TF_DECODABLE_OTHER",
     "TRANSCODE_MODES",
-    "CheckOptions",
-    "check_file_size",
 ]
 
 
@@ -39,7 +41,7 @@ TRANSCODE_MODES = ("auto", "none", "png", "jpeg")
 
 # Formats TensorFlow decodes that are kept under --transcode auto|png|jpeg (and that --transcode
 # none rejects without opening them).
-_TF_DECODABLE_OTHER = ("bmp", "webp")
+TF_DECODABLE_OTHER = ("bmp", "webp")
 
 
 # Real encoders write a handful of progressive scans (Pillow 10, mozjpeg ~10-15). libjpeg redoes
@@ -49,7 +51,7 @@ MAX_PROGRESSIVE_SCANS = 500
 
 
 # --jpeg_verify: dct (1/8-scale libjpeg decode, the default), full (full-size decode), strict (dct,
-# and also reject JPEGs libjpeg had to repair: see _libjpeg_warning).
+# and also reject JPEGs libjpeg had to repair: see libjpeg_warning).
 JPEG_VERIFY_MODES = ("dct", "full", "strict")
 
 # --resize_filter: Pillow's resampling filter for --max_side downscales. Measured on 450x400
@@ -124,7 +126,7 @@ def check_file_size(num_bytes: int, opts: CheckOptions) -> None:
         raise Rejected("file_too_large", f"{num_bytes} bytes > --max_file_mb {opts.max_file_mb:g}")
 
 
-def _check_dims(width: int, height: int, opts: CheckOptions, what: str) -> None:
+def check_dims(width: int, height: int, opts: CheckOptions, what: str) -> None:
     if width <= 0 or height <= 0:
         raise Rejected("corrupt", f"the {what} declares a {width}x{height} image")
     if width * height > opts.max_pixels:

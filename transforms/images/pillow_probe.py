@@ -10,16 +10,25 @@ import numpy as np
 from core.rejects import Rejected
 from transforms.images import bmp_repair
 from transforms.images.headers import (
-    _ORIENTATION_TRANSPOSE,
-    _exif_orientation,
-    _Header,
-    _webp_alpha,
-    _webp_as_is,
+    ORIENTATION_TRANSPOSE,
+    Header,
+    exif_orientation,
+    webp_alpha,
+    webp_as_is,
 )
-from transforms.images.limits import _TF_DECODABLE_OTHER, CheckOptions
-from transforms.images.sniff import _describe_non_image, _undecodable_image, sniff_container
+from transforms.images.limits import TF_DECODABLE_OTHER, CheckOptions
+from transforms.images.sniff import describe_non_image, sniff_container, undecodable_image
 
-__all__: list[str] = []  # package-private: transforms.images.check is the public entry point
+# Package-private: transforms.images.check is the entry point; its sibling modules use these.
+__all__ = [
+    "MODE_CHANNELS",
+    "not_decodable",
+    "pil_header",
+    "pil_pixels",
+    "PIL_PLUGINS",
+    "pillow_open",
+    "probe_other",
+]
 
 
 # Malformed headers make Pillow plugins raise these (Image.open itself catches the first four);
@@ -39,10 +48,10 @@ _PIL_HEADER_ERRORS = (
 
 
 # The stored mode -> channels that tf.io.decode_image(channels=0) yields for it.
-_MODE_CHANNELS = {"L": 1, "LA": 2, "RGB": 3, "RGBA": 4}
+MODE_CHANNELS = {"L": 1, "LA": 2, "RGB": 3, "RGBA": 4}
 
 
-def _pillow_open(data: bytes, formats: tuple[str, ...]):
+def pillow_open(data: bytes, formats: tuple[str, ...]):
     """Open lazily (header only) with the Pillow plugins of `formats` only, or None if none accepts.
 
     The restriction of Image.open(fp, formats=...), but calling the plugins directly: Image.open
@@ -74,7 +83,7 @@ def _pillow_open(data: bytes, formats: tuple[str, ...]):
 
 
 # Our name -> the only Pillow plugin allowed to open it (a name of Image.ID).
-_PIL_PLUGINS = {
+PIL_PLUGINS = {
     "bmp": ("BMP",),
     "webp": ("WEBP",),
     "gif": ("GIF",),  # the first frame of an animated GIF
@@ -100,18 +109,18 @@ _NO_PIXELS = {"eps": "needs Ghostscript", "wmf": "a vector metafile", "emf": "a 
 _IN_PROCESS = ("bmp", "webp", "gif")
 
 
-def _pil_header(im, fmt: str) -> _Header:
+def pil_header(im, fmt: str) -> Header:
     """What a lazily opened Pillow image says about itself. Plugins parse lazily (PSD layers,
     TIFF frames and tags), so their errors here are this file's damage."""
     try:
-        h = _Header(width=im.size[0], height=im.size[1], complete=True)
+        h = Header(width=im.size[0], height=im.size[1], complete=True)
         h.frames = int(getattr(im, "n_frames", 1) or 1)
         # Our own EXIF reader: Pillow's getexif() warns on damaged EXIF, and it must stay quiet.
         if isinstance(im.info.get("exif"), bytes):
-            h.orientation = _exif_orientation(im.info["exif"])
+            h.orientation = exif_orientation(im.info["exif"])
         elif hasattr(im, "tag_v2"):  # TIFF: Orientation is a tag of the image's own IFD
             value = im.tag_v2.get(0x0112, 1)
-            h.orientation = value if value in _ORIENTATION_TRANSPOSE else 1
+            h.orientation = value if value in ORIENTATION_TRANSPOSE else 1
             # Pillow (>= 8) transposes TIFFs on load, always; its size is already the upright one.
             h.upright_on_load = True
     except _PIL_HEADER_ERRORS as e:
@@ -119,7 +128,7 @@ def _pil_header(im, fmt: str) -> _Header:
     return h
 
 
-def _pil_pixels(im):
+def pil_pixels(im):
     """The first frame of a lazily opened Pillow image in L, LA, RGB or RGBA, and its ICC."""
     from PIL import Image
 
@@ -134,7 +143,7 @@ def _pil_pixels(im):
         raise Rejected(reason, f"Pillow ({im.format}): {type(e).__name__}: {e}") from e
 
 
-def _not_decodable(data: bytes, fmt: str) -> Rejected:
+def not_decodable(data: bytes, fmt: str) -> Rejected:
     """A container whose plugin could not even open it: cut (RIFF size) or damaged."""
     if data[:4] == b"RIFF" and int.from_bytes(data[4:8], "little") + 8 > len(data):
         return Rejected(
@@ -145,7 +154,7 @@ def _not_decodable(data: bytes, fmt: str) -> Rejected:
     return Rejected("corrupt", f"Pillow cannot open this {fmt.upper()} (damaged header)")
 
 
-def _probe_other(data: bytes, opts: CheckOptions) -> tuple[str, _Header]:
+def probe_other(data: bytes, opts: CheckOptions) -> tuple[str, Header]:
     """A format TensorFlow does not store as is: its name and header, or Rejected.
 
     The name comes from magic bytes; a format these options do not keep is rejected before any
@@ -154,14 +163,14 @@ def _probe_other(data: bytes, opts: CheckOptions) -> tuple[str, _Header]:
     """
     fmt = sniff_container(data)
     if fmt is None:
-        what = _undecodable_image(data)
+        what = undecodable_image(data)
         if what:
             raise Rejected(
                 "unsupported_format",
                 f"{what}: neither TensorFlow's decode_image "
                 "nor Pillow decodes it here; convert it before the run",
             )
-        raise Rejected("not_an_image", _describe_non_image(data))
+        raise Rejected("not_an_image", describe_non_image(data))
     if opts.transcode == "none":
         raise Rejected(
             "unsupported_format",
@@ -172,7 +181,7 @@ def _probe_other(data: bytes, opts: CheckOptions) -> tuple[str, _Header]:
         raise Rejected(
             "unsupported_format", f"{fmt.upper()} is {_NO_PIXELS[fmt]}; cannot transcode"
         )
-    if fmt not in _TF_DECODABLE_OTHER and opts.transcode == "auto":
+    if fmt not in TF_DECODABLE_OTHER and opts.transcode == "auto":
         raise Rejected(
             "unsupported_format",
             f"TensorFlow does not decode {fmt.upper()}; pass --transcode png or "
@@ -181,21 +190,21 @@ def _probe_other(data: bytes, opts: CheckOptions) -> tuple[str, _Header]:
     if fmt == "bmp":  # layouts TensorFlow decodes and Pillow refuses, rewritten; else as is
         data = bmp_repair.for_pillow(data, opts.max_pixels)
     if fmt in _IN_PROCESS:
-        im = _pillow_open(data, _PIL_PLUGINS[fmt])
+        im = pillow_open(data, PIL_PLUGINS[fmt])
         if im is None:
-            return fmt, _Header()  # _source_pixels names the damage
-        h = _pil_header(im, fmt)
+            return fmt, Header()  # source_pixels names the damage
+        h = pil_header(im, fmt)
         h.pil = im
     else:
         from transforms.images import decode_worker
 
-        h = decode_worker.probe(data, _PIL_PLUGINS.get(fmt, ()))
+        h = decode_worker.probe(data, PIL_PLUGINS.get(fmt, ()))
         if h is None:
-            h = _Header()
+            h = Header()
         h.isolated = True
     if fmt == "webp":
-        h.channels = 4 if _webp_alpha(data) else 3
-        h.webp_as_is = _webp_as_is(data)
+        h.channels = 4 if webp_alpha(data) else 3
+        h.webp_as_is = webp_as_is(data)
     return fmt, h
 
 
@@ -204,7 +213,7 @@ def _normalize_mode(im):
     from PIL import Image
 
     mode = im.mode
-    if mode in _MODE_CHANNELS:
+    if mode in MODE_CHANNELS:
         return im
     if mode.startswith("I;16"):
         wide = np.asarray(im, dtype=np.uint16)

@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
-__all__ = ["sniff_container", "sniff_format"]
+__all__ = [
+    "cut_signature",
+    "describe_non_image",
+    "sniff_container",
+    "sniff_format",
+    "undecodable_image",
+]
 
 
 # Magic bytes, checked in this order: exactly the prefixes TensorFlow's own classifier
@@ -46,7 +52,7 @@ def sniff_format(data: bytes) -> str | None:
     return None
 
 
-def _cut_signature(data: bytes) -> str | None:
+def cut_signature(data: bytes) -> str | None:
     """The format whose signature these (too few) bytes begin, e.g. 5 bytes of a PNG signature."""
     for magic, name in _MAGIC:
         if len(data) < len(magic) and magic.startswith(data):
@@ -54,7 +60,7 @@ def _cut_signature(data: bytes) -> str | None:
     return None
 
 
-def _describe_non_image(data: bytes) -> str:
+def describe_non_image(data: bytes) -> str:
     head = data[:1024]
     for magic, what in _NON_IMAGE:
         if head.startswith(magic):
@@ -78,7 +84,7 @@ def _describe_non_image(data: bytes) -> str:
     return f"unknown binary data (first bytes {data[:8].hex(' ')})"
 
 
-def _undecodable_image(data: bytes) -> str | None:
+def undecodable_image(data: bytes) -> str | None:
     """Name an image format that no decoder here reads (HEIC, JPEG XL, SVG), else None."""
     for magic, what in _UNDECODABLE:
         if data.startswith(magic):

@@ -75,24 +75,24 @@ def raw_pixels(data: bytes, info: check.ImageInfo, opts: limits.CheckOptions) ->
     from PIL import Image
 
     if not info.transcode:
-        tf = decode._tf()
+        tf = decode.load_tf()
         try:
-            return decode._tf_decode(info.format, data, channels=3).numpy()
+            return decode.tf_decode(info.format, data, channels=3).numpy()
         except tf.errors.InvalidArgumentError as e:
-            detail = f"decode for --store pixels: {decode._tf_message(e)}"
+            detail = f"decode for --store pixels: {decode.tf_message(e)}"
             raise rejects.Rejected("corrupt", detail) from e
-    # Mirrors transcode._transcode's pixel steps (kept there untouched: it owns the re-encode).
+    # Mirrors transcode.transcode_bytes's pixel steps (kept there untouched: it owns the re-encode).
     fmt, h = check._probe_checked(data, opts)
     reasons = info.transcode.split(",")
     ratio = 1
     if "max_side" in reasons:
-        ratio, _ = transcode._max_side_plan(h.width, h.height, opts.max_side, fmt)
-    image, _ = transcode._source_pixels(data, fmt, h, ratio)
+        ratio, _ = transcode.max_side_plan(h.width, h.height, opts.max_side, fmt)
+    image, _ = transcode.source_pixels(data, fmt, h, ratio)
     if "exif_orientation" in reasons and not h.upright_on_load:
-        transpose = headers._ORIENTATION_TRANSPOSE[h.orientation]
+        transpose = headers.ORIENTATION_TRANSPOSE[h.orientation]
         image = image.transpose(getattr(Image.Transpose, transpose))
     if "max_side" in reasons:
-        _, size = transcode._max_side_plan(image.width, image.height, opts.max_side, "")
+        _, size = transcode.max_side_plan(image.width, image.height, opts.max_side, "")
         image = image.resize(size, getattr(Image.Resampling, opts.resize_filter.upper()))
     if image.mode != "RGB":
         # Gray is replicated and alpha dropped, as tf.io.decode_image(channels=3) does.

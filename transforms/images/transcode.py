@@ -5,18 +5,26 @@ from __future__ import annotations
 import io
 
 from core.rejects import Rejected
-from transforms.images.decode import _dct_shape, _dct_side, _decode_failure, _tf, _tf_decode
-from transforms.images.headers import _ORIENTATION_TRANSPOSE, _Header
-from transforms.images.limits import _TF_DECODABLE_OTHER, STORED_FORMATS, CheckOptions
+from transforms.images.decode import dct_shape, dct_side, decode_failure, load_tf, tf_decode
+from transforms.images.headers import ORIENTATION_TRANSPOSE, Header
+from transforms.images.limits import STORED_FORMATS, TF_DECODABLE_OTHER, CheckOptions
 from transforms.images.pillow_probe import (
-    _MODE_CHANNELS,
-    _PIL_PLUGINS,
-    _not_decodable,
-    _pil_pixels,
-    _pillow_open,
+    MODE_CHANNELS,
+    PIL_PLUGINS,
+    not_decodable,
+    pil_pixels,
+    pillow_open,
 )
 
-__all__ = ["JPEG_BACKGROUND", "TRANSCODE_REASONS"]
+__all__ = [
+    "JPEG_BACKGROUND",
+    "max_side_plan",
+    "source_pixels",
+    "transcode_bytes",
+    "transcode_deferred",
+    "TRANSCODE_REASONS",
+    "transcode_reasons",
+]
 
 # --transcode jpeg: the colour a non-JPEG source's transparency is composited onto (JPEG has no
 # alpha). White, as browsers and most converters show transparent photos; TensorFlow's own
@@ -42,21 +50,21 @@ TRANSCODE_REASONS = {
 }
 
 
-def _transcode_deferred(reasons: list[str], fmt: str, channels: int) -> bool:
+def transcode_deferred(reasons: list[str], fmt: str, channels: int) -> bool:
     """Whether inspection leaves this transcode to the writer: a gray or colour JPEG that only
     needs --max_side (its output sides are computed, not made; see check_image)."""
     return reasons == ["max_side"] and fmt == "jpeg" and channels in (1, 3)
 
 
-def _transcode_reasons(fmt: str, h: _Header, opts: CheckOptions) -> list[str]:
+def transcode_reasons(fmt: str, h: Header, opts: CheckOptions) -> list[str]:
     reasons = []
     if fmt not in STORED_FORMATS:
-        # _probe_other already rejected what these options do not keep (--transcode none, ...).
+        # probe_other already rejected what these options do not keep (--transcode none, ...).
         if opts.transcode == "jpeg":
             reasons.append("unsupported_format")  # BMP, WebP (also a still one), TIFF, ...
         elif fmt == "webp" and h.frames == 1 and h.webp_as_is:
             pass  # decode_image(channels=3) reads a still WebP without alpha: stored as is
-        elif fmt in _TF_DECODABLE_OTHER:
+        elif fmt in TF_DECODABLE_OTHER:
             reasons.append(f"{fmt}_to_png")
         else:
             reasons.append("unsupported_format")
@@ -77,24 +85,24 @@ def _transcode_reasons(fmt: str, h: _Header, opts: CheckOptions) -> list[str]:
     return reasons
 
 
-def _transcode(
-    data: bytes, fmt: str, h: _Header, reasons: list[str], opts: CheckOptions
+def transcode_bytes(
+    data: bytes, fmt: str, h: Header, reasons: list[str], opts: CheckOptions
 ) -> tuple[bytes, str, int]:
     """Re-encode: (stored bytes, stored format, channels). Deterministic for given inputs."""
     from PIL import Image
 
     ratio = 1
     if "max_side" in reasons:
-        ratio, _ = _max_side_plan(h.width, h.height, opts.max_side, fmt)
-    image, icc = _source_pixels(data, fmt, h, ratio)
+        ratio, _ = max_side_plan(h.width, h.height, opts.max_side, fmt)
+    image, icc = source_pixels(data, fmt, h, ratio)
     if "exif_orientation" in reasons and not h.upright_on_load:
-        image = image.transpose(getattr(Image.Transpose, _ORIENTATION_TRANSPOSE[h.orientation]))
+        image = image.transpose(getattr(Image.Transpose, ORIENTATION_TRANSPOSE[h.orientation]))
     if "max_side" in reasons:
-        _, size = _max_side_plan(image.width, image.height, opts.max_side, "")
+        _, size = max_side_plan(image.width, image.height, opts.max_side, "")
         image = image.resize(size, getattr(Image.Resampling, opts.resize_filter.upper()))
     if fmt == "jpeg" or opts.transcode == "jpeg":
         target = "jpeg"
-    elif fmt in STORED_FORMATS or fmt in _TF_DECODABLE_OTHER:
+    elif fmt in STORED_FORMATS or fmt in TF_DECODABLE_OTHER:
         target = "png"  # lossless: BMP is uncompressed; WebP with alpha or animation
     else:
         target = opts.transcode
@@ -108,7 +116,7 @@ def _transcode(
         image.save(out, "JPEG", quality=opts.jpeg_quality, **extra)
     else:
         image.save(out, "PNG", compress_level=6, **extra)
-    return out.getvalue(), target, _MODE_CHANNELS[image.mode]
+    return out.getvalue(), target, MODE_CHANNELS[image.mode]
 
 
 def _jpeg_ready(image):
@@ -123,7 +131,7 @@ def _jpeg_ready(image):
     return image.convert("RGB")
 
 
-def _max_side_plan(width: int, height: int, max_side: int, fmt: str) -> tuple[int, tuple[int, int]]:
+def max_side_plan(width: int, height: int, max_side: int, fmt: str) -> tuple[int, tuple[int, int]]:
     """(DCT ratio to decode a `fmt` source at, (width, height) after the --max_side resize).
 
     A JPEG is decoded at libjpeg's 1/2, 1/4 or 1/8 scale while its long side stays >= max_side
@@ -133,10 +141,10 @@ def _max_side_plan(width: int, height: int, max_side: int, fmt: str) -> tuple[in
     ratio = 1
     if fmt == "jpeg":
         for r in (8, 4, 2):
-            if _dct_side(max(width, height), r) >= max_side:
+            if dct_side(max(width, height), r) >= max_side:
                 ratio = r
                 break
-    h, w = _dct_shape(height, width, ratio)
+    h, w = dct_shape(height, width, ratio)
     scale = max_side / max(w, h)
     return ratio, (max(1, round(w * scale)), max(1, round(h * scale)))
 
@@ -146,7 +154,7 @@ def _icc_matches(icc: bytes, mode: str) -> bool:
     return space == (b"GRAY" if mode in ("L", "LA") else b"RGB ")
 
 
-def _source_pixels(data: bytes, fmt: str, h: _Header, ratio: int = 1):
+def source_pixels(data: bytes, fmt: str, h: Header, ratio: int = 1):
     """The source's (first frame) pixels as a Pillow image in L, LA, RGB or RGBA, and its ICC.
 
     JPEG/PNG/still GIF are decoded by TensorFlow, so a file TF rejects is rejected here too
@@ -156,23 +164,23 @@ def _source_pixels(data: bytes, fmt: str, h: _Header, ratio: int = 1):
     """
     from PIL import Image
 
-    tf = _tf()
+    tf = load_tf()
     if fmt in STORED_FORMATS and not (fmt == "gif" and h.frames > 1):
         try:
-            pixels = _tf_decode(fmt, data, channels=0, accurate=True, ratio=ratio).numpy()
+            pixels = tf_decode(fmt, data, channels=0, accurate=True, ratio=ratio).numpy()
         except tf.errors.InvalidArgumentError as e:
-            raise _decode_failure(fmt, data, h, e) from e
+            raise decode_failure(fmt, data, h, e) from e
         image = Image.fromarray(pixels if pixels.shape[2] > 1 else pixels[:, :, 0])
         return image, h.icc
     if h.isolated:
         from transforms.images import decode_worker
 
-        decoded = decode_worker.pixels(data, _PIL_PLUGINS.get(fmt, ()))
+        decoded = decode_worker.pixels(data, PIL_PLUGINS.get(fmt, ()))
         if decoded is None:
-            raise _not_decodable(data, fmt)
+            raise not_decodable(data, fmt)
         mode, size, raw, icc = decoded
         return Image.frombytes(mode, size, raw), icc
-    im = h.pil if h.pil is not None else _pillow_open(data, _PIL_PLUGINS.get(fmt, ()))
+    im = h.pil if h.pil is not None else pillow_open(data, PIL_PLUGINS.get(fmt, ()))
     if im is None:
-        raise _not_decodable(data, fmt)
-    return _pil_pixels(im)
+        raise not_decodable(data, fmt)
+    return pil_pixels(im)
