@@ -114,7 +114,7 @@ def read_manifest_rows(manifest: str):
 
 
 # Listed files travel in batches until they are spread over workers: one shuffle element per
-# batch instead of per file. 64 files is ~2-3 s of inspection work per batch on one core,
+# batch instead of per file. 64 files is a few seconds of inspection work per batch, and
 # enough batches to balance workers from a few thousand files up.
 LIST_BATCH = 64
 

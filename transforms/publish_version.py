@@ -81,8 +81,8 @@ class WriteFileIndex(beam.PTransform):
             return path
 
         # One key, not CombineGlobally: that would hand the whole list to its default-value
-        # step as a side input, which Beam's state cache weighs object by object (1.7 s of CPU
-        # for 12,600 rows). No shard, no row, no output: _PublishFn writes the empty index.
+        # step as a side input, which Beam's state cache weighs object by object (seconds of
+        # CPU for a large dataset). No shard, no row, no output: _PublishFn writes the empty index.
         return (
             groups
             # (None, [row]) per shard

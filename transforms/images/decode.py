@@ -41,7 +41,8 @@ def tf_message(e) -> str:
     return text.replace(" [Op:DecodeImage]", "").replace(" [Op:DecodeJpeg]", "")
 
 
-# --jpeg_verify dct: libjpeg's smallest DCT scale (measured 300 vs 436 CPU us per 28 KB photo).
+# --jpeg_verify dct: libjpeg's smallest DCT scale, the cheapest decode that still reads every
+# coefficient.
 VERIFY_DCT_RATIO = 8
 
 # simplejpeg's output colour space per JPEG colour space, for the strict check: the cheapest
@@ -74,7 +75,7 @@ def libjpeg_warning(data: bytes) -> str | None:
     zeroed stretch of entropy data decodes to grey or smeared blocks without an error), or None.
 
     One libjpeg-turbo decode at 1/8 scale through simplejpeg with strict=True, which turns
-    libjpeg's warnings into errors (~225 us per 28 KB photo). Only called on bytes TensorFlow
+    libjpeg's warnings into errors. Only called on bytes TensorFlow
     already decoded. A warning in the header counts too (the data behind it is then not decoded
     here, and the file is rejected anyway). Files TurboJPEG cannot decode at all (a chroma
     layout it does not classify; TensorFlow decodes them) keep TensorFlow's verdict: None.

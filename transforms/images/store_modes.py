@@ -27,20 +27,9 @@ __all__ = [
 # image/transcode_reason of records stored as raw pixels (after the source's own reasons).
 PIXELS_REASON = "store_pixels"
 
-# --store smart keeps raw pixels up to this many pixels per image (~181x181, ~96 KB raw).
-# Measured on this repo's shared, loaded 2-core box (bench/store_modes.py --cost_model: the
-# reader's CPU per image, eval centre crop resized to 224x224, JPEG q90 photo crops vs raw,
-# local disk), two runs:
-#   side             32   64   128   181   256   384
-#   run 1  JPEG µs  366  424   451   581   586  1035
-#          raw µs   356  357   436   511   706  1218
-#   run 2  JPEG µs  425  425   506   625   637  1059
-#          raw µs   427  462   478   496   585  1106
-# A fixed ~350-420 us (the 224x224 float resize and batching) is common to both; on top, a JPEG
-# costs ~2.6 ns per decoded pixel and a raw record ~1-2 ns per stored byte (read with CRC,
-# Example parse, decode_raw; 3 bytes per pixel). The crossover fell between 33k and 65k pixels
-# in run 1 and between 65k and 147k in run 2; raw won at 181x181 in both. Above it raw loses on
-# CPU too, and always costs 5-10x the disk and network bytes; 32k keeps smart on the safe side.
+# --store smart keeps raw pixels up to this many pixels per image: below it the reader decodes
+# raw records with less CPU than JPEGs, above it raw costs more CPU and always more bytes; the
+# crossover sits above this value (bench/store_modes.py --cost_model, docs/benchmarks.md).
 SMART_MAX_RAW_PIXELS = 32_768
 
 
