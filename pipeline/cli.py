@@ -159,12 +159,9 @@ def _dispatch(plan: LaunchPlan) -> int:
         return 0 if plan.args else 2
     if plan.command == "convert":
         return _convert(plan)
-    if plan.command == "versions":
-        from pipeline.versions.show import main as versions_main
-
-        return versions_main(list(plan.args))
-    if plan.command in ("verify", "inspect", "preview"):
-        return _read_command(plan.command, list(plan.args))
+    if plan.command in ("verify", "inspect", "preview", "versions"):
+        with local_processes(plan):  # the program's start-up ends here
+            return _read_command(plan.command, list(plan.args))
     print(f"imgrec: unknown command {plan.command!r}\n{_USAGE}", file=sys.stderr)
     return 2
 
@@ -183,15 +180,19 @@ def _convert(plan: LaunchPlan) -> int:
     status = check_options(list(plan.args))
     if status is not None:
         return status
-    with local_processes(plan):  # TFT's analysis process and forked workers (program only)
+    with local_processes(plan):  # the start-up ends; TFT's process and forked workers start
         return run_convert(list(plan.args), plan)
 
 
 def _read_command(command: str, args: list[str]) -> int:
-    """verify, inspect or preview; a store outage is one line, like convert's."""
+    """verify, inspect, preview or versions; a store outage is one line, like convert's."""
     from core import storage
     from core.errors import ERROR_PREFIX
 
+    if command == "versions":
+        from pipeline.versions.show import main as versions_main
+
+        return versions_main(args)
     try:
         if command == "verify":
             from pipeline.verify import main as verify_main

@@ -59,10 +59,7 @@ def _replace(owner, name: str, params: list[str], wrap: Callable, patch: str) ->
         return skipped(patch, f"{owner.__name__}.{name} is gone")
     if getattr(original, _MARK, False):
         return True
-    try:
-        shape = list(inspect.signature(original).parameters)
-    except (TypeError, ValueError):
-        shape = None
+    shape = _params(original)
     if shape != params:
         return skipped(patch, f"{owner.__name__}.{name} takes {shape}, not {params}")
     wrapper = wrap(original)
@@ -324,13 +321,18 @@ def _bz2_shim() -> _Bz2InThisProcess | None:
     shim = getattr(cloudpickle_pickler, "bz2", None)
     if isinstance(shim, _Bz2InThisProcess):
         return shim
-    if not callable(getattr(shim, "compress", None)) or not callable(
-        getattr(shim, "decompress", None)
-    ):
-        skipped("pickles_kept_in_process", "cloudpickle_pickler no longer compresses with bz2")
+    if _params(getattr(shim, "compress", None)) != ["data", "compresslevel"]:
+        skipped("pickles_kept_in_process", "Beam's pickler no longer compresses with bz2")
         return None
     shim = cloudpickle_pickler.bz2 = _Bz2InThisProcess(shim)
     return shim
+
+
+def _params(function) -> list[str] | None:
+    try:
+        return list(inspect.signature(function).parameters)
+    except (TypeError, ValueError):
+        return None
 
 
 @contextlib.contextmanager

@@ -1,5 +1,7 @@
-"""The processes the `imgrec` program starts beside a local conversion: TFT's analysis process and
-the zygote its DirectRunner workers are forked from.
+"""Where the `imgrec` program's start-up ends and its command's work begins: the Beam patches
+applied, the command's heavy modules imported (without the collector, then frozen), and for a
+local conversion the processes started beside it: TFT's analysis process and the zygote its
+DirectRunner workers are forked from.
 
 Both are forked once the command line has been checked, with Beam and TensorFlow imported and
 TensorFlow having run nothing (its thread pools would not exist in a child); both end when the
@@ -25,9 +27,11 @@ def local_processes(plan: LaunchPlan):
     try:
         if plan.as_program:
             patches.install()  # before the forks: the children inherit them
-        if fresh and plan.convert.analysis_process:
+        if fresh and plan.command == "verify":
+            import tensorflow  # noqa: F401 - verify decodes every record with it
+        if fresh and plan.command == "convert" and plan.convert.analysis_process:
             analysis_process.start()
-        if fresh and plan.convert.forked_workers:
+        if fresh and plan.command == "convert" and plan.convert.forked_workers:
             import tensorflow  # noqa: F401 - imported once for the command and its workers
 
             forked_workers.start()

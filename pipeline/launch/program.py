@@ -7,8 +7,8 @@ import logging
 import os
 import sys
 
-from pipeline.launch import patches, startup
-from pipeline.launch.plan import LaunchPlan, PlanError, read_plan
+from pipeline.launch import startup
+from pipeline.launch.plan import PlanError, read_plan
 
 __all__ = ["run", "start"]
 
@@ -31,21 +31,9 @@ def run() -> None:
         print(f"imgrec: {e}", file=sys.stderr)
         _exit(2)
     start()
-    _exit(_run_command(plan))
-
-
-def _run_command(plan: LaunchPlan) -> int:
     from pipeline.cli import run_command
 
-    if plan.command != "convert":  # convert starts its work in launch/processes.py
-        if plan.command == "verify":
-            with startup.without_gc():
-                import tensorflow  # noqa: F401 - verify decodes every record
-
-                import pipeline.verify  # noqa: F401
-        patches.install()
-        startup.finish()
-    return run_command(plan)
+    _exit(run_command(plan))
 
 
 def _exit(status) -> None:

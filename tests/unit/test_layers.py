@@ -6,7 +6,9 @@ Top-level packages, each importing only those below it (so no two import each ot
       reader/             the training side: core only (plus TensorFlow), never Beam
       report/             summary, report.html, the TF-free scan: the reader and the core
       versions/           the no-change rerun and `imgrec versions`: core, stages, options, report
-      runners/            Dask, Dataflow, the workers' start-up: core, stages, builder, options
+      runners/            Dask and Dataflow: core, stages, builder, options
+      launch/             the launch wing: how processes start, the plan, the local runner, the
+                          forks, the Beam patches; the only room that changes global state
     transforms/           the stages (PTransforms): core and transforms, never pipeline/
       images/             per-file image logic: core and transforms.images only, no Beam
     core/                 schema, storage, rejects, versions' format, the reader's helpers: itself
@@ -25,7 +27,7 @@ import textwrap
 
 import pytest
 
-from pipeline import cli
+from pipeline.launch import startup
 from tests import source_ast
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -105,6 +107,7 @@ ROOMS: dict[str, tuple[str, ...]] = {
     "pipeline.versions": (
         "core",
         "transforms",
+        "pipeline.launch.plan",
         "pipeline.options",
         "pipeline.report",
         "pipeline.versions",
@@ -116,8 +119,18 @@ ROOMS: dict[str, tuple[str, ...]] = {
         "pipeline.options",
         "pipeline.runners",
     ),  # fmt: skip
+    "pipeline.launch": ("core", "transforms", "pipeline"),
     "pipeline": ("core", "transforms", "pipeline"),  # the command: on top of all of it
 }
+# The launch wing's faces: what the command (cli, launcher, builder) and the reruns are handed.
+# Its start-up, patches and forks are its own: no module outside it imports them.
+LAUNCH_FACES = (
+    "pipeline.launch.plan",
+    "pipeline.launch.processes",
+    "pipeline.launch.direct_runner",
+    "pipeline.launch.choose",
+    "pipeline.launch.analysis_process",
+)
 # The top-level packages from the bottom up: each imports only those before it.
 ORDER = ("core", "transforms", "pipeline")
 
@@ -150,6 +163,9 @@ def test_the_rooms_exist():
     assert "pipeline/report/page.py" in _in("pipeline.report")
     assert "pipeline/versions/fast_rerun.py" in _in("pipeline.versions")
     assert "pipeline/runners/dask_runner.py" in _in("pipeline.runners")
+    assert {"pipeline/launch/startup.py", "pipeline/launch/patches.py"} <= set(
+        _in("pipeline.launch")
+    )
     assert "pipeline/launcher.py" in _in("pipeline")
 
 
@@ -213,7 +229,7 @@ def test_the_checker_sees_deferred_from_and_relative_imports():
     )
 
 
-def test_private_beam_names_are_imported_in_beam_compat_only():
+def test_private_beam_names_are_imported_by_the_launch_and_dask_runner_only():
     found = {}
     for path in MODULES:
         with open(os.path.join(ROOT, path), encoding="utf-8") as f:
@@ -223,8 +239,39 @@ def test_private_beam_names_are_imported_in_beam_compat_only():
                 private = [a.name for a in node.names if a.name.startswith("_")]
                 if private:
                     found.setdefault(path, []).extend(private)
-    assert found == {"core/beam_compat.py": ["_TFRecordUtil", "_BeamArgumentParser",
-                                                      "_OutputHandler"]}  # fmt: skip
+    assert found == {"pipeline/runners/dask_runner.py": ["_OutputHandler"]}
+
+
+def test_only_the_launch_wing_imports_its_start_up_patches_and_forks():
+    # pipeline/__main__.py is the program's entry point, as setup.py's console script is.
+    outside = [p for p in MODULES if _room(p) != "pipeline.launch" and p != "pipeline/__main__.py"]
+    found = {}
+    for path in outside:
+        wing = {n for n in _ours(_imports(path)) if _within(n, "pipeline.launch")}
+        inner = sorted(
+            n for n in wing if n != "pipeline.launch" and not _within(n, *LAUNCH_FACES)
+        )
+        if inner:
+            found[path] = inner
+    assert found == {}
+
+
+def test_only_the_launch_wing_reads_sys_argv():
+    found = []
+    for path in MODULES:
+        if _room(path) == "pipeline.launch":
+            continue
+        with open(os.path.join(ROOT, path), encoding="utf-8") as f:
+            tree = source_ast.parse(f.read(), path)
+        found += [
+            f"{path}:{node.lineno}"
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Attribute)
+            and node.attr == "argv"
+            and isinstance(node.value, ast.Name)
+            and node.value.id == "sys"
+        ]
+    assert found == []
 
 
 @pytest.mark.parametrize("path", MODULES)
@@ -272,11 +319,11 @@ _KERAS_PROBE = textwrap.dedent(
         loaded["tft_loads_keras_2"] = "tf_keras" in sys.modules and "keras" not in sys.modules
         import tensorflow as tf
         loaded["tf_keras_works"] = tf.keras.layers.Dense(2)(tf.ones([1, 3])).shape == (1, 2)
-        # core/startup.py: the collector is back on, the start-up imports frozen.
+        # pipeline/launch/startup.py: the collector is back on, the start-up imports frozen.
         loaded["gc"] = {"enabled": gc.isenabled(), "frozen": gc.get_freeze_count()}
         # The DirectRunner workers' start-up plugin, imported as a worker would (GC back on).
         frozen = gc.get_freeze_count()
-        import pipeline.runners.worker_start
+        import pipeline.launch.worker_start
         loaded["worker_start"] = {
             "enabled": gc.isenabled(),
             "frozen_more": gc.get_freeze_count() > frozen,
@@ -284,9 +331,9 @@ _KERAS_PROBE = textwrap.dedent(
         }
         with open(report, "w") as f:
             json.dump(loaded, f)
-    atexit.register(dump)  # cli.run() runs exit handlers before os._exit
+    atexit.register(dump)  # the program runs exit handlers before os._exit
     sys.argv[0] = "imgrec"
-    from pipeline.cli import run
+    from pipeline.launch.program import run
     run()
     """
 )
@@ -295,12 +342,12 @@ _KERAS_PROBE = textwrap.dedent(
 @pytest.mark.e2e  # the real command line in a fresh process (its start-up is under test)
 def test_the_command_loads_tensorflow_without_keras_and_without_gc(tmp_path):
     """`imgrec` asks TensorFlow for Keras 2 (TFT's) before TensorFlow is imported, so that no
-    later import loads Keras 3 as well (pipeline/cli.py, use_keras_2), and TensorFlow's own
+    later import loads Keras 3 as well (startup.use_keras_2), and TensorFlow's own
     import loads neither (startup.defer_keras), while TFT's import and `tf.keras` still load
     Keras 2 afterwards; its start-up imports run without the garbage collector, which is back
-    on, with those imports frozen, once the command's work starts (core/startup.py).
+    on, with those imports frozen, once the command's work starts (pipeline/launch/startup.py).
     The workers' start-up plugin does the same."""
-    env = {k: v for k, v in os.environ.items() if k != cli.KERAS_ENV}
+    env = {k: v for k, v in os.environ.items() if k != startup.KERAS_ENV}
     env.update(PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="2", IMGREC_LOG_DIR=str(tmp_path / "logs"))
     report = tmp_path / "modules.json"
     # verify imports TensorFlow first, then finds no dataset: exit 1.
@@ -319,9 +366,9 @@ def test_the_command_loads_tensorflow_without_keras_and_without_gc(tmp_path):
 
 @pytest.mark.parametrize("user_value", ["0", "1", "true"])
 def test_a_keras_choice_the_user_made_is_kept(monkeypatch, user_value):
-    monkeypatch.setenv(cli.KERAS_ENV, user_value)
-    cli.use_keras_2()
-    assert os.environ[cli.KERAS_ENV] == user_value
+    monkeypatch.setenv(startup.KERAS_ENV, user_value)
+    startup.use_keras_2()
+    assert os.environ[startup.KERAS_ENV] == user_value
 
 
 @pytest.mark.e2e  # a fresh interpreter

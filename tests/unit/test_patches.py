@@ -1,18 +1,16 @@
-"""The private Beam APIs wrapped in core/beam_compat.py still do what imgrec relies on.
-
-A Beam upgrade that renames or changes them fails here, naming the API, instead of as shards
-TensorFlow cannot read or an option error nobody understands.
-"""
+"""The Beam patches of the launch wing (pipeline/launch/patches.py) and the private Beam pieces
+imgrec uses give Beam's own answers, and each patch is skipped when its target changed."""
 
 from __future__ import annotations
 
-import argparse
 import base64
 import io
 
 import pytest
 
-from core import beam_compat
+from core import tfrecord
+from pipeline.launch import direct_runner, patches
+from pipeline.runners import dask_runner
 
 RECORDS = [b"", b"x", b"imgrec" * 1000, bytes(range(256))]
 
@@ -30,14 +28,14 @@ def _tf_written(tmp_path) -> bytes:
 def test_write_record_frames_exactly_as_tensorflow_does(tmp_path):
     out = io.BytesIO()
     for r in RECORDS:
-        beam_compat.write_record(out, r)
+        tfrecord.write_record(out, r)
     assert out.getvalue() == _tf_written(tmp_path)
 
 
 def test_read_record_reads_tensorflow_records_then_none(tmp_path):
     f = io.BytesIO(_tf_written(tmp_path))
-    assert [beam_compat.read_record(f) for _ in RECORDS] == RECORDS
-    assert beam_compat.read_record(f) is None
+    assert [tfrecord.read_record(f) for _ in RECORDS] == RECORDS
+    assert tfrecord.read_record(f) is None
 
 
 @pytest.mark.parametrize("where", [3, 10, 12, 15])  # length, its crc, the data, its crc
@@ -45,21 +43,7 @@ def test_read_record_refuses_damage_with_value_error(tmp_path, where):
     data = bytearray(_tf_written(tmp_path)[16 : 16 + 17])  # the record b"x"
     data[where] ^= 0x01
     with pytest.raises(ValueError, match="Not a valid TFRecord"):
-        beam_compat.read_record(io.BytesIO(bytes(data)))
-
-
-def test_beam_argument_parser_takes_every_registered_option_class():
-    from apache_beam.options.pipeline_options import PipelineOptions
-
-    import pipeline.options  # noqa: F401  (registers ConvertOptions)
-
-    assert issubclass(beam_compat.BeamArgumentParser, argparse.ArgumentParser)
-    parser = beam_compat.BeamArgumentParser(allow_abbrev=False)
-    classes = {str(cls): cls for cls in PipelineOptions.__subclasses__()}  # as the launcher does
-    for cls in classes.values():
-        cls._add_argparse_args(parser)  # some of Beam's call add_value_provider_argument
-    known, _ = parser.parse_known_args(["--runner", "DirectRunner", "--output", "out"])
-    assert known.runner == "DirectRunner" and known.output == "out"
+        tfrecord.read_record(io.BytesIO(bytes(data)))
 
 
 def test_dofn_output_handler_routes_outputs_to_receivers():
@@ -73,7 +57,7 @@ def test_dofn_output_handler_routes_outputs_to_receivers():
         def receive(self, windowed_value):
             got.append(windowed_value.value)
 
-    handler = beam_compat.dofn_output_handler(None, Collect(), {})
+    handler = dask_runner._dofn_output_handler(None, Collect(), {})
     element = WindowedValue("in", 0, (GlobalWindow(),))
     handler.handle_process_outputs(element, iter(["a", "b"]))
     assert got == ["a", "b"]
@@ -87,7 +71,7 @@ def test_side_input_view_rebuilds_the_view():
 
     p = beam.Pipeline()
     side = beam.pvalue.AsList(p | beam.Create([1, 2]))
-    view_class, options = beam_compat.side_input_view(side)
+    view_class, options = type(side), side._view_options()  # as dask_runner.py rebuilds it
     assert view_class is beam.pvalue.AsList and isinstance(options, dict)
     values = [WindowedValue(v, 0, (GlobalWindow(),)) for v in (1, 2)]
     assert list(SideInputMap(view_class, options, values)[GlobalWindow()]) == [1, 2]
@@ -96,7 +80,7 @@ def test_side_input_view_rebuilds_the_view():
 def test_pop_dask_bag_kwargs_takes_the_bag_arguments_out():
     pytest.importorskip("dask")
     options = {"npartitions": 4, "partition_size": 16, "address": "tcp://127.0.0.1:1"}
-    assert beam_compat.pop_dask_bag_kwargs(options) == {"npartitions": 4, "partition_size": 16}
+    assert dask_runner._pop_dask_bag_kwargs(options) == {"npartitions": 4, "partition_size": 16}
     assert options == {"address": "tcp://127.0.0.1:1"}
 
 
@@ -105,9 +89,9 @@ def test_dofn_specs_are_computed_once_per_dofn_and_stay_correct():
     from apache_beam.coders import VarIntCoder
     from apache_beam.transforms import userstate
 
-    beam_compat.install()
-    beam_compat.memoize_dofn_specs()  # idempotent: still one layer over Beam's function
-    assert not hasattr(userstate.get_dofn_specs.__wrapped__, "_imgrec_memoized")
+    patches.install()
+    patches.memoize_dofn_specs()  # idempotent: still one layer over Beam's function
+    assert not hasattr(userstate.get_dofn_specs.__wrapped__, "_imgrec_patch")
     spec = userstate.BagStateSpec("seen", VarIntCoder())
     walks = []
 
@@ -136,7 +120,7 @@ def test_stateful_dofns_still_run_with_memoized_specs():
     from apache_beam.testing.util import assert_that, equal_to
     from apache_beam.transforms import userstate
 
-    beam_compat.install()
+    patches.install()
     seen = userstate.BagStateSpec("seen", VarIntCoder())
 
     class RunningSum(beam.DoFn):
@@ -171,9 +155,9 @@ def test_option_views_are_built_once_and_share_the_values(monkeypatch):
         TypeOptions,
     )
 
-    beam_compat.install()
-    beam_compat.memoize_option_views()  # idempotent: still one layer over Beam's method
-    assert not hasattr(PipelineOptions.view_as.__wrapped__, "_imgrec_memoized")
+    patches.install()
+    patches.memoize_option_views()  # idempotent: still one layer over Beam's method
+    assert not hasattr(PipelineOptions.view_as.__wrapped__, "_imgrec_patch")
     built = _count_calls(monkeypatch, StandardOptions, "__init__")
     options = PipelineOptions(["--runner", "DirectRunner", "--experiments", "a"])
     first = options.view_as(StandardOptions)
@@ -198,9 +182,9 @@ def test_function_arguments_are_inspected_once_per_function_and_stay_correct(mon
 
     from apache_beam.transforms import core
 
-    beam_compat.install()
-    beam_compat.memoize_function_arguments()  # idempotent: still one layer over Beam's function
-    assert not hasattr(core.get_function_args_defaults.__wrapped__, "_imgrec_memoized")
+    patches.install()
+    patches.memoize_function_arguments()  # idempotent: still one layer over Beam's function
+    assert not hasattr(core.get_function_args_defaults.__wrapped__, "_imgrec_patch")
 
     class Fn:
         def process(self, element, side=3):
@@ -257,45 +241,9 @@ def test_loopback_is_kept_off_grpc_proxies(environ, expected):
     """gRPC reads no_grpc_proxy, else no_proxy: the hosts it already skipped stay skipped,
     localhost and 127.0.0.1 join them, and no_proxy (other libraries') is left as it was."""
     env = dict(environ)
-    beam_compat.keep_loopback_off_proxies(env)
+    direct_runner.keep_loopback_off_proxies(env)
     assert env.get("no_grpc_proxy") == expected
     assert env.get("no_proxy") == environ.get("no_proxy")
-
-
-def test_cached_state_weights_are_beams_and_follow_newly_imported_modules(tmp_path, monkeypatch):
-    """weigh_cached_state_once_per_module_set: the same weights as Beam's objsize call, module
-    globals still left out, also those of a module imported after the ids were kept."""
-    import sys
-
-    import numpy as np
-    from apache_beam.runners.worker import statecache
-
-    beam_compat.weigh_cached_state_once_per_module_set()
-    ours = statecache.get_deep_size
-    assert getattr(ours, "_imgrec_memoized", False)
-    beams = ours.__wrapped__
-    values = [
-        {"a": [1, 2, 3], "b": "x" * 1000},
-        np.zeros((64, 64, 3), np.uint8),
-        [("key", b"v" * 100)] * 10,
-        {"globals": vars(np)},  # a module's globals: left out by both
-        None,
-    ]
-    for value in values:
-        assert ours(value) == beams(value), repr(value)[:80]
-    assert ours({"globals": vars(np)}) < 1000  # numpy's namespace is not counted
-    # A module imported after the kept ids: its globals are left out too.
-    (tmp_path / "imgrec_fresh_module.py").write_text("BIG = list(range(100000))\n")
-    monkeypatch.syspath_prepend(str(tmp_path))
-    import imgrec_fresh_module
-
-    try:
-        value = {"globals": vars(imgrec_fresh_module)}
-        assert ours(value) == beams(value) < 1000
-    finally:
-        sys.modules.pop("imgrec_fresh_module", None)
-    beam_compat.weigh_cached_state_once_per_module_set()  # idempotent
-    assert statecache.get_deep_size is ours
 
 
 def test_pickles_are_uncompressed_only_inside_the_context_and_both_kinds_load():
@@ -303,7 +251,7 @@ def test_pickles_are_uncompressed_only_inside_the_context_and_both_kinds_load():
 
     value = {"dofn": [1, 2, 3], "text": "x" * 1000}
     outside = pickler.dumps(value)
-    with beam_compat.pickles_kept_in_process():
+    with patches.pickles_kept_in_process():
         inside = pickler.dumps(value)
         assert pickler.loads(outside) == value  # made before, compressed: still loads
     after = pickler.dumps(value)
@@ -327,7 +275,7 @@ def test_an_in_memory_run_pickles_uncompressed_and_leaves_compression_on(monkeyp
 
     monkeypatch.setattr(cloudpickle_pickler, "dumps", dumps)
     options = PipelineOptions(["--direct_running_mode=in_memory"])
-    with beam.Pipeline(runner=beam_compat.DirectRunner(), options=options) as p:
+    with beam.Pipeline(runner=direct_runner.DirectRunner(), options=options) as p:
         _ = (
             p
             | beam.Create([1, 2])
@@ -338,88 +286,81 @@ def test_an_in_memory_run_pickles_uncompressed_and_leaves_compression_on(monkeyp
     assert base64.b64decode(cloudpickle_pickler.dumps([1]))[:3] == b"BZh"  # and after the run
 
 
-def test_the_yield_return_lint_reads_each_functions_source_once(monkeypatch):
-    import inspect
-
-    import apache_beam as beam
-    from apache_beam.transforms import core
-
-    beam_compat.memoize_yield_return_check()
-    read = []
-    real = inspect.getsourcelines
-    monkeypatch.setattr(inspect, "getsourcelines", lambda f: read.append(f) or real(f))
-
-    class Mixed(beam.DoFn):
-        def process(self, x):
-            if x:
-                return [x]
-            yield x
-
-    class Clean(beam.DoFn):
-        def process(self, x):
-            yield x
-
-    for _ in range(3):
-        assert core._check_fn_use_yield_and_return(Mixed().process)  # noqa: SLF001
-        assert not core._check_fn_use_yield_and_return(Clean().process)  # noqa: SLF001
-    assert len(read) == 2
 
 
-def test_pickled_functions_list_beams_submodules_and_follow_new_imports(tmp_path, monkeypatch):
-    """index_imported_submodules: for 300 loaded functions, each with the packages it
-    refers to and a few more, the same submodules in the same order as Beam's own search; and a
-    submodule imported after the index was built is found."""
-    import concurrent.futures  # noqa: F401 - a package with a loaded submodule
-    import inspect
-    import sys
-    import xml.etree.ElementTree  # noqa: F401
+def _other_shape(real):
+    """What a Beam upgrade might leave under a patched name: a function of another signature."""
 
-    import apache_beam as beam
-    import numpy as np
-    from apache_beam.internal.cloudpickle import cloudpickle
+    def changed(*args, **kwargs):
+        return real(*args, **kwargs)
 
-    beam_compat.index_imported_submodules()
-    ours = cloudpickle._find_imported_submodules  # noqa: SLF001
-    assert getattr(ours, "_imgrec_memoized", False)
-    beams = ours.__wrapped__
-    packages = [sys.modules[n] for n in ("concurrent", "xml", "numpy", "apache_beam.transforms")]
-    checked = 0
-    for module in list(sys.modules.values()):
-        for value in list(vars(module).values())[:40] if hasattr(module, "__dict__") else ():
-            if not inspect.isfunction(value) or checked >= 300:
-                continue
-            names = cloudpickle._extract_code_globals(value.__code__)  # noqa: SLF001
-            deps = [value.__globals__[k] for k in names if k in value.__globals__] + packages
-            assert [m.__name__ for m in ours(value.__code__, deps)] == [
-                m.__name__ for m in beams(value.__code__, deps)
-            ], value
-            checked += 1
-    assert checked == 300
+    return changed
 
-    def uses_submodules():
-        return concurrent.futures.ThreadPoolExecutor, np.linalg.norm, beam.transforms.core
 
-    want = {"concurrent.futures", "numpy.linalg", "apache_beam.transforms.core"}
-    found = ours(uses_submodules.__code__, [concurrent, np, beam])
-    assert want <= {m.__name__ for m in found}
-    assert found == beams(uses_submodules.__code__, [concurrent, np, beam])
-    # A package and submodule imported after the index: found too.
-    package = tmp_path / "imgrec_fresh_package"
-    package.mkdir()
-    (package / "__init__.py").write_text("")
-    (package / "part.py").write_text("VALUE = 1\n")
-    monkeypatch.syspath_prepend(str(tmp_path))
-    import imgrec_fresh_package.part
+_TARGETS = {
+    "memoize_dofn_specs": ("apache_beam.transforms.userstate", None, "get_dofn_specs"),
+    "memoize_option_views": (
+        "apache_beam.options.pipeline_options",
+        "PipelineOptions",
+        "view_as",
+    ),
+    "memoize_function_arguments": (
+        "apache_beam.transforms.core",
+        None,
+        "get_function_args_defaults",
+    ),
+    "share_gcs_clients": ("apache_beam.io.gcp.gcsfilesystem", "GCSFileSystem", "_gcsIO"),
+}
 
-    def uses_fresh():
-        return imgrec_fresh_package.part.VALUE
 
-    try:
-        found = ours(uses_fresh.__code__, [imgrec_fresh_package])
-        assert [m.__name__ for m in found] == ["imgrec_fresh_package.part"]
-        assert found == beams(uses_fresh.__code__, [imgrec_fresh_package])
-    finally:
-        sys.modules.pop("imgrec_fresh_package.part", None)
-        sys.modules.pop("imgrec_fresh_package", None)
-    beam_compat.index_imported_submodules()  # idempotent
-    assert cloudpickle._find_imported_submodules is ours  # noqa: SLF001
+@pytest.mark.parametrize("change", ["gone", "other_shape"])
+@pytest.mark.parametrize("name", sorted(_TARGETS))
+def test_a_patch_whose_target_changed_is_skipped_and_beam_left_as_it_is(name, change, monkeypatch):
+    import importlib
+
+    module_name, class_name, attribute = _TARGETS[name]
+    module = importlib.import_module(module_name)
+    owner = getattr(module, class_name) if class_name else module
+    real = getattr(owner, attribute)
+    real = getattr(real, "__wrapped__", real)  # the test process may have patched it already
+    if change == "gone":
+        monkeypatch.delattr(owner, attribute)
+    else:
+        monkeypatch.setattr(owner, attribute, _other_shape(real))
+    before = getattr(owner, attribute, None)
+    assert getattr(patches, name)() is False
+    assert getattr(owner, attribute, None) is before
+
+
+def test_the_s3_patch_is_skipped_when_beams_client_module_changed(monkeypatch):
+    from apache_beam.io.aws.clients.s3 import boto3_client
+
+    monkeypatch.setattr(boto3_client, "boto3", object())
+    assert patches.share_s3_clients() is False
+    monkeypatch.delattr(boto3_client, "boto3")
+    assert patches.share_s3_clients() is False
+
+
+def test_in_process_pickles_are_skipped_when_beams_pickler_changed(monkeypatch):
+    from apache_beam.internal import cloudpickle_pickler, pickler
+
+    import bz2
+    import types
+
+    changed = types.SimpleNamespace(
+        compress=_other_shape(bz2.compress), decompress=_other_shape(bz2.decompress)
+    )
+    monkeypatch.setattr(cloudpickle_pickler, "bz2", changed)
+    with patches.pickles_kept_in_process():  # runs unpatched: still bz2
+        assert base64.b64decode(pickler.dumps([1, 2]))[:3] == b"BZh"
+        assert pickler.loads(pickler.dumps([1, 2])) == [1, 2]
+    assert cloudpickle_pickler.bz2 is changed
+
+
+def test_patches_can_be_switched_off_by_name(monkeypatch):
+    monkeypatch.setenv(patches.PATCHES_OFF_ENV, "memoize_dofn_specs, gc_freeze")
+    assert not patches.enabled("memoize_dofn_specs") and not patches.enabled("gc_freeze")
+    assert patches.enabled("memoize_option_views")
+    assert "memoize_dofn_specs" not in patches.install()
+    monkeypatch.setenv(patches.PATCHES_OFF_ENV, "all")
+    assert patches.install() == {}
