@@ -44,8 +44,8 @@ def configure_runner(
     Without --workers: one in-process worker for inputs under FORKED_PROCESSES_MIN_FILES files
     (`num_files`, counted by the preflight) where the command forks its workers ready-imported,
     under AUTO_PROCESSES_MIN_FILES where Beam starts them, else one worker process per core.
-    Several workers run as processes: on 12,000 photos, 2 processes converted ~1.3x faster than
-    2 threads of one process (Beam's per-element Python work contends for the GIL). One worker
+    Several workers run as processes, not threads: Beam's per-element Python work contends for
+    the GIL. One worker
     runs in-process and decodes on one thread per core (decoders release the GIL).
     """
     standard = options.view_as(StandardOptions)
