@@ -45,8 +45,8 @@ def configure_runner(
     (`num_files`, counted by the preflight) where the command forks its workers ready-imported,
     under AUTO_PROCESSES_MIN_FILES where Beam starts them, else one worker process per core.
     Several workers run as processes, not threads: Beam's per-element Python work contends for
-    the GIL. One worker
-    runs in-process and decodes on one thread per core (decoders release the GIL).
+    the GIL. One worker runs in-process and decodes on one thread per core (decoders release
+    the GIL).
     """
     standard = options.view_as(StandardOptions)
     if standard.runner is None:
