@@ -38,7 +38,7 @@ RUN_TIMEOUT_S = 600
 # A fresh interpreter's `import tensorflow` with CPython's cyclic collector on spends about half
 # its CPU in full collections over TensorFlow's objects (4.2 -> 2.1 s user here, three runs each;
 # a MirroredStrategy script with Keras 4.4-5.6 -> 2.3-3.3 s). The `imgrec` program and its
-# workers import with the collector off (core/startup.py). Scripts that use TensorFlow
+# workers import with the collector off (pipeline/launch/startup.py). Scripts that use TensorFlow
 # as a training job or a user does (the reader, TF's own filesystems, TF's decoders) start with
 # this prelude, the same `startup.without_gc` (collector off, then freeze, then on); what they
 # test comes after it. Scripts that check what an import loads, or the collector itself
@@ -50,7 +50,7 @@ RUN_TIMEOUT_S = 600
 # example's runs are (examples/train_mirrored.py: tests/unit/test_reader.py and
 # tests/e2e/test_reader_multiworker.py start it as a user does).
 TF_PRELUDE = (
-    "from core.startup import defer_keras, without_gc\ndefer_keras()\n"
+    "from pipeline.launch.startup import defer_keras, without_gc\ndefer_keras()\n"
     "with without_gc():\n    import tensorflow\n"
 )
 
