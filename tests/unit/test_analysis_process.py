@@ -1,5 +1,5 @@
-"""The analysis process (pipeline/analysis_process.py): when it starts, which job uses it, and that
-the dataset is byte for byte the one TFT makes inside the job."""
+"""The analysis process (pipeline/launch/analysis_process.py): when it starts, which job uses it,
+and that the dataset is byte for byte the one TFT makes inside the job."""
 
 from __future__ import annotations
 
@@ -13,8 +13,9 @@ import sys
 import pytest
 
 from core import schema
-from pipeline import analysis_process
 from pipeline.demo import build_corpus
+from pipeline.launch import analysis_process
+from pipeline.launch.plan import ANALYSIS_PROCESS_ENV, FORKED_WORKERS_ENV, read_plan
 from tests.runs import ROOT, cli, cli_env, script_facts
 
 
@@ -31,13 +32,14 @@ from tests.runs import ROOT, cli, cli_env, script_facts
     ],
 )
 def test_started_only_for_a_local_run_that_analyses(argv, expected, monkeypatch):
-    monkeypatch.delenv(analysis_process.DISABLE_ENV, raising=False)
-    assert analysis_process.wanted(argv) is expected
+    monkeypatch.delenv(ANALYSIS_PROCESS_ENV, raising=False)
+    assert read_plan(["convert", *argv]).convert.analysis_process is expected
 
 
 def test_switched_off_by_the_environment(monkeypatch):
-    monkeypatch.setenv(analysis_process.DISABLE_ENV, "0")
-    assert analysis_process.wanted(["--input", "x/*.jpg", "--output", "o"]) is False
+    monkeypatch.setenv(ANALYSIS_PROCESS_ENV, "0")
+    plan = read_plan(["convert", "--input", "x/*.jpg", "--output", "o"])
+    assert plan.convert.analysis_process is False
 
 
 def test_no_fork_once_tensorflow_is_loaded(tmp_path):
@@ -50,13 +52,17 @@ def test_no_fork_once_tensorflow_is_loaded(tmp_path):
     assert analysis_process.claim(str(tmp_path)) is None
 
 
-# A fresh interpreter: the first conversion forks the analysis process (TensorFlow not loaded
-# yet), a second (if given a second output) finds TensorFlow loaded and analyses in the job's own
-# stages. It prints, per run, the hand-off folder the builder claimed (None: in-job), the
-# process's answer and whether anything is left.
+# A fresh interpreter started as the `imgrec` program starts (pipeline/launch/program.py), each
+# conversion run as the program runs it (as_program; -v leaves the streams alone, no forked
+# workers): the first conversion forks the analysis process (TensorFlow not loaded yet), a second
+# (if given a second output) finds TensorFlow loaded and analyses in the job's own stages. It
+# prints, per run, the hand-off folder the builder claimed (None: in-job), the process's answer
+# and whether anything is left.
 _CONVERSIONS = """
 import json, os, sys, tempfile
-from pipeline import analysis_process, builder, cli
+from pipeline import builder, cli
+from pipeline.launch import analysis_process, program
+from pipeline.launch.plan import read_plan
 
 from transforms import analyze_aside
 
@@ -66,10 +72,11 @@ builder._analysis_handoff = lambda options: claimed.append(original(options)) or
 wait = analyze_aside.wait_for_file  # the job's wait for the answer (the process has its own)
 analyze_aside.wait_for_file = lambda *args: answers.append(wait(*args)) or answers[-1]
 src, outputs = sys.argv[1], sys.argv[2:]
-cli.start_program()
+program.start()
 for out in outputs:
-    status = cli.main(["convert", "--input", src + "/*/*.jpg", "--output", out,
-                       "--splits", "train=0.8,validation=0.2"])
+    plan = read_plan(["-v", "convert", "--input", src + "/*/*.jpg", "--output", out,
+                      "--splits", "train=0.8,validation=0.2"], as_program=True)
+    status = cli.run_command(plan)
     assert status == 0, status
 left = [n for n in os.listdir(tempfile.gettempdir()) if n.startswith("imgrec-")]
 print(json.dumps({"claimed": claimed, "left": left, "started": analysis_process._started,
@@ -106,13 +113,14 @@ def test_same_dataset_with_and_without_the_process(tmp_path):
     tmp.mkdir()
     exact, in_job = str(tmp_path / "process"), str(tmp_path / "in-job")
     read_back = str(tmp_path / "process-read-back")
-    facts = script_facts(_CONVERSIONS, src, exact, in_job, TMPDIR=str(tmp), **{EXACT_ENV: "1"})
+    env = {"TMPDIR": str(tmp), FORKED_WORKERS_ENV: "0"}
+    facts = script_facts(_CONVERSIONS, src, exact, in_job, **env, **{EXACT_ENV: "1"})
     first, second = facts["claimed"]
     assert first and os.path.basename(first).startswith("imgrec-analysis-")
     assert second is None  # TensorFlow was loaded by the first run: TFT ran in the job
     assert facts["started"] is None and facts["left"] == []  # stopped, scratch removed
     assert facts["answers"] == [STATISTICS]
-    facts = script_facts(_CONVERSIONS, src, read_back, TMPDIR=str(tmp), **{EXACT_ENV: "0"})
+    facts = script_facts(_CONVERSIONS, src, read_back, **env, **{EXACT_ENV: "0"})
     (claimed,) = facts["claimed"]
     assert claimed and os.path.basename(claimed).startswith("imgrec-analysis-")
     assert facts["started"] is None and facts["left"] == []
@@ -152,11 +160,11 @@ def test_a_wait_ends_when_the_other_side_died(tmp_path):
 _WITHOUT_KERAS = """
 import json, sys
 import apache_beam as beam
-from core import startup
+from pipeline.launch import startup
 startup.defer_keras()
 import tensorflow
-from pipeline import analysis_process
-analysis_process._tft_without_keras()
+from pipeline.launch import analysis_process
+analysis_process._import_tft_without_keras()
 from transforms.analyze import export_to_scratch
 items = [{"stats": [3.0, 6.0, 9.0, 9.0, 36.0, 81.0, 1], "height": 1, "width": 1, "label": "cat"}]
 with beam.Pipeline() as p:
