@@ -7,7 +7,7 @@ import io
 from PIL import Image
 
 from core import schema
-from core.beam_compat import write_record
+from core.tfrecord import write_record
 from pipeline.report import page
 
 

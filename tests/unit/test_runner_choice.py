@@ -6,7 +6,7 @@ import pytest
 from apache_beam.options.pipeline_options import DirectOptions, SetupOptions
 
 from pipeline import launcher
-from pipeline.runners import choose
+from pipeline.launch import choose
 
 
 def _configure(tmp_path, argv_extra: list[str], num_files: int, monkeypatch, cores: int = 2):
@@ -40,7 +40,7 @@ def test_default_workers_follow_the_input_size(tmp_path, monkeypatch, num_files,
     ],
 )
 def test_forked_workers_lower_the_threshold(tmp_path, monkeypatch, num_files, expected):
-    """Where the command forks its workers ready-imported (pipeline/runners/forked_workers.py),
+    """Where the command forks its workers ready-imported (pipeline/launch/forked_workers.py),
     worker processes pay off from FORKED_PROCESSES_MIN_FILES files on."""
     monkeypatch.setattr(choose.forked_workers, "command", lambda: "python -I -S client.py s")
     assert _configure(tmp_path, [], num_files, monkeypatch) == expected
@@ -52,14 +52,14 @@ def test_explicit_workers_win_over_the_input_size(tmp_path, monkeypatch):
 
 
 def test_worker_processes_import_the_stages_at_start_up(tmp_path, monkeypatch):
-    """Worker processes get the start-up plugin (pipeline/runners/worker_start.py), after any the user
+    """Worker processes get the start-up plugin (pipeline/launch/worker_start.py), after any the user
     gave; an in-process run has no worker process to give it to."""
     argv = ["--input", str(tmp_path / "*.jpg"), "--output", str(tmp_path / "out")]
     for extra, plugins in [
         (["--workers", "2"], [choose.WORKER_START_PLUGIN]),
         (
             ["--workers", "2", "--beam_plugins", "my.plugin"],
-            ["my.plugin", "pipeline.runners.worker_start"],
+            ["my.plugin", "pipeline.launch.worker_start"],
         ),
         (["--workers", "1"], None),
     ]:
@@ -96,8 +96,8 @@ def test_beams_direct_runner_runs_without_prism(tmp_path, monkeypatch, argv_extr
     Prism; the options still name DirectRunner. Other runners are Beam's, as named."""
     from apache_beam.options.pipeline_options import StandardOptions
 
-    from core import beam_compat
     from pipeline.builder import build_pipeline
+    from pipeline.launch import direct_runner
 
     if argv_extra:  # the runner is chosen before any stage is added: the default builds them all
         monkeypatch.setattr("pipeline.builder.add_convert", lambda *unused: None)
@@ -106,7 +106,7 @@ def test_beams_direct_runner_runs_without_prism(tmp_path, monkeypatch, argv_extr
     options, config, args = launcher.parse_convert_args([*argv, *argv_extra])
     config = choose.configure_runner(options, args, config, 1)
     p = build_pipeline(config, options, {"argv": args})
-    assert isinstance(p.runner, beam_compat.DirectRunner) is direct
+    assert isinstance(p.runner, direct_runner.DirectRunner) is direct
     if not argv_extra:
         assert options.view_as(StandardOptions).runner == "DirectRunner"  # as provenance says
 
@@ -118,15 +118,14 @@ def test_the_pipeline_is_built_without_beams_type_inference(
 ):
     """Beam infers each transform's output type from its function's bytecode while a pipeline is
     built (~1 s of CPU per small conversion); the builder turns that off
-    (core/beam_compat.skip_type_inference) unless IMGREC_BEAM_TYPE_INFERENCE=1, in options the
+    (pipeline/builder.py build_pipeline) unless IMGREC_BEAM_TYPE_INFERENCE=1, in options the
     command line parsed and in options a script or test made itself (`PipelineOptions(args)`:
     those kept Beam's inference until 2026-12-04, so the tests that build the job directly did not
     run what the command runs)."""
     from apache_beam.options.pipeline_options import PipelineOptions, TypeOptions
     from apache_beam.typehints import trivial_inference
 
-    from core.beam_compat import TYPE_INFERENCE_ENV
-    from pipeline.builder import build_pipeline
+    from pipeline.builder import TYPE_INFERENCE_ENV, build_pipeline
     from pipeline.options import ConvertConfig
 
     if env is None:
