@@ -1,8 +1,8 @@
 """The training-side reader: a converted dataset's shards to a batched, distributed tf.data pipeline.
 
-The pipeline is assembled here; which files a split has is pipeline/reader/files.py, how records
-become images pipeline/reader/decode.py (crop math: pipeline/reader/crops.py). None of them
-imports Apache Beam.
+The pipeline is assembled here; which files a split has is pipeline/reader/files.py, one shard's
+records pipeline/reader/shard_records.py, how records become images pipeline/reader/decode.py
+(crop math: pipeline/reader/crops.py). None of them imports Apache Beam.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from pipeline.reader.files import load_split as _load_split
 from pipeline.reader.files import median_jpeg_min_side as _median_jpeg_min_side
 from pipeline.reader.files import resolve_version as _resolve_version
 from pipeline.reader.files import typical_min_side as _typical_min_side
+from pipeline.reader.shard_records import read_shard as _read_shard
 from pipeline.reader.shares import pipeline_records, traced_as_written
 
 __all__ = ["ShardFile", "evaluation_images", "make_dataset", "split_files", "steps_per_epoch"]
@@ -39,18 +40,6 @@ AUTOTUNE = tf.data.AUTOTUNE
 # Shards read at once per input pipeline: enough outstanding reads to hide object-store latency,
 # few enough that a small machine still reads a few files at a time.
 _MAX_PARALLEL_SHARDS = 16
-# Read-ahead per open shard: TF's 256 KB default costs a bucket round trip every few photos; 8 MB
-# is what TF official models' ImageNet reader uses.
-_READ_BUFFER_BYTES = 8 * 1024 * 1024
-
-# Records counted at a time by _read_shard's count check: batches keep the check cheap, small
-# ones bound the memory each open shard holds.
-_COUNT_BATCH = 32
-# Read attempts per shard beyond its expected batches (see _read_shard): a read error ends the
-# shard at once (TFRecordDataset moves past the file), so only a shard that cannot be opened
-# uses them, and it fails after its expected batches plus these, not never.
-_SPARE_READS = 4
-
 # Default RAM for the shuffle buffer of serialized records, per input pipeline: a few thousand
 # photos, enough to mix shards whose order is already shuffled and which are interleaved.
 _DEFAULT_SHUFFLE_MB = 256
@@ -539,79 +528,3 @@ def _options(config: _Config, multi_device: bool) -> tf.data.Options:
     # the host's step launch.
     options.experimental_slack = multi_device and config.training
     return options
-
-
-def _read_shard(
-    path: tf.Tensor,
-    compression: tf.Tensor,
-    expected: tf.Tensor,
-    check_counts: bool,
-    data_dir: str = "",
-) -> tf.data.Dataset:
-    """Serialized records of one shard; a shard that is corrupt, missing or unreadable fails
-    with its name, after a bounded number of read attempts.
-
-    TFRecordDataset's own DataLossError ("corrupted record at 12") does not say which file. So
-    read errors end the shard early (`ignore_errors` logs the original error), and a count check
-    against dataset_info.json after the shard's last record fails naming the shard. The count
-    runs on small batches of records: per-record bookkeeping would cost more than the read.
-
-    `ignore_errors` retries its input until it yields or ends, and TFRecordDataset retries a
-    file it could not open (deleted, permission lost) on every call instead of moving past it:
-    together they spun forever on a shard deleted under a running reader. Every call is
-    therefore zipped behind a finite counter, asked first, so a shard that cannot be opened ends
-    after its expected batches plus `_SPARE_READS`, with zero records, which the count check
-    turns into the error naming it.
-    """
-    records = tf.data.TFRecordDataset(
-        path, compression_type=compression, buffer_size=_READ_BUFFER_BYTES
-    )
-    if not check_counts:
-        return records  # no ignore_errors: a read error stops iteration as TensorFlow raised it
-    batches = records.batch(_COUNT_BATCH)
-    attempts = tf.data.Dataset.range((expected + _COUNT_BATCH - 1) // _COUNT_BATCH + _SPARE_READS)
-    # (attempt number, batch of records): ends when the shard ends or the attempts run out.
-    batches = tf.data.Dataset.zip((attempts, batches)).ignore_errors(log_warning=True)
-    # One empty batch marks the end of the shard.
-    batches = batches.concatenate(
-        tf.data.Dataset.from_tensors((tf.constant(-1, tf.int64), tf.constant([], tf.string)))
-    )
-    advice = _unreadable_shard_advice(data_dir)
-
-    def count(n: tf.Tensor, attempt_batch):
-        _, batch = attempt_batch
-        size = tf.shape(batch, out_type=tf.int64)[0]
-        ok = tf.logical_or(size > 0, tf.equal(n, expected))
-        # Built per batch of records, not per record: cheap enough to read well on failure.
-        message = tf.strings.join(
-            [
-                "imgrec reader: shard ",
-                path,
-                " is corrupt, truncated, missing or unreadable: read ",
-                tf.strings.as_string(n),
-                " of ",
-                tf.strings.as_string(expected),
-                advice,
-            ]
-        )
-        with tf.control_dependencies([tf.debugging.Assert(ok, [message])]):
-            return n + size, tf.identity(batch)
-
-    return batches.scan(tf.constant(0, tf.int64), count).unbatch()
-
-
-def _unreadable_shard_advice(data_dir: str) -> str:
-    """The end of _read_shard's error: the dataset, and what to do (restart, for a pruned version)."""
-    where = f" of dataset {data_dir}" if data_dir else ""
-    version = data_dir.rstrip("/").rpartition("/")[2]
-    if versions.is_version_name(version):
-        hint = (
-            f"; if version {version} was pruned (--keep_versions) or removed while this job ran, "
-            "restart the job: it reads the version LATEST names now (docs/scheduling.md)"
-        )
-    else:
-        hint = ""
-    return (
-        " records" + where + " (the read error is logged above); if the shard is "
-        "there, re-convert it or run `imgrec verify`" + hint
-    )

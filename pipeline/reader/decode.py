@@ -60,7 +60,7 @@ def _all_exact(config: DecodeSettings, windows: tf.Tensor) -> tf.Tensor:
     Then the resize is an identity and is skipped (pixels stored at the size the crop needs,
     e.g. a 256 shorter side cropped to 224): same pixels either way (a bilinear resize at scale
     1 samples each pixel exactly; tested); one check per batch, not a branch per image (a
-    tf.cond per image around the resize measured ~25% fewer images/s on crops that need it).
+    tf.cond per image around the resize slows the crops that need it).
     """
     height, width = config.image_size
     return tf.reduce_all(
@@ -73,9 +73,8 @@ def decode_batch_eagerly(config: DecodeSettings, records: tf.Tensor):
 
     For a few dozen records outside any tf.data pipeline (the report's eval crops): eagerly,
     tf.map_fn runs each image through AutoGraph's converted call and a Python while loop,
-    ~5x the CPU of calling `decode_image` per image (0.27 -> 0.05 s for the report's crops, in
-    process). Same ops per image, so the same pixels (tests/integration/test_report.py compares them
-    with make_dataset's).
+    several times the CPU of calling `decode_image` per image. Same ops per image, so the same
+    pixels (tests/integration/test_report.py compares them with make_dataset's).
     """
     if config.training:
         raise ValueError("decode_batch_eagerly decodes for evaluation only (training=False)")
@@ -118,8 +117,8 @@ def decode_batch(config: DecodeSettings, records: tf.Tensor, seeds: tf.Tensor | 
             fn,
             elems,
             fn_output_signature=tf.TensorSpec((height, width, 3), tf.uint8),
-            # A few images of the batch in flight: measured +5% images/s over one at a time on 2
-            # cores, and no better with 8.
+            # A few images of the batch in flight: a little faster than one at a time, and more
+            # gain nothing.
             parallel_iterations=_DECODE_PARALLEL_ITERATIONS,
         )
 
@@ -186,39 +185,17 @@ def decode_image(
     """
     height, width = config.image_size
 
-    def jpeg() -> tf.Tensor:
-        # Fused crop+decode: libjpeg skips the IDCT outside the window and stops after its last
-        # row. Measured faster than a full decode even on ~450x400 photos (see module constants).
-        crop = window
-        if crop is None:
-            shape = tf.io.extract_jpeg_shape(encoded)
-            crop = crop_window(config, shape[0], shape[1], seed)
-        if not config.dct_scaling:
-            return tf.io.decode_and_crop_jpeg(encoded, tf.stack(crop), channels=3)
-        return decode_and_crop_scaled(encoded, crop, config.image_size)
-
-    def other() -> tf.Tensor:
-        image = tf.io.decode_image(encoded, channels=3, expand_animations=False)
-        crop = window
-        if crop is None:
-            shape = tf.shape(image)
-            crop = crop_window(config, shape[0], shape[1], seed)
-        top, left, h, w = crop
-        return tf.slice(image, tf.stack([top, left, 0]), tf.stack([h, w, 3]))
-
     def raw_crop() -> tf.Tensor:
-        # No decoder: the stored pixels, reshaped, then the same crop as an encoded image gets.
-        pixels = raw_pixels.decode_raw_image(encoded, raw[0], raw[1])
-        crop = window
-        if crop is None:
-            crop = crop_window(config, raw[0], raw[1], seed)
-        top, left, h, w = crop
-        return tf.slice(pixels, tf.stack([top, left, 0]), tf.stack([h, w, 3]))
+        return _crop_raw(config, encoded, seed, window, raw)
 
     def decoded() -> tf.Tensor:
-        return tf.cond(tf.io.is_jpeg(encoded), jpeg, other)
+        return tf.cond(
+            tf.io.is_jpeg(encoded),
+            lambda: _crop_jpeg(config, encoded, seed, window),
+            lambda: _crop_other(config, encoded, seed, window),
+        )
 
-    # Only decode+crop sits in the branch: resizing inside a tf.cond branch measured ~15% slower.
+    # Only decode+crop sits in the branch: a resize inside a tf.cond branch runs slower.
     if config.store == "pixels":
         image = raw_crop()
     elif config.store == "smart":
@@ -229,7 +206,6 @@ def decode_image(
         # The random flip, on the crop before it is resized: the same draw and the same pixels
         # (up to float rounding: bilinear with half-pixel centres is mirror-symmetric) as
         # flipping the output, but it reverses the crop's pixels instead of the output's.
-        # Measured 427 -> 379 CPU us per image training on 256-side raw pixels.
         flip = tf.random.stateless_uniform([], seed=seed) < 0.5
         image = tf.cond(flip, lambda: tf.reverse(image, [1]), lambda: image)
     if resize:
@@ -238,13 +214,46 @@ def decode_image(
     return image
 
 
+def _crop_jpeg(config: DecodeSettings, encoded: tf.Tensor, seed, window) -> tf.Tensor:
+    """A JPEG's crop, decoded fused: libjpeg skips the IDCT outside the window and stops after
+    its last row (DCT-scaled when `config.dct_scaling`)."""
+    crop = window
+    if crop is None:
+        shape = tf.io.extract_jpeg_shape(encoded)
+        crop = crop_window(config, shape[0], shape[1], seed)
+    if not config.dct_scaling:
+        return tf.io.decode_and_crop_jpeg(encoded, tf.stack(crop), channels=3)
+    return decode_and_crop_scaled(encoded, crop, config.image_size)
+
+
+def _crop_other(config: DecodeSettings, encoded: tf.Tensor, seed, window) -> tf.Tensor:
+    """A PNG/GIF/BMP/WebP's crop: the whole image decoded, then sliced."""
+    image = tf.io.decode_image(encoded, channels=3, expand_animations=False)
+    crop = window
+    if crop is None:
+        shape = tf.shape(image)
+        crop = crop_window(config, shape[0], shape[1], seed)
+    top, left, h, w = crop
+    return tf.slice(image, tf.stack([top, left, 0]), tf.stack([h, w, 3]))
+
+
+def _crop_raw(config: DecodeSettings, encoded: tf.Tensor, seed, window, raw) -> tf.Tensor:
+    """A raw-pixel record's crop: no decoder, the stored pixels reshaped, then the same crop as
+    an encoded image gets."""
+    pixels = raw_pixels.decode_raw_image(encoded, raw[0], raw[1])
+    crop = window
+    if crop is None:
+        crop = crop_window(config, raw[0], raw[1], seed)
+    top, left, h, w = crop
+    return tf.slice(pixels, tf.stack([top, left, 0]), tf.stack([h, w, 3]))
+
+
 def resize_to_output(image: tf.Tensor, size: tuple[int, int]) -> tf.Tensor:
     """Bilinear resize of a uint8 crop to `size`, rounded back to uint8."""
-    # Resizing float32 pixels measured 30-40 us cheaper per 224x224 output than resizing the
-    # uint8 image (TF's uint8 bilinear kernel converts as it goes); the cast costs less.
+    # Float32 pixels: TF's uint8 bilinear kernel converts as it goes, which costs more than a cast.
     image = tf.image.resize(tf.cast(image, tf.float32), size, method="bilinear")
-    # Bilinear output stays within [0, 255]: +0.5 and truncate rounds without a clip
-    # (measured 0.035 ms/image cheaper than round + saturate_cast).
+    # Bilinear output stays within [0, 255]: +0.5 and truncate rounds without a clip, cheaper
+    # than round + saturate_cast.
     return tf.cast(image + 0.5, tf.uint8)
 
 

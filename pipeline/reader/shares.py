@@ -9,9 +9,8 @@ import tensorflow as tf
 __all__ = ["epoch_parts", "pipeline_records", "records_per_epoch"]
 
 # The reader's tf.data functions are traced as written, without AutoGraph (they use tf.cond and
-# tf.map_fn where they branch or loop on tensors): AutoGraph's conversion cost a fresh process
-# ~2.4 s before its first batch (make_dataset 3.17 s against 0.76 s, medians of 5 processes,
-# bench/ablations/reader_start.py, 2026-12-03). pipeline/reader/dataset.py uses the same.
+# tf.map_fn where they branch or loop on tensors): AutoGraph's conversion would delay a fresh
+# process's first batch by seconds. pipeline/reader/dataset.py uses the same.
 traced_as_written = tf.autograph.experimental.do_not_convert
 
 
@@ -115,20 +114,7 @@ def pipeline_records(
     Returns:
         Serialized records (training: `(record, [2] seed)` pairs), epoch after epoch.
     """
-    shards = config.shards
-    num_shards = len(shards)
-    check_counts = all(s.num_examples >= 0 for s in shards)
-    if not check_counts and num_pipelines > 1:
-        unknown = next(s.path for s in shards if s.num_examples < 0)
-        raise ValueError(
-            f"{unknown} has no num_examples in dataset_info.json: {num_pipelines} input "
-            "pipelines cannot share the split without overlap; re-run the conversion"
-        )
-    paths = tf.constant([s.path for s in shards], tf.string)
-    compressions = tf.constant([s.compression for s in shards], tf.string)
-    expected = tf.constant([s.num_examples for s in shards], tf.int64)
-    # Unknown counts (one pipeline only): every shard read whole.
-    counts = expected if check_counts else tf.fill([num_shards], tf.constant(2**40, tf.int64))
+    check_counts = _counts_known(config.shards, num_pipelines)
     quota = records_per_epoch(
         config.num_examples, config.global_batch_size, num_pipelines, config.training
     )
@@ -137,16 +123,67 @@ def pipeline_records(
             f"training on {config.num_examples} examples with global_batch_size "
             f"{config.global_batch_size}: not one full batch per epoch; lower the batch size"
         )
-    shuffle_files = config.training and not config.cache
-    reshuffle = config.training
-    per_pipeline = max(1, config.num_examples // num_pipelines)
-    shuffle_records = min(config.shuffle_records, per_pipeline)
-
+    shuffle_records = min(config.shuffle_records, max(1, config.num_examples // num_pipelines))
     # One key per epoch draws its file order: the same keys on every worker (same seed), new
     # keys each time the dataset is iterated again (a second `repeat=False` pass reshuffles).
     keys = tf.data.Dataset.random(seed=file_seed, rerandomize_each_iteration=True)
     if not config.repeat or config.cache:
         keys = keys.take(1)
+    epoch_records = _epoch_reader(
+        config,
+        num_pipelines,
+        pipeline_id,
+        read_shard=read_shard,
+        check_counts=check_counts,
+        record_seed=record_seed,
+        quota=quota,
+        shuffle_records=shuffle_records,
+        max_parallel_shards=max_parallel_shards,
+    )
+    # Traced as written, and so are the functions nested in it (see traced_as_written above).
+    records = keys.flat_map(traced_as_written(epoch_records))
+    if config.cache:
+        records = _cached(config, records, record_seed, quota, shuffle_records)
+    if config.training:
+        # A [2] seed per record for the stateless crop and flip: reproducible with `seed`.
+        seeds = tf.data.Dataset.random(seed=crop_seed, rerandomize_each_iteration=True).batch(2)
+        records = tf.data.Dataset.zip((records, seeds))
+    return records
+
+
+def _counts_known(shards, num_pipelines: int) -> bool:
+    """Whether every shard's record count is known; several pipelines cannot do without them."""
+    check_counts = all(s.num_examples >= 0 for s in shards)
+    if not check_counts and num_pipelines > 1:
+        unknown = next(s.path for s in shards if s.num_examples < 0)
+        raise ValueError(
+            f"{unknown} has no num_examples in dataset_info.json: {num_pipelines} input "
+            "pipelines cannot share the split without overlap; re-run the conversion"
+        )
+    return check_counts
+
+
+def _epoch_reader(
+    config,
+    num_pipelines: int,
+    pipeline_id: int,
+    *,
+    read_shard: Callable[..., tf.data.Dataset],
+    check_counts: bool,
+    record_seed: int | None,
+    quota: int | None,
+    shuffle_records: int,
+    max_parallel_shards: int,
+) -> Callable[[tf.Tensor], tf.data.Dataset]:
+    """`epoch_records(key)`: this pipeline's records of the epoch whose file order `key` draws."""
+    shards = config.shards
+    num_shards = len(shards)
+    paths = tf.constant([s.path for s in shards], tf.string)
+    compressions = tf.constant([s.compression for s in shards], tf.string)
+    expected = tf.constant([s.num_examples for s in shards], tf.int64)
+    # Unknown counts (one pipeline only): every shard read whole.
+    counts = expected if check_counts else tf.fill([num_shards], tf.constant(2**40, tf.int64))
+    shuffle = config.training and not config.cache
 
     def read(path, compression, expected_records, skip, take):
         records = read_shard(path, compression, expected_records, check_counts)
@@ -157,7 +194,7 @@ def pipeline_records(
         read = config.local_copies.after_download(read)
 
     def epoch_records(key: tf.Tensor) -> tf.data.Dataset:
-        parts = epoch_parts(counts, key if shuffle_files else None, num_pipelines, pipeline_id)
+        parts = epoch_parts(counts, key if shuffle else None, num_pipelines, pipeline_id)
         # (path, compression, records in the shard, records to skip, records to read)
         files = parts.map(
             lambda i, skip, take: (paths[i], compressions[i], expected[i], skip, take)
@@ -171,30 +208,32 @@ def pipeline_records(
             block_length=1,
             num_parallel_calls=tf.data.AUTOTUNE,
         )
-        if reshuffle and not config.cache:
+        if shuffle:
             seed = None if record_seed is None else tf.math.floormod(key + record_seed, 2**31 - 1)
             records = records.shuffle(shuffle_records, seed=seed).take(quota)
         return records
 
-    # Traced as written, and so are the functions nested in it (see traced_as_written above).
-    records = keys.flat_map(traced_as_written(epoch_records))
-    if config.cache:
-        records = records.cache()
-        if reshuffle:
-            records = records.shuffle(
-                shuffle_records, seed=record_seed, reshuffle_each_iteration=True
-            )
-            # Read the whole cached range every epoch (a partly read cache is dropped), keep
-            # the epoch's quota.
-            records = (
-                records.enumerate()
-                .filter(traced_as_written(lambda i, _: i < quota))
-                .map(traced_as_written(lambda _, record: record))
-            )
-        if config.repeat:
-            records = records.repeat()
+    return epoch_records
+
+
+def _cached(
+    config,
+    records: tf.data.Dataset,
+    record_seed: int | None,
+    quota: int | None,
+    shuffle_records: int,
+) -> tf.data.Dataset:
+    """`records` kept in RAM after the first epoch, reshuffled each epoch in training."""
+    records = records.cache()
     if config.training:
-        # A [2] seed per record for the stateless crop and flip: reproducible with `seed`.
-        seeds = tf.data.Dataset.random(seed=crop_seed, rerandomize_each_iteration=True).batch(2)
-        records = tf.data.Dataset.zip((records, seeds))
+        records = records.shuffle(shuffle_records, seed=record_seed, reshuffle_each_iteration=True)
+        # Read the whole cached range every epoch (a partly read cache is dropped), keep
+        # the epoch's quota.
+        records = (
+            records.enumerate()
+            .filter(traced_as_written(lambda i, _: i < quota))
+            .map(traced_as_written(lambda _, record: record))
+        )
+    if config.repeat:
+        records = records.repeat()
     return records
