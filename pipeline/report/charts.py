@@ -1,10 +1,10 @@
 """The report's charts as inline SVG: grouped bars, vertical bars, a scatter and a histogram.
 
-Written here instead of with matplotlib because a report draws four small charts and matplotlib
-cost ~0.8 s of every default conversion for them (0.3 s to import, 0.46 s to lay out and render
-four PNGs; `bench/ablations/startup.py --fix report`), while these strings take milliseconds, stay sharp at any zoom and
-need no JavaScript. Each mark carries its value (`data-value`, and a `<title>` a browser shows on
-hover), which is also what the tests read back.
+Written here instead of with matplotlib because a report draws four small charts, and importing
+matplotlib and rendering them cost most of a second of every default conversion, while these
+strings take milliseconds, stay sharp at any zoom and need no JavaScript. Each mark carries its
+value (`data-value`, and a `<title>` a browser shows on hover), which is also what the tests read
+back.
 """
 
 from __future__ import annotations

@@ -86,9 +86,8 @@ def _open_stored(encoded: bytes, fields: dict):
     image = Image.open(io.BytesIO(encoded))
     image.seek(0)
     # A JPEG decoded by libjpeg at the smallest DCT scale still twice the thumbnail's side
-    # (Image.thumbnail's reducing_gap, which _thumb's convert("RGB") would defeat): a
-    # 4000x3000 photo's thumbnail 14-18 ms against 96 ms, of up to 8 per class; photos under
-    # 640 px are decoded whole as before.
+    # (Image.thumbnail's reducing_gap, which _thumb's convert("RGB") would defeat): large photos
+    # decode several times faster; small ones are decoded whole.
     image.draft(None, (2 * THUMB_PX, 2 * THUMB_PX))
     return image
 
@@ -154,8 +153,7 @@ def _contact_sheet(data_dir: str, info: dict, split: str) -> dict[str, list[dict
     """label -> up to PER_CLASS {"path", "size", "original", "eval"} from `split`'s records.
 
     Reads records until every class has PER_CLASS of them (or EVAL_SEARCH_RECORDS were read):
-    at 5 classes that is a few dozen records, where reading on to the end of the first shard
-    parsed 4,096 (0.3 s of a 12,000-photo conversion's report, docs/benchmarks.md).
+    at a few classes that is a few dozen records, not the whole first shard.
     """
     names = info.get("label_names", [])
     wanted = set(names) or {"(no label)"}
@@ -285,6 +283,21 @@ def build_report(data_dir: str) -> str:
     counts = label_counts(info, scan)
     names += sorted({k for c in counts.values() for k in c} - set(names))
     all_rows = [r for rows in scan["records"].values() for r in rows]
+    out = _summary_section(data_dir, info, scan, all_rows)
+    out += _classes_section(info, counts, names)
+    out += _contact_sheet_section(data_dir, info)
+    out += _rejects_section(data_dir, info)
+    out += _transcodes_section(info, all_rows)
+    out += _duplicates_section(data_dir, info)
+    out += _sizes_and_shards_section(info, all_rows)
+    out += _pixel_statistics_section(info)
+    stamp = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
+    out.append(f"<p class=muted>Written {stamp} by imgrec preview.</p></main></body></html>")
+    return "\n".join(out)
+
+
+def _summary_section(data_dir: str, info: dict, scan: dict, all_rows: list[dict]) -> list[str]:
+    """The page's head, the counts table, the non-JPEG warning and whether counts are sampled."""
     e = _escape
     out = [
         "<!doctype html><html lang=en><head><meta charset=utf-8>",
@@ -312,9 +325,13 @@ def build_report(data_dir: str) -> str:
             f"<p class=muted>{what} and examples come from a sample of "
             f"{len(all_rows)} records ({scan['read_bytes'] / 1e6:.0f} MB read).</p>"
         )
+    return out
 
-    # Classes per split.
-    out.append("<h2>Classes per split</h2><table><tr><th>class</th>")
+
+def _classes_section(info: dict, counts: dict, names: list[str]) -> list[str]:
+    """Examples per class and split: a table and a grouped bar chart."""
+    e = _escape
+    out = ["<h2>Classes per split</h2><table><tr><th>class</th>"]
     out += [f"<th>{e(s)}</th>" for s in counts] + ["</tr>"]
     for n in names:
         out.append(f"<tr><td>{e(n)}</td>")
@@ -327,33 +344,42 @@ def build_report(data_dir: str) -> str:
     out.append("</tr></table>")
     if names and counts:
         out.append(f"<div class=plots>{_plot_classes(counts, names)}</div>")
+    return out
 
-    # Contact sheet.
+
+def _contact_sheet_section(data_dir: str, info: dict) -> list[str]:
+    """Each class's stored images beside the reader's evaluation crops, from one split."""
+    e = _escape
     split = (info.get("statistics") or {}).get("train_split") or "train"
     if split not in info["splits"] or not info["splits"][split].get("num_examples"):
         split = next((s for s, v in info["splits"].items() if v.get("num_examples")), None)
-    if split:
-        out.append(
-            f"<h2>Contact sheet ({e(split)})</h2><p class=muted>Each stored image (left) beside "
-            f"what <code>make_dataset(..., training=False, image_size={EVAL_SIZE})</code> "
-            "returns (right: the reader's evaluation centre crop).</p>"
-        )
-        for n, items in _contact_sheet(data_dir, info, split).items():
-            out.append(f'<h3 id="class-{e(n)}">{e(n)}</h3><div class=sheet>')
-            for c in items:
-                out.append(
-                    "<figure><div class=pair>"
-                    f"{_img(c['original'], 'original')}{_img(c['eval'], 'eval crop')}</div>"
-                    f"<figcaption>{e(c['size'])} · {e(c['path'])}</figcaption></figure>"
-                )
-            out.append("</div>")
+    if not split:
+        return []
+    out = [
+        f"<h2>Contact sheet ({e(split)})</h2><p class=muted>Each stored image (left) beside "
+        f"what <code>make_dataset(..., training=False, image_size={EVAL_SIZE})</code> "
+        "returns (right: the reader's evaluation centre crop).</p>"
+    ]
+    for n, items in _contact_sheet(data_dir, info, split).items():
+        out.append(f'<h3 id="class-{e(n)}">{e(n)}</h3><div class=sheet>')
+        for c in items:
+            out.append(
+                "<figure><div class=pair>"
+                f"{_img(c['original'], 'original')}{_img(c['eval'], 'eval crop')}</div>"
+                f"<figcaption>{e(c['size'])} · {e(c['path'])}</figcaption></figure>"
+            )
+        out.append("</div>")
+    return out
 
-    # Rejects, transcodes, duplicates.
+
+def _rejects_section(data_dir: str, info: dict) -> list[str]:
+    """Rejected files by reason, a few of each with a thumbnail where the file still opens."""
+    e = _escape
     rejected = _jsonl(data_dir, schema.REJECTED)
     by_reason = collections.defaultdict(list)
     for r in rejected:
         by_reason[r.get("reason", "?")].append(r)
-    out.append(f"<h2>Rejected files ({info['num_rejected']})</h2>")
+    out = [f"<h2>Rejected files ({info['num_rejected']})</h2>"]
     if not rejected:
         out.append("<p>None.</p>")
     for reason, rows in sorted(by_reason.items()):
@@ -365,39 +391,55 @@ def build_report(data_dir: str) -> str:
                 f"<div class=muted>{e(str(r.get('detail', ''))[:300])}</div></td></tr>"
             )
         out.append("</table>")
+    return out
+
+
+def _transcodes_section(info: dict, all_rows: list[dict]) -> list[str]:
+    """Transcoded records by reason, with example files from the scanned records."""
+    e = _escape
     transcoded = info.get("transcoded_by_reason", {})
-    out.append(f"<h2>Transcoded ({sum(transcoded.values())})</h2>")
-    if transcoded:
-        examples = collections.defaultdict(list)
-        for r in all_rows:
-            reason = (r.get(schema.TRANSCODE_REASON) or b"").decode()
-            if reason and len(examples[reason]) < EXAMPLES_PER_REASON:
-                examples[reason].append(r)
-        out.append("<table>")
-        for reason, n in sorted(transcoded.items()):
-            paths = "".join(
-                f"<div class=path>{e(file_names.printable(x.get(schema.FILENAME, b'')))} "
-                f"({e((x.get(schema.TRANSCODED_FROM) or b'').decode())})</div>"
-                for x in examples.get(reason, [])
-            )
-            out.append(
-                f'<tr id="transcode-{e(reason)}"><td>{e(reason)}</td>'
-                f"<td class=n>{n}</td><td>{paths}</td></tr>"
-            )
-        out.append("</table>")
-    else:
+    out = [f"<h2>Transcoded ({sum(transcoded.values())})</h2>"]
+    if not transcoded:
         out.append("<p>None: every stored image is the original file's bytes.</p>")
+        return out
+    examples = collections.defaultdict(list)
+    for r in all_rows:
+        reason = (r.get(schema.TRANSCODE_REASON) or b"").decode()
+        if reason and len(examples[reason]) < EXAMPLES_PER_REASON:
+            examples[reason].append(r)
+    out.append("<table>")
+    for reason, n in sorted(transcoded.items()):
+        paths = "".join(
+            f"<div class=path>{e(file_names.printable(x.get(schema.FILENAME, b'')))} "
+            f"({e((x.get(schema.TRANSCODED_FROM) or b'').decode())})</div>"
+            for x in examples.get(reason, [])
+        )
+        out.append(
+            f'<tr id="transcode-{e(reason)}"><td>{e(reason)}</td>'
+            f"<td class=n>{n}</td><td>{paths}</td></tr>"
+        )
+    out.append("</table>")
+    return out
+
+
+def _duplicates_section(data_dir: str, info: dict) -> list[str]:
+    """A few of the dropped duplicates and the file each duplicates."""
+    e = _escape
     duplicates = _jsonl(data_dir, schema.DUPLICATES)
-    out.append(f"<h2>Duplicates ({info['num_duplicates']})</h2><table>")
+    out = [f"<h2>Duplicates ({info['num_duplicates']})</h2><table>"]
     for d in duplicates[:EXAMPLES_PER_REASON]:
         out.append(
             f"<tr><td class=path>{e(d.get('path', ''))}</td><td>same bytes as</td>"
             f"<td class=path>{e(str(d.get('duplicate_of', '')))}</td></tr>"
         )
     out.append("</table>")
+    return out
 
-    # Distributions, shards, pixels.
-    out.append("<h2>Image sizes</h2>")
+
+def _sizes_and_shards_section(info: dict, all_rows: list[dict]) -> list[str]:
+    """Image size and aspect distributions, then shard sizes per split."""
+    e = _escape
+    out = ["<h2>Image sizes</h2>"]
     if all_rows:
         sizes, aspects = _plot_sizes(all_rows)
         out.append(f"<div class=plots>{sizes}{aspects}</div>")
@@ -409,24 +451,27 @@ def build_report(data_dir: str) -> str:
             f"<td class=n>{v['num_examples']}</td><td class=n>{v['num_bytes'] / 1e6:.1f}</td></tr>"
         )
     out.append("</table>")
+    return out
+
+
+def _pixel_statistics_section(info: dict) -> list[str]:
+    """The training split's per-channel mean and std, or why there are none."""
     stats = info.get("statistics") or {}
-    out.append("<h2>Pixel statistics</h2>")
-    if stats.get("pixel_mean"):
-        out.append(
-            f"<p>From {stats.get('num_stats_images', '?')} images of the "
-            f"{e(str(stats.get('train_split', 'train')))} split (0-255 scale).</p><table>"
-            "<tr><th></th><th>R</th><th>G</th><th>B</th></tr>"
-        )
-        for label, key in (("mean", "pixel_mean"), ("std", "pixel_std")):
-            out.append(f"<tr><th>{label}</th>")
-            out += [f"<td class=n>{v:.2f}</td>" for v in stats.get(key, [])]
-            out.append("</tr>")
-        out.append("</table>")
-    else:
+    out = ["<h2>Pixel statistics</h2>"]
+    if not stats.get("pixel_mean"):
         out.append("<p>Not computed (converted with --no_analyze).</p>")
-    stamp = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
-    out.append(f"<p class=muted>Written {stamp} by imgrec preview.</p></main></body></html>")
-    return "\n".join(out)
+        return out
+    out.append(
+        f"<p>From {stats.get('num_stats_images', '?')} images of the "
+        f"{_escape(str(stats.get('train_split', 'train')))} split (0-255 scale).</p><table>"
+        "<tr><th></th><th>R</th><th>G</th><th>B</th></tr>"
+    )
+    for label, key in (("mean", "pixel_mean"), ("std", "pixel_std")):
+        out.append(f"<tr><th>{label}</th>")
+        out += [f"<td class=n>{v:.2f}</td>" for v in stats.get(key, [])]
+        out.append("</tr>")
+    out.append("</table>")
+    return out
 
 
 def write_report(data_dir: str, out: str | None = None) -> str:
