@@ -50,12 +50,10 @@ _log = logging.getLogger(__name__)
 # Inside a version folder: bookkeeping lives under `.imgrec/` (the rerun record, too), which
 # readers never list as shards and the no-change rerun does not copy for this subfolder.
 LEASE_FOLDER = ".imgrec/leases"
-# How long a lease counts after its last renewal. A killed reader's version stays held this long;
-# a live reader renews every third of it, so two missed renewals in a row (a stalled store, a
-# paused VM) still leave it held. 10 minutes is far longer than a renewal write takes on any
-# store, and short next to a nightly schedule.
+# How long a lease counts after its last renewal (a killed reader's version stays held this
+# long): far longer than a renewal write takes, short next to a nightly schedule.
 DEFAULT_TTL_S = 600.0
-# Renewals per time to live (see above).
+# Renewals per time to live: two missed in a row (a stalled store, a paused VM) still hold it.
 _RENEWALS_PER_TTL = 3
 _FORMAT = 1
 

@@ -33,12 +33,8 @@ __all__ = [
     "retention_line",
 ]
 
-# `--keep_for` default: a superseded version stays a day, whatever --keep_versions says. Leases
-# protect imgrec's own readers however long they run; this protects the readers that hold none
-# (another tool reading the shards, a path pasted into a config, a reader on read-only
-# credentials) for a day after a new version replaced theirs. Table formats do the same
-# (Iceberg expires snapshots after 5 days, Delta vacuums after 7); a day keeps the disk cost of
-# a nightly schedule at one or two extra versions. `--keep_for 0` prunes at once.
+# `--keep_for` default: a superseded version stays a day, for readers that hold no lease (other
+# tools, read-only credentials); a nightly schedule then keeps one or two extra versions.
 DEFAULT_KEEP_FOR = "1d"
 _DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*$")
 
@@ -149,41 +145,57 @@ def retention_holds(
     Returns:
         {name: the reason it stays}, for the candidates that stay.
     """
-    from core import leases
-
     now = time.time() if now is None else now
     done = set(candidates if finished is None else finished)
     newer_cache: dict[str, float] = {}
     held: dict[str, str] = {}
     for name in candidates:
-        try:
-            live = leases.live_leases(_join(root, name), now)
-        except OSError as e:  # unknown is not "none": keep it, say why
-            held[name] = f"its leases cannot be read ({str(e)[:200]})"
-            continue
-        if live:
-            until = max(float(x["expires_unix"]) for x in live)
-            who = ", ".join(f"{x.get('host', '?')}-{x.get('pid', '?')}" for x in live[:3])
-            held[name] = (
-                f"held by {len(live)} reader(s) ({who}{', ...' if len(live) > 3 else ''}; "
-                f"lease renewed until {_utc(until)} unless the reader exits)"
-            )
-            continue
-        if keep_for_s <= 0 or name not in done:
-            continue
-        successors = [n for n in names if name < n <= latest]
-        if not successors:
-            continue
-        for n in successors:
-            if n not in newer_cache:
-                newer_cache[n] = _published_at(root, n)
-        superseded = min(newer_cache[n] for n in successors)
-        if now < superseded + keep_for_s:
-            held[name] = (
-                f"superseded {format_duration(max(0.0, now - superseded))} ago; --keep_for "
-                f"{format_duration(keep_for_s)} keeps it until {_utc(superseded + keep_for_s)}"
-            )
+        reason = _lease_hold(root, name, now)
+        if reason is None and name in done:
+            successors = [n for n in names if name < n <= latest]
+            reason = _keep_for_hold(root, successors, newer_cache, now, keep_for_s)
+        if reason is not None:
+            held[name] = reason
     return held
+
+
+def _lease_hold(root: str, name: str, now: float) -> str | None:
+    """Why version `name` stays for its readers' leases, or None when no live lease holds it."""
+    from core import leases
+
+    try:
+        live = leases.live_leases(_join(root, name), now)
+    except OSError as e:  # unknown is not "none": keep it, say why
+        return f"its leases cannot be read ({str(e)[:200]})"
+    if not live:
+        return None
+    until = max(float(x["expires_unix"]) for x in live)
+    who = ", ".join(f"{x.get('host', '?')}-{x.get('pid', '?')}" for x in live[:3])
+    return (
+        f"held by {len(live)} reader(s) ({who}{', ...' if len(live) > 3 else ''}; "
+        f"lease renewed until {_utc(until)} unless the reader exits)"
+    )
+
+
+def _keep_for_hold(
+    root: str, successors: list[str], newer_cache: dict[str, float], now: float, keep_for_s: float
+) -> str | None:
+    """Why a version superseded by the first of `successors` stays for --keep_for, or None.
+
+    `newer_cache` memoizes each successor's publication time across candidates.
+    """
+    if keep_for_s <= 0 or not successors:
+        return None
+    for n in successors:
+        if n not in newer_cache:
+            newer_cache[n] = _published_at(root, n)
+    superseded = min(newer_cache[n] for n in successors)
+    if now < superseded + keep_for_s:
+        return (
+            f"superseded {format_duration(max(0.0, now - superseded))} ago; --keep_for "
+            f"{format_duration(keep_for_s)} keeps it until {_utc(superseded + keep_for_s)}"
+        )
+    return None
 
 
 def _utc(unix: float) -> str:

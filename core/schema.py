@@ -187,9 +187,9 @@ def make_example(
     """Serialize one image as a `tf.train.Example`, deterministically (same input, same bytes).
 
     The bytes are those of protobuf's deterministic serialization of the tf.train.Example
-    (map entries in key order), written out here: 17 us per 28 KB photo against 46 us
-    building and serializing the message with protobuf (medians of 5 x 2,000 photos,
-    docs/benchmarks.md). tests/unit/test_example_bytes.py compares the two on edge values.
+    (map entries in key order), written out here because that is cheaper than building and
+    serializing the message with protobuf. tests/unit/test_example_bytes.py compares the two on
+    edge values.
 
     Returns:
         The serialized Example.

@@ -72,14 +72,14 @@ _CHUNK_BYTES = 1 << 20
 # client's own retries). botocore retries each request itself but not a body that breaks off.
 _DOWNLOAD_ATTEMPTS = 3
 _RETRY_BACKOFF_S = 1.0
-# How often a shard's reader checks whether its download has finished: 20 cheap checks a
-# second per waiting shard; a shard of ~100 MB takes ~1 s to download at 100 MB/s anyway.
+# How often a shard's reader checks whether its download has finished: cheap checks, often
+# enough next to the time a shard of typical size takes to download.
 _POLL_US = 50_000
 # Marks a partial download; a killed process can leave one behind, never a final name.
 _TEMP_MARK = ".imgrec-partial-"
 _VERIFIED_SUFFIX = ".verified"
 # Bytes read from a shard's start to sample image sizes (when dataset_info.json has no size
-# statistics): ~64 ImageNet-sized records of ~110 KB.
+# statistics): a few dozen ImageNet-sized records.
 _SAMPLE_BYTES = 8 << 20
 
 
@@ -249,7 +249,7 @@ class ShardCache:
         the shards that are already local. It polls (a C++ sleep between cheap checks) rather
         than blocking: tf.py_function calls run one at a time, so one blocked call would stall
         every other shard's, and a parallel interleave also stops producing while its input
-        blocks (both measured with TF 2.21).
+        blocks.
         """
 
         def ready_path(uri: str) -> str:

@@ -17,9 +17,8 @@ from core import schema
 
 __all__ = ["Store", "open_store", "tensorflow_reads"]
 
-# Shards downloading at once per make_dataset call. Measured against moto on 127.0.0.1 (see
-# docs/reader.md): 4 streams already saturate the 2-core dev box; S3 itself serves ~100 MB/s
-# per stream, so 8 keeps a 10 Gb/s VM busy without opening hundreds of connections.
+# Shards downloading at once per make_dataset call: S3 serves each stream at a bounded rate, so
+# several keep a fast VM's network busy, without opening hundreds of connections.
 _DOWNLOAD_THREADS = 8
 # Schemes TensorFlow reads itself (tf.io.gfile.get_registered_schemes(): "", "file", "gs", ...).
 _TF_SCHEMES = frozenset(tf.io.gfile.get_registered_schemes())
@@ -279,7 +278,7 @@ def open_store(data_dir: str, s3_endpoint_url: str | None = None, beam: bool = F
 
 @functools.lru_cache(maxsize=8)
 def _s3_store(endpoint_url: str | None) -> _S3Store:
-    """One client per endpoint per process: making one loads botocore's service model (~0.3 s
-    of CPU), and steps_per_epoch plus two make_dataset calls would pay it three times. boto3
-    clients are thread-safe."""
+    """One client per endpoint per process: making one loads botocore's service model, and
+    steps_per_epoch plus two make_dataset calls would pay for it three times. boto3 clients
+    are thread-safe."""
     return _S3Store(endpoint_url)

@@ -70,15 +70,8 @@ def build_corpus(
         {"images": N healthy, "broken": {relative path: expected reject reason},
          "png_as_jpg": relative path, "duplicate": relative path, "bytes": total bytes}
     """
-    from PIL import Image
-
     rng = random.Random(seed)
-    base = photo_dir()
-    photos = {}
-    for label, name in PHOTOS.items():
-        img = Image.open(os.path.join(base, name)).convert("RGB")
-        photos[label] = img
-        os.makedirs(os.path.join(out_dir, label), exist_ok=True)
+    photos = _load_photos(out_dir)
     labels = sorted(photos)
     total = 0
     first = None
@@ -88,35 +81,62 @@ def build_corpus(
         buf = io.BytesIO()
         crop.save(buf, "JPEG", quality=rng.randint(*quality))
         rel = f"{label}/{label}_{i:06d}.jpg"
-        with open(os.path.join(out_dir, rel), "wb") as f:
-            f.write(buf.getvalue())
+        _write(out_dir, rel, buf.getvalue())
         total += buf.tell()
         first = first or (rel, buf.getvalue())
     summary = {"images": num_images, "broken": {}, "png_as_jpg": None, "duplicate": None}
     if broken:
-        rel0, data0 = first
-        label0 = rel0.split("/")[0]
-        files = {
-            f"{label0}/broken_truncated.jpg": (data0[: len(data0) // 2], "truncated"),
-            f"{label0}/broken_empty.jpg": (b"", "empty_file"),
-            f"{label0}/broken_text.jpg": (b"this is not an image\n" * 4, "not_an_image"),
-        }
-        for rel, (data, reason) in files.items():
-            with open(os.path.join(out_dir, rel), "wb") as f:
-                f.write(data)
-            summary["broken"][rel] = reason
-        png = io.BytesIO()
-        _crop(photos[labels[1]], rng, long_side).save(png, "PNG")
-        rel = f"{labels[1]}/png_named_as.jpg"
-        with open(os.path.join(out_dir, rel), "wb") as f:
-            f.write(png.getvalue())
-        summary["png_as_jpg"] = rel
-        rel = f"{label0}/copy_of_{os.path.basename(rel0)}"
-        with open(os.path.join(out_dir, rel), "wb") as f:
-            f.write(data0)
-        summary["duplicate"] = rel
+        _write_odd_files(out_dir, summary, first, photos[labels[1]], labels[1], rng, long_side)
     summary["bytes"] = total
     return summary
+
+
+def _load_photos(out_dir: str) -> dict:
+    """label -> the RGB photo of PHOTOS, with the label's folder made under `out_dir`."""
+    from PIL import Image
+
+    base = photo_dir()
+    photos = {}
+    for label, name in PHOTOS.items():
+        img = Image.open(os.path.join(base, name)).convert("RGB")
+        photos[label] = img
+        os.makedirs(os.path.join(out_dir, label), exist_ok=True)
+    return photos
+
+
+def _write(out_dir: str, rel: str, data: bytes) -> None:
+    with open(os.path.join(out_dir, rel), "wb") as f:
+        f.write(data)
+
+
+def _write_odd_files(
+    out_dir: str,
+    summary: dict,
+    first: tuple[str, bytes],
+    png_photo,
+    png_label: str,
+    rng: random.Random,
+    long_side: tuple[int, int],
+) -> None:
+    """The broken files, a PNG named .jpg and a duplicate of the `first` JPEG, noted in `summary`."""
+    rel0, data0 = first
+    label0 = rel0.split("/")[0]
+    files = {
+        f"{label0}/broken_truncated.jpg": (data0[: len(data0) // 2], "truncated"),
+        f"{label0}/broken_empty.jpg": (b"", "empty_file"),
+        f"{label0}/broken_text.jpg": (b"this is not an image\n" * 4, "not_an_image"),
+    }
+    for rel, (data, reason) in files.items():
+        _write(out_dir, rel, data)
+        summary["broken"][rel] = reason
+    png = io.BytesIO()
+    _crop(png_photo, rng, long_side).save(png, "PNG")
+    rel = f"{png_label}/png_named_as.jpg"
+    _write(out_dir, rel, png.getvalue())
+    summary["png_as_jpg"] = rel
+    rel = f"{label0}/copy_of_{os.path.basename(rel0)}"
+    _write(out_dir, rel, data0)
+    summary["duplicate"] = rel
 
 
 def main(argv: list[str] | None = None) -> int:
