@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import hashlib
 import io
 import json
@@ -39,7 +40,7 @@ class VerifyReport:
 
 def _records(data: bytes, shard: str):
     """Yield TFRecord payloads, checking both CRCs of every record (Beam's TFRecord codec)."""
-    from core.beam_compat import read_record
+    from core.tfrecord import read_record
 
     f = io.BytesIO(data)
     index = 0
@@ -95,12 +96,9 @@ def verify_dataset(data_dir: str, decode: bool = True) -> VerifyReport:
     Returns:
         A VerifyReport; `.ok` is False with problems naming shard and record on any mismatch.
     """
-    import tensorflow as tf
-
-    from core import schema, startup, storage
+    from core import schema, storage
     from core.versions import VersionError, resolve_dataset_dir
 
-    startup.finish()  # the `imgrec` program's start-up imports are done (core/startup.py)
     report = VerifyReport()
     try:
         data_dir = resolve_dataset_dir(data_dir, fs="beam")  # a versioned root: LATEST's version
@@ -113,86 +111,129 @@ def verify_dataset(data_dir: str, decode: bool = True) -> VerifyReport:
         report.problem(f"{info_path}: missing; not a converted dataset (or the run failed)")
         return report
     info = json.loads(storage.read_bytes(info_path))
-    label_names = info.get("label_names", [])
-    spec = schema.feature_spec()
-    # The run asked for JPEG only (--transcode jpeg): every record must be a JPEG.
-    jpeg_only = info.get("transcode") == "jpeg"
+    checks = _RecordChecks(
+        label_names=info.get("label_names", []),
+        spec=schema.feature_spec(),
+        # The run asked for JPEG only (--transcode jpeg): every record must be a JPEG.
+        jpeg_only=info.get("transcode") == "jpeg",
+        decode=decode,
+    )
     for split, entry in info["splits"].items():
         split_records = 0
         for shard in entry["shards"]:
-            rel = shard["file"]
-            path = storage.join(data_dir, rel)
-            try:
-                data = storage.read_bytes(path)
-            except storage.ReadError as e:
-                report.problem(f"{rel}: cannot read ({e.detail})")
-                continue
-            report.shards += 1
-            report.bytes += len(data)
-            if len(data) != shard["num_bytes"]:
-                report.problem(f"{rel}: {len(data)} bytes, dataset_info says {shard['num_bytes']}")
-            if hashlib.sha256(data).hexdigest() != shard["sha256"]:
-                report.problem(f"{rel}: sha256 differs from dataset_info.json")
-            if "dali_index" in shard:
-                _check_dali_index(report, data_dir, shard["dali_index"], data)
-            count = 0
-            try:
-                if rel.endswith(".gz"):  # --compression gzip: the hashes above are of the file
-                    data = _gunzip(data, rel)
-                for index, record in enumerate(_records(data, rel)):
-                    count += 1
-                    where = f"{rel}: record {index}"
-                    try:
-                        ex = tf.io.parse_single_example(record, spec)
-                    except tf.errors.InvalidArgumentError as e:
-                        report.problem(f"{where}: not a valid Example ({e.message[:200]})")
-                        continue
-                    encoded = ex[schema.ENCODED].numpy()
-                    if hashlib.sha256(encoded).hexdigest() != ex[schema.SHA256].numpy().decode():
-                        report.problem(f"{where}: image/key/sha256 does not match image/encoded")
-                    label = int(ex[schema.LABEL].numpy())
-                    text = ex[schema.LABEL_TEXT].numpy().decode()
-                    if label_names and (
-                        not 0 <= label < len(label_names) or label_names[label] != text
-                    ):
-                        report.problem(f"{where}: label {label} / {text!r} not in label_names")
-                    if jpeg_only and (
-                        ex[schema.FORMAT].numpy() != b"jpeg" or not encoded.startswith(b"\xff\xd8")
-                    ):
-                        report.problem(
-                            f"{where}: {ex[schema.FORMAT].numpy().decode()!r} record in a "
-                            "--transcode jpeg dataset (JPEG-only readers fail on it)"
-                        )
-                        continue
-                    if ex[schema.FORMAT].numpy() == schema.RAW_FORMAT.encode():
-                        # Raw pixels (--store pixels|smart): no decoder; the size is the check.
-                        problem = _raw_problem(ex, len(encoded))
-                        if problem:
-                            report.problem(f"{where}: {problem}")
-                        continue
-                    if decode:
-                        try:
-                            img = tf.io.decode_image(encoded, channels=3, expand_animations=False)
-                            if ex[schema.FORMAT].numpy() == b"jpeg":
-                                tf.io.decode_jpeg(encoded, channels=3)
-                        except (tf.errors.InvalidArgumentError, tf.errors.UnknownError) as e:
-                            report.problem(f"{where}: image does not decode ({e.message[:200]})")
-                            continue
-                        shape = (int(ex[schema.HEIGHT].numpy()), int(ex[schema.WIDTH].numpy()))
-                        if tuple(img.shape[:2]) != shape:
-                            report.problem(
-                                f"{where}: decoded {tuple(img.shape[:2])}, Example says {shape}"
-                            )
-            except ValueError as e:  # CRC or framing damage: the rest of the shard is unreadable.
-                report.problem(str(e))
-            if count != shard["num_examples"]:
-                report.problem(f"{rel}: {count} records, dataset_info says {shard['num_examples']}")
-            split_records += count
+            split_records += _check_shard(report, data_dir, shard, checks)
         report.records += split_records
         if split_records != entry["num_examples"]:
             report.problem(
                 f"split {split}: {split_records} records, dataset_info says {entry['num_examples']}"
             )
+    _check_totals(report, data_dir, info)
+    return report
+
+
+@dataclasses.dataclass(frozen=True)
+class _RecordChecks:
+    """What every record of a dataset is checked against."""
+
+    label_names: list[str]
+    spec: dict
+    jpeg_only: bool
+    decode: bool
+
+
+def _check_shard(report: VerifyReport, data_dir: str, shard: dict, checks: _RecordChecks) -> int:
+    """Check one shard's bytes, its DALI index and every record; returns the records read."""
+    from core import storage
+
+    rel = shard["file"]
+    path = storage.join(data_dir, rel)
+    try:
+        data = storage.read_bytes(path)
+    except storage.ReadError as e:
+        report.problem(f"{rel}: cannot read ({e.detail})")
+        return 0
+    report.shards += 1
+    report.bytes += len(data)
+    if len(data) != shard["num_bytes"]:
+        report.problem(f"{rel}: {len(data)} bytes, dataset_info says {shard['num_bytes']}")
+    if hashlib.sha256(data).hexdigest() != shard["sha256"]:
+        report.problem(f"{rel}: sha256 differs from dataset_info.json")
+    if "dali_index" in shard:
+        _check_dali_index(report, data_dir, shard["dali_index"], data)
+    count = 0
+    try:
+        if rel.endswith(".gz"):  # --compression gzip: the hashes above are of the file
+            data = _gunzip(data, rel)
+        for index, record in enumerate(_records(data, rel)):
+            count += 1
+            _check_record(report, f"{rel}: record {index}", record, checks)
+    except ValueError as e:  # CRC or framing damage: the rest of the shard is unreadable.
+        report.problem(str(e))
+    if count != shard["num_examples"]:
+        report.problem(f"{rel}: {count} records, dataset_info says {shard['num_examples']}")
+    return count
+
+
+def _check_record(report: VerifyReport, where: str, record: bytes, checks: _RecordChecks) -> None:
+    """Check one record: a valid Example, its sha256, label, format and image."""
+    import tensorflow as tf
+
+    from core import schema
+
+    try:
+        ex = tf.io.parse_single_example(record, checks.spec)
+    except tf.errors.InvalidArgumentError as e:
+        report.problem(f"{where}: not a valid Example ({e.message[:200]})")
+        return
+    encoded = ex[schema.ENCODED].numpy()
+    if hashlib.sha256(encoded).hexdigest() != ex[schema.SHA256].numpy().decode():
+        report.problem(f"{where}: image/key/sha256 does not match image/encoded")
+    label = int(ex[schema.LABEL].numpy())
+    text = ex[schema.LABEL_TEXT].numpy().decode()
+    label_names = checks.label_names
+    if label_names and (not 0 <= label < len(label_names) or label_names[label] != text):
+        report.problem(f"{where}: label {label} / {text!r} not in label_names")
+    if checks.jpeg_only and (
+        ex[schema.FORMAT].numpy() != b"jpeg" or not encoded.startswith(b"\xff\xd8")
+    ):
+        report.problem(
+            f"{where}: {ex[schema.FORMAT].numpy().decode()!r} record in a "
+            "--transcode jpeg dataset (JPEG-only readers fail on it)"
+        )
+        return
+    if ex[schema.FORMAT].numpy() == schema.RAW_FORMAT.encode():
+        # Raw pixels (--store pixels|smart): no decoder; the size is the check.
+        problem = _raw_problem(ex, len(encoded))
+    elif checks.decode:
+        problem = _decode_problem(ex, encoded)
+    else:
+        problem = None
+    if problem:
+        report.problem(f"{where}: {problem}")
+
+
+def _decode_problem(example: dict, encoded: bytes) -> str | None:
+    """What is wrong with decoding an encoded record's image with TensorFlow, or None."""
+    import tensorflow as tf
+
+    from core import schema
+
+    try:
+        img = tf.io.decode_image(encoded, channels=3, expand_animations=False)
+        if example[schema.FORMAT].numpy() == b"jpeg":
+            tf.io.decode_jpeg(encoded, channels=3)
+    except (tf.errors.InvalidArgumentError, tf.errors.UnknownError) as e:
+        return f"image does not decode ({e.message[:200]})"
+    shape = (int(example[schema.HEIGHT].numpy()), int(example[schema.WIDTH].numpy()))
+    if tuple(img.shape[:2]) != shape:
+        return f"decoded {tuple(img.shape[:2])}, Example says {shape}"
+    return None
+
+
+def _check_totals(report: VerifyReport, data_dir: str, info: dict) -> None:
+    """dataset_info.json's totals against its splits, and the reject and duplicate files."""
+    from core import schema, storage
+
     written = sum(e["num_examples"] for e in info["splits"].values())
     if written != info["num_written"]:
         report.problem(f"num_written {info['num_written']} != sum of splits {written}")
@@ -202,7 +243,6 @@ def verify_dataset(data_dir: str, decode: bool = True) -> VerifyReport:
         lines = _count_lines(storage.join(data_dir, name))
         if lines is not None and lines != info[key]:
             report.problem(f"{name}: {lines} lines, dataset_info says {key} = {info[key]}")
-    return report
 
 
 def _check_dali_index(report, data_dir: str, entry: dict, shard_bytes: bytes) -> None:
