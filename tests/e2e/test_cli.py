@@ -107,11 +107,11 @@ def test_bad_option_exits_2_with_one_line_and_writes_nothing(corpus, tmp_path):
     assert unknown.stderr.strip() == "imgrec: unknown option --nope; see `imgrec convert --help`"
 
 
-# The `imgrec` program (`cli.run`) with argv from the command line; as it exits, it prints whether
+# The `imgrec` program (`program.run`) with argv from the command line; as it exits, it prints whether
 # TensorFlow was imported and how many processes it forked.
 _WATCHED_PROGRAM = """
 import json, os, sys
-from pipeline import cli
+from pipeline.launch import program as imgrec
 program, forks = os.getpid(), []
 real_fork, real_exit = os.fork, os._exit
 def fork():
@@ -124,13 +124,13 @@ def leave(status):
     real_exit(status)
 os.fork, os._exit = fork, leave
 sys.argv = ["imgrec", *sys.argv[1:]]
-cli.run()
+imgrec.run()
 """
 
 
 def test_a_bad_option_or_path_is_answered_before_tensorflow_is_imported(corpus, tmp_path):
     """A typo costs ~0.7 s, not the ~2 s of TensorFlow's import and the analysis process's and
-    the zygote's forks first (cli._dispatch parses, and on local paths runs the preflight,
+    the zygote's forks first (cli._convert parses, and on local paths runs the preflight,
     before them: launcher.check_options)."""
     src, _ = corpus
     out = str(tmp_path / "o")

@@ -104,7 +104,7 @@ def test_demo_prints_only_imgrec_lines_and_progress_when_piped(piped):
     assert re.search(r"oneDNN|cuda|absl|Premature end of JPEG|semi_persistent|Discarding", text)
     # Both worker processes were given the start-up plugin (their options are logged) and
     # imported it (Beam logs a warning for a plugin that fails to import).
-    given = re.findall(r"beam_plugins\\': \[\\'pipeline\.runners\.worker_start\\'\]", text)
+    given = re.findall(r"beam_plugins\\': \[\\'pipeline\.launch\.worker_start\\'\]", text)
     assert len(given) == 2, [ln for ln in text.splitlines() if "Pipeline_options" in ln]
     assert "Failed to import beam-plugin" not in text
 
