@@ -28,8 +28,8 @@ ROOT = str(ROOT_PATH)
 DASK = os.path.join(os.path.dirname(sys.executable), "dask")
 # As run_dask.sh starts its scheduler and workers: one thread each, TensorFlow and the stages
 # imported at start-up in the worker processes and the scheduler, not in the nannies
-# (pipeline/runners/dask_preload.py).
-PRELOAD = ("--preload", "pipeline.runners.dask_preload")
+# (pipeline/launch/dask_preload.py).
+PRELOAD = ("--preload", "pipeline.launch.dask_preload")
 WORKER_ARGS = ("--nthreads", "1", "--no-dashboard", *PRELOAD)
 SCHEDULER_ARGS = ("--no-dashboard", *PRELOAD)
 # The demo corpus has 3 broken files of 45 (6.7%): above the default 5% limit.
@@ -192,26 +192,23 @@ def test_dask_output_matches_direct_runner_with_analysis(corpus, direct, shared_
     # Each worker ran the start-up preload (Dask names every preload it runs).
     for n in (0, 1):
         log = open(os.path.join(c.tmp, f"worker{n}.log"), errors="replace").read()
-        assert "Run preload setup: pipeline.runners.dask_preload" in log, log[-3000:]
+        assert "Run preload setup: pipeline.launch.dask_preload" in log, log[-3000:]
 
 
 def test_the_preload_loads_tensorflow_in_the_workers_and_scheduler_not_the_nannies(
     shared_cluster,
 ):
     """`dask worker` imports a --preload module in its nanny too (to check its arguments):
-    pipeline.runners.dask_preload's import loads nothing, its dask_setup loads the stages, and
-    Beam with them, without the clients imgrec does not use (core/startup.defer_beam_extras;
-    pandas is left out of the check: an analysed job before this test loads it, through tfx_bsl)."""
+    pipeline.launch.dask_preload's import loads nothing, its dask_setup loads the stages, and
+    Beam with them (pipeline/launch/worker_start.py)."""
     from distributed import Client
 
-    names = ("tensorflow", "pipeline.runners.worker_start", "google.cloud.bigquery",
-             "google.cloud.pubsub")  # fmt: skip
+    names = ("tensorflow", "pipeline.launch.worker_start")
 
     def loaded():
         return {m: m in sys.modules for m in names}
 
-    want = {"tensorflow": True, "pipeline.runners.worker_start": True,
-            "google.cloud.bigquery": False, "google.cloud.pubsub": False}  # fmt: skip
+    want = {"tensorflow": True, "pipeline.launch.worker_start": True}
     with Client(shared_cluster.address, timeout=60) as client:
         assert list(client.run(loaded).values()) == [want, want]
         assert client.run_on_scheduler(loaded) == want

@@ -1,4 +1,4 @@
-"""pipeline/runners/forked_workers.py: DirectRunner's worker processes forked from the command's
+"""pipeline/launch/forked_workers.py: DirectRunner's worker processes forked from the command's
 zygote, seen from Beam's side (its worker command, exit status, streams, a killed worker process)
 and from the user's (the same dataset as Beam's own worker processes). Fresh processes: the
 zygote forks only where TensorFlow has run nothing."""
@@ -25,11 +25,11 @@ pytestmark = pytest.mark.e2e
 # A fresh interpreter started as the `imgrec` program starts, with the zygote forked.
 _PRELUDE = """
 import json, os, sys
-from pipeline import cli
-cli.start_program()
+from pipeline.launch import program
+program.start()
 import apache_beam as beam
 import tensorflow
-from pipeline.runners import forked_workers
+from pipeline.launch import forked_workers
 forked_workers.start()
 zygote = forked_workers._started[0]
 """
@@ -38,11 +38,11 @@ _PIPELINE = (
     _PRELUDE
     + """
 from apache_beam.options.pipeline_options import PipelineOptions
-from core import beam_compat
+from pipeline.launch.direct_runner import DirectRunner
 
 out = sys.argv[1]
 options = PipelineOptions(["--direct_num_workers=2", "--direct_running_mode=multi_processing"])
-runner = beam_compat.DirectRunner(worker_command=forked_workers.command())
+runner = DirectRunner(worker_command=forked_workers.command())
 with beam.Pipeline(runner=runner, options=options) as p:
     _ = (
         p
@@ -263,7 +263,7 @@ def test_the_default_command_writes_the_same_dataset_with_forked_or_beams_worker
 
 def test_a_client_without_its_zygote_runs_beams_own_worker(tmp_path):
     """The zygote gone (its command ended): Beam's worker command still starts a worker."""
-    from pipeline.runners import forked_workers
+    from pipeline.launch import forked_workers
 
     client = os.path.join(os.path.dirname(forked_workers.__file__), "fork_client.py")
     proc = subprocess.run(
