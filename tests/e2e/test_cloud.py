@@ -62,7 +62,7 @@ def _ok(proc: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
 
 def _records(data: bytes) -> list[bytes]:
     """Every record of a TFRecord file, CRCs checked (raises on a torn or corrupt file)."""
-    from core.beam_compat import read_record
+    from core.tfrecord import read_record
 
     f, out = io.BytesIO(data), []
     while True:

@@ -116,7 +116,7 @@ def test_sdist_metadata_pins_requirements_txt_and_the_console_script(sdist):
         "pillow",
         "pyyaml",
     }
-    assert re.search(r"^imgrec = pipeline\.cli:run$", entry_points, re.M), entry_points
+    assert re.search(r"^imgrec = pipeline\.launch\.program:run$", entry_points, re.M), entry_points
 
 
 def test_unpacked_sdist_builds_again(sdist, tmp_path):

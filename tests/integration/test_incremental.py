@@ -338,7 +338,7 @@ def test_bucket_root_copies_shards_server_side(store, tmp_path):
 
 # -- The no-change rerun (pipeline/versions/fast_rerun.py) ------------------------------------------------
 
-# The `imgrec` program (cli.run, as `python -m pipeline` runs it), then which heavy modules it
+# The `imgrec` program (program.run, as `python -m pipeline` runs it), then which heavy modules it
 # imported: run() calls the exit handlers before it leaves the interpreter.
 _PROBE = """
 import atexit, sys
@@ -347,7 +347,7 @@ def heavy():
     print("heavy modules:", ",".join(sorted(loaded)) or "none")
 atexit.register(heavy)
 sys.argv[0] = "imgrec"
-from pipeline.cli import run
+from pipeline.launch.program import run
 run()
 """
 
