@@ -95,24 +95,31 @@ def read_plan(argv: list[str], as_program: bool = False) -> LaunchPlan:
 
 def _convert_parser() -> argparse.ArgumentParser:
     """The few convert options the launch looks at; every other argument is left alone."""
-    parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False, exit_on_error=False)
     parser.add_argument("--runner")
     parser.add_argument("--input", dest="inputs", action="append", default=[])
     parser.add_argument("--output", dest="outputs", action="append", default=[])
     parser.add_argument("--workers")
     parser.add_argument("--keep_versions")
     parser.add_argument("--keep_for")
-    for flag in ("versioned", "resume", "no_analyze", "no_report", "dry_run", "full"):
-        parser.add_argument(f"--{flag}", action="store_true")
+    for flag in ("versioned", "resume", "no_analyze", "no_report", "dry_run", "full", "overwrite"):
+        # Beam's own flags may come as `--dry_run=true`; the real parsers judge the value.
+        parser.add_argument(f"--{flag}", nargs="?", const=True, default=False, type=_truthy)
     for option in ("config", "manifest"):
         parser.add_argument(f"--{option}")
-    parser.add_argument("--overwrite", action="store_true")
     parser.add_argument("-h", "--help", action="store_true")
     return parser
 
 
+def _truthy(value: str) -> bool:
+    return value.strip().lower() not in ("false", "0", "no", "off", "")
+
+
 def _read_convert(args: list[str], as_program: bool) -> ConvertPlan:
-    known, _ = _convert_parser().parse_known_args(args)
+    try:
+        known, _ = _convert_parser().parse_known_args(args)
+    except argparse.ArgumentError:
+        return ConvertPlan()  # a plain in-process run; the real parser reports the mistake
     local = is_local_runner(known.runner)
     fast = known.versioned and local and not any(getattr(known, n) for n in _NOT_FAST)
     runs_here = local and not known.dry_run and not known.help
