@@ -7,6 +7,7 @@ This module must stay importable without Apache Beam (the reader runs in trainin
 from __future__ import annotations
 
 import json
+import struct
 from typing import Any
 
 __all__ = [
@@ -27,6 +28,13 @@ __all__ = [
     "TRANSCODED_FROM",
     "TRANSCODE_REASON",
     "RAW_FORMAT",
+    "FRAME",
+    "DTYPE",
+    "VALUE_SCALE",
+    "VALUE_OFFSET",
+    "GROUP",
+    "DICOM_KEYS",
+    "OPTIONAL_FEATURES",
     "STORE_MODES",
     "COMPRESSIONS",
     "FEATURE_SPEC_JSON",
@@ -71,7 +79,69 @@ STORE_MODES = ("encoded", "pixels", "smart")
 # --compression: of whole shard files; the name says which (shard_suffix).
 COMPRESSIONS = ("none", "gzip")
 
-# (key, kind, dtype) of every feature; kind "fixed" is a scalar FixedLenFeature.
+# Features of some records only (a parse fills the default in the others).
+# Images decoded to arrays (DICOM, TIFF; transforms/images/arrays.py): the frame or page this
+# record holds (0: the first), the stored pixels' dtype ("" is uint8), and how stored values map
+# back to the source's units (value = stored * scale + offset; DICOM: its modality values).
+FRAME = "image/frame"
+DTYPE = "image/dtype"
+VALUE_SCALE = "image/value_scale"
+VALUE_OFFSET = "image/value_offset"
+# --group_by: a salted hash of the file's group (never the value itself: it may be a patient ID).
+GROUP = "image/group"
+# DICOM tags kept (docs/dicom.md): never a patient's name, ID or birth date.
+DICOM_KEYS = {
+    name: f"dicom/{name}"
+    for name in (
+        "Modality",
+        "BodyPartExamined",
+        "PhotometricInterpretation",
+        "BitsStored",
+        "Rows",
+        "Columns",
+        "NumberOfFrames",
+        "PixelSpacing",
+        "RescaleSlope",
+        "RescaleIntercept",
+        "WindowCenter",
+        "WindowWidth",
+        "StudyInstanceUID",
+        "SeriesInstanceUID",
+        "SOPInstanceUID",
+    )
+}
+# The dtype of each DICOM key's feature; a string otherwise.
+_DICOM_TYPES = {
+    "BitsStored": "int64",
+    "Rows": "int64",
+    "Columns": "int64",
+    "NumberOfFrames": "int64",
+    "PixelSpacing": "float",
+    "RescaleSlope": "float",
+    "RescaleIntercept": "float",
+    "WindowCenter": "float",
+    "WindowWidth": "float",
+}
+
+# (key, dtype, shape, default) of every optional feature.
+OPTIONAL_FEATURES: tuple[tuple[str, str, tuple[int, ...], Any], ...] = (
+    (FRAME, "int64", (), 0),
+    (DTYPE, "string", (), ""),
+    (VALUE_SCALE, "float", (), 1.0),
+    (VALUE_OFFSET, "float", (), 0.0),
+    (GROUP, "string", (), ""),
+    *(
+        (
+            key,
+            _DICOM_TYPES.get(name, "string"),
+            (2,) if name == "PixelSpacing" else (),
+            {"string": "", "int64": 0, "float": 0.0}[_DICOM_TYPES.get(name, "string")],
+        )
+        for name, key in DICOM_KEYS.items()
+    ),
+)
+
+# (key, dtype) of every feature each record has (a scalar FixedLenFeature).
 _FEATURES: tuple[tuple[str, str], ...] = (
     (ENCODED, "string"),
     (FORMAT, "string"),
@@ -89,8 +159,13 @@ _FEATURES: tuple[tuple[str, str], ...] = (
 
 # JSON-friendly description written to dataset_info.json["feature_spec"].
 FEATURE_SPEC_JSON: dict[str, dict[str, Any]] = {
-    key: {"type": "FixedLenFeature", "shape": [], "dtype": dtype} for key, dtype in _FEATURES
+    **{key: {"type": "FixedLenFeature", "shape": [], "dtype": dtype} for key, dtype in _FEATURES},
+    **{
+        key: {"type": "FixedLenFeature", "shape": list(shape), "dtype": dtype, "default": default}
+        for key, dtype, shape, default in OPTIONAL_FEATURES
+    },
 }
+_OPTIONAL = {key: (dtype, shape, default) for key, dtype, shape, default in OPTIONAL_FEATURES}
 
 
 def feature_spec(keys: tuple[str, ...] | None = None) -> dict:
@@ -104,13 +179,18 @@ def feature_spec(keys: tuple[str, ...] | None = None) -> dict:
     """
     import tensorflow as tf  # Deferred: callers that only need key names skip the TF import.
 
-    dtypes = {"string": tf.string, "int64": tf.int64}
+    dtypes = {"string": tf.string, "int64": tf.int64, "float": tf.float32}
     defaults = {"string": "", "int64": 0}
-    return {
+    spec = {
         key: tf.io.FixedLenFeature([], dtypes[dtype], default_value=defaults[dtype])
         for key, dtype in _FEATURES
         if keys is None or key in keys
     }
+    for key, (dtype, shape, default) in _OPTIONAL.items():
+        if keys is None or key in keys:
+            value = [default] * shape[0] if shape else default
+            spec[key] = tf.io.FixedLenFeature(list(shape), dtypes[dtype], default_value=value)
+    return spec
 
 
 def shard_name(split: str, index: int, num_shards: int, suffix: str = "") -> str:
@@ -163,11 +243,39 @@ def _int64_feature(value: int) -> tuple[bytes, bytes]:
     return b"\x1a" + _length(len(int_list)) + int_list, b""  # Feature.int64_list, field 3
 
 
+def _float_feature(values) -> tuple[bytes, bytes]:
+    """Feature{float_list: FloatList{value: values}} (packed float32, little-endian)."""
+    packed = struct.pack(f"<{len(values)}f", *values)
+    float_list = b"\x0a" + _length(len(packed)) + packed
+    return b"\x12" + _length(len(float_list)) + float_list, b""  # Feature.float_list, field 2
+
+
+def _optional_feature(key: str, value) -> tuple[bytes, bytes]:
+    """One optional feature's Feature, typed as OPTIONAL_FEATURES says.
+
+    Raises:
+        ValueError: `key` is no optional feature (add it to OPTIONAL_FEATURES).
+    """
+    if key not in _OPTIONAL:
+        raise ValueError(f"{key!r} is not an Example feature: add it to core/schema.py")
+    dtype, shape, _ = _OPTIONAL[key]
+    if dtype == "string":
+        return _bytes_feature(value)
+    if dtype == "int64":
+        return _int64_feature(value)
+    values = list(value) if shape else [value]
+    if len(values) != (shape[0] if shape else 1):
+        raise ValueError(f"{key} holds {shape or 1} values, got {value!r}")
+    return _float_feature([float(v) for v in values])
+
+
 # Each map entry's key field (Features.feature is map<string, Feature>; an entry is
 # {key: 1, value: 2}); deterministic serialization writes the entries in key order.
-_ENTRY_KEYS = {
-    key: b"\x0a" + _length(len(key.encode())) + key.encode() for key, _ in sorted(_FEATURES)
-}
+def _entry_key(key: str) -> bytes:
+    return b"\x0a" + _length(len(key.encode())) + key.encode()
+
+
+_ENTRY_KEYS = {key: _entry_key(key) for key, _ in sorted(_FEATURES)}
 
 
 def make_example(
@@ -183,6 +291,7 @@ def make_example(
     sha256: str,
     transcoded_from: str = "",
     transcode_reason: str = "",
+    extra: dict | None = None,
 ) -> bytes:
     """Serialize one image as a `tf.train.Example`, deterministically (same input, same bytes).
 
@@ -190,6 +299,9 @@ def make_example(
     (map entries in key order), written out here because that is cheaper than building and
     serializing the message with protobuf. tests/unit/test_example_bytes.py compares the two on
     edge values.
+
+    Args:
+        extra: optional features ({key of OPTIONAL_FEATURES: value}) this record has.
 
     Returns:
         The serialized Example.
@@ -208,9 +320,13 @@ def make_example(
         TRANSCODED_FROM: _bytes_feature(transcoded_from),
         TRANSCODE_REASON: _bytes_feature(transcode_reason),
     }
+    entry_keys = _ENTRY_KEYS
+    if extra:
+        features.update((key, _optional_feature(key, value)) for key, value in extra.items())
+        entry_keys = {key: _entry_key(key) for key in sorted(features)}
     parts = [b"\x0a", b""]  # Example.features, field 1; its length goes in parts[1]
     total = 0
-    for key, key_field in _ENTRY_KEYS.items():
+    for key, key_field in entry_keys.items():
         head, value = features[key]
         size = len(head) + len(value)
         entry = key_field + b"\x12" + _length(size)  # the entry's value: field 2, the Feature
