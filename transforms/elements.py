@@ -47,6 +47,7 @@ class MatchedFile(_ReadByName):
     stamp: str | None  # the file's version as listed (--resume); None: unknown
     manifest_label: str = ""
     manifest_split: str = ""
+    manifest_group: str = ""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -59,6 +60,8 @@ class ListedFile(_ReadByName):
     split: str
     size: int
     stamp: str | None
+    # --group_by: a salted hash of the file's group ("" without --group_by); the split follows it.
+    group: str = dataclasses.field(default="", kw_only=True)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -111,6 +114,7 @@ class WriterEntry(NamedTuple):
     width: int
     channels: int
     transcode: str
+    group: str = ""
 
     @classmethod
     def of(cls, image: InspectedImage) -> WriterEntry:
@@ -134,6 +138,7 @@ class ShardInfo(_ReadByName):
     formats: dict | None = None  # records per image/format
     label_counts: dict | None = None  # records per label text
     dali_index: dict | None = None  # {"file", "num_bytes", "sha256"} with --dali_index
+    num_files: int | None = None  # files written (--frames all: fewer than num_examples)
 
     @classmethod
     def from_dict(cls, d: dict) -> ShardInfo:
