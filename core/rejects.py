@@ -25,9 +25,11 @@ IMAGE_REASONS = {
     "empty_file": "the file has zero bytes",
     "file_too_large": "the file is larger than --max_file_mb",
     "not_an_image": "the bytes are no image format we know (text, HTML, PDF, zip, ...)",
+    "no_pixel_data": "a DICOM file that holds no image (RT plan or structure set, structured "
+    "report, waveform, dose without pixels); detail names its SOP class",
     "unsupported_format": "an image format TensorFlow does not decode (TIFF, PSD, HEIC, ...); "
     "--transcode png|jpeg converts those Pillow can decode. With --transcode none, also BMP "
-    "and WebP",
+    "and WebP. Also a DICOM transfer syntax no installed decoder reads (detail names it)",
     "truncated": "the image data ends early (cut-off download or copy)",
     "corrupt": "the header or the compressed data is damaged; detail names the decoder error "
     "(with --jpeg_verify strict, also JPEGs libjpeg warns about: data it repaired silently)",
@@ -43,6 +45,7 @@ IMAGE_REASONS = {
 
 # Reasons raised while listing (transforms/list_images.py, transforms/match_local.py).
 LISTING_REASONS = {
+    "no_label": "--label_from dicom:TAG and the file has no such tag (or is not DICOM)",
     "bad_manifest_row": "a manifest row without a path or label; detail has the line number",
     "no_split": "--split_from path|manifest found no split for this file",
     "broken_link": "the pattern matched a symbolic link whose target does not exist",

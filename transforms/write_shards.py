@@ -27,7 +27,8 @@ from core.rejects import Rejected, decoder_error, make_reject
 from core.tfrecord import write_record
 from transforms.elements import ShardInfo, WriterEntry
 from transforms.images.check import ImageInfo
-from transforms.images.store_modes import PIXELS_REASON, StoredImage, store_image
+from transforms.images.arrays import ARRAY_FORMATS
+from transforms.images.store_modes import PIXELS_REASON, StoredImage, store_records
 from transforms.keys import int_hash
 from transforms.splice_records import (
     RECORDS_KEY,
@@ -209,8 +210,17 @@ def _example(entry: WriterEntry, data: bytes, stored: StoredImage, label_id: int
         sha256=entry.sha256 if stored.data is data else hashlib.sha256(stored.data).hexdigest(),
         transcoded_from=entry.source_format if transcode else "",
         transcode_reason=transcode,
+        extra=_extra_features(entry, stored),
     )
     return example, transcode
+
+
+def _extra_features(entry: WriterEntry, stored: StoredImage) -> dict | None:
+    """The record's optional features: its image's own (arrays.py) and its --group_by group."""
+    extra = dict(stored.features or {})
+    if entry.group:
+        extra[schema.GROUP] = entry.group
+    return extra or None
 
 
 def _framed(example: bytes) -> bytes:
@@ -226,6 +236,7 @@ class _ShardContents:
     def __init__(self, with_dali_index: bool):
         self._with_dali_index = with_dali_index
         self.num_examples = 0
+        self.num_files = 0  # files written (a file may become several records: --frames all)
         self.transcoded = collections.Counter()
         self.formats = collections.Counter()  # records per image/format (the summary's warning)
         self.labels = collections.Counter()  # examples per label text: exact class counts
@@ -234,7 +245,10 @@ class _ShardContents:
 
     def add(self, entry: WriterEntry, label_id: int, offset: int, frame_length: int, fmt, why):
         """Count the record of `entry` whose frame (`frame_length` bytes) starts at `offset`."""
-        self.located.append(index_entry(entry, label_id, offset, frame_length, fmt, why))
+        # Records of images decoded to arrays are made anew from their source by the next
+        # version (one file may be several records; the splice index holds one per file).
+        if entry.source_format not in ARRAY_FORMATS:
+            self.located.append(index_entry(entry, label_id, offset, frame_length, fmt, why))
         if self._with_dali_index:
             size = frame_length - dali_index.RECORD_OVERHEAD
             self.idx_lines.append(dali_index.index_line(offset, size))
@@ -426,17 +440,20 @@ class _WriteShardFn(beam.DoFn):
                     contents.add(
                         entry, label_id, out.num_bytes, len(frame), splice.format, splice.transcode
                     )
+                    contents.num_files += 1
                     sink.write(frame)
                     continue
-                stored, reject = self._stored_or_reject(entry, data, error)
+                records, reject = self._stored_or_reject(entry, data, error)
                 if reject is not None:
                     Metrics.counter("imgrec", f"rejected_{reject['reason']}").inc()
                     yield pvalue.TaggedOutput(self.REJECTED, reject)
                     continue
-                example, transcode = _example(entry, data, stored, label_id)
-                frame_length = len(example) + dali_index.RECORD_OVERHEAD
-                contents.add(entry, label_id, out.num_bytes, frame_length, stored.format, transcode)
-                write_record(sink, example)
+                contents.num_files += 1
+                for stored in records:  # one, or one per frame (--frames all)
+                    example, why = _example(entry, data, stored, label_id)
+                    frame_length = len(example) + dali_index.RECORD_OVERHEAD
+                    contents.add(entry, label_id, out.num_bytes, frame_length, stored.format, why)
+                    write_record(sink, example)
         except BaseException:
             _discard(sink, out, tmp)
             raise
@@ -466,6 +483,7 @@ class _WriteShardFn(beam.DoFn):
             index=shard.index,
             file=shard.relname,
             num_examples=contents.num_examples,
+            num_files=contents.num_files,
             num_bytes=out.num_bytes,
             sha256=out.sha256.hexdigest(),
             transcoded=dict(contents.transcoded),
@@ -495,7 +513,7 @@ class _WriteShardFn(beam.DoFn):
                 yield entry, result, None, None
 
     def _stored_or_reject(self, entry: WriterEntry, data, error):
-        """(StoredImage, None), or (None, Reject) for a file that failed its read (`error`) or
+        """([StoredImage], None), or (None, Reject) for a file that failed its read (`error`) or
         fails now: the per-file dead-letter boundary of the writer."""
         reason = "unreadable"
         if error is None:
@@ -510,8 +528,8 @@ class _WriteShardFn(beam.DoFn):
                 reason, error = failure["reason"], failure["detail"]
         return None, make_reject(entry.path, reason, error)
 
-    def _stored_bytes(self, entry: WriterEntry, data: bytes) -> StoredImage:
-        """What to write for one file under --store, re-checked against inspection.
+    def _stored_bytes(self, entry: WriterEntry, data: bytes) -> list[StoredImage]:
+        """The records to write for one file under --store, re-checked against inspection.
 
         Raises:
             Rejected: the bytes changed since inspection, or no longer decode/transcode.
@@ -529,7 +547,7 @@ class _WriteShardFn(beam.DoFn):
             channels=entry.channels,
             transcode=entry.transcode,
         )
-        return store_image(data, info, self._opts, self._store)
+        return store_records(data, info, self._opts, self._store)
 
     def _write_marker(self, shard: _Shard, info: ShardInfo, records: list | None) -> None:
         body = {

@@ -11,6 +11,7 @@ import dataclasses
 import numpy as np
 
 from core.rejects import Rejected
+from transforms.images import arrays
 from transforms.images.decode import (
     VERIFY_DCT_RATIO,
     dct_shape,
@@ -35,7 +36,7 @@ from transforms.images.limits import (
     check_file_size,
 )
 from transforms.images.pillow_probe import probe_other
-from transforms.images.sniff import cut_signature, sniff_format
+from transforms.images.sniff import array_format, cut_signature, sniff_format
 from transforms.images.stats import _channel_stats
 from transforms.images.transcode import (
     max_side_plan,
@@ -44,7 +45,7 @@ from transforms.images.transcode import (
     transcode_reasons,
 )
 
-__all__ = ["ImageInfo", "check_image", "encode_for_storage"]
+__all__ = ["ImageInfo", "array_reasons", "check_image", "encode_for_storage"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -110,6 +111,9 @@ def check_image(data: bytes, opts: CheckOptions, compute_stats: bool = False) ->
         Rejected: with a reason from REASONS and a human detail.
     """
     check_file_size(len(data), opts)
+    fmt = array_format(data)
+    if fmt is not None and sniff_format(data) is None:
+        return _check_arrays(fmt, data, opts, compute_stats)
     fmt, h = _probe_checked(data, opts)
     _refuse_scan_bombs(data, h)
     reasons = transcode_reasons(fmt, h, opts)
@@ -138,6 +142,37 @@ def check_image(data: bytes, opts: CheckOptions, compute_stats: bool = False) ->
     # np.asarray: a read-only view of the tensor's buffer, where `.numpy()` copies it.
     stats = _channel_stats(np.asarray(decoded)) if compute_stats else None
     return ImageInfo(stored_fmt, fmt, height, width, channels, ",".join(reasons), stats)
+
+
+def array_reasons(image: arrays.ArrayImage, opts: CheckOptions) -> list[str]:
+    """The transcode reasons of an image decoded to arrays (every record of the file has them)."""
+    reasons = ["decoded_pixels"]
+    if image.num_frames > 1:
+        if opts.animated == "reject":
+            raise Rejected("animated", f"{image.num_frames} frames and --animated reject")
+        reasons.append("frame_per_record" if opts.frames == "all" else "animated_first_frame")
+    return reasons
+
+
+def _check_arrays(fmt: str, data: bytes, opts: CheckOptions, compute_stats: bool) -> ImageInfo:
+    """check_image for a format decoded to arrays (arrays.ARRAY_FORMATS): decoded in a decoder
+    process; its first frame stored and, as PNG, decoded by TensorFlow as the reader will."""
+    image = arrays.decode(fmt, data, opts)
+    reasons = array_reasons(image, opts)
+    stored = arrays.encode_frame(image.frames[0])
+    stats = None
+    if stored.format == "png":
+        tf = load_tf()
+        try:
+            decoded = tf_decode("png", stored.data)
+        except tf.errors.InvalidArgumentError as e:  # our own PNG: a bug, named as one
+            detail = f"the stored PNG does not decode: {tf_message(e)}"
+            raise Rejected("decoder_error", detail) from e
+        if compute_stats:
+            stats = _channel_stats(np.asarray(decoded))
+    return ImageInfo(
+        stored.format, fmt, stored.height, stored.width, stored.channels, ",".join(reasons), stats
+    )
 
 
 def _refuse_scan_bombs(data: bytes, h: Header) -> None:
@@ -205,6 +240,8 @@ def encode_for_storage(data: bytes, info: ImageInfo, opts: CheckOptions) -> byte
     """
     if not info.transcode:
         return data
+    if info.source_format in arrays.ARRAY_FORMATS:
+        raise ValueError("images decoded to arrays are stored by store_modes.store_records")
     fmt, h = _probe_checked(data, opts)
     stored, stored_fmt, _ = transcode_bytes(data, fmt, h, info.transcode.split(","), opts)
     if stored_fmt != info.format:

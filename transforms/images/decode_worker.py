@@ -1,4 +1,4 @@
-"""Pillow decoders of rarely used formats (TIFF, PSD, ICO, ...) in subprocesses that may die.
+"""Decoders of rarer formats (Pillow's TIFF, PSD, ICO, ...; DICOM) in subprocesses that may die.
 
 A native crash (segfault, abort) or a hang in such a plugin kills or stalls only its decoder
 process: the file becomes a `decoder_error` reject and the job goes on. JPEG/PNG/GIF (TensorFlow)
@@ -18,7 +18,7 @@ import subprocess
 import sys
 import threading
 
-__all__ = ["probe", "pixels", "DECODE_TIMEOUT_S", "TEST_ABORT_ENV"]
+__all__ = ["arrays", "probe", "pixels", "DECODE_TIMEOUT_S", "TEST_ABORT_ENV"]
 
 # One decode of an allowed format at --max_pixels (89.5 Mpx) takes a few seconds; a worker that
 # has not answered after this long is stuck in a loop on a crafted file and is killed.
@@ -143,21 +143,22 @@ _POOL = _Pool()
 atexit.register(_POOL.close)
 
 
-def _ask(op: str, data: bytes, formats: tuple[str, ...]):
+def _ask(op: str, data: bytes, formats, decoder: str = ""):
     """The worker's answer to (op, data, formats), or Rejected (its own, or decoder_error)."""
     from core.rejects import Rejected
 
+    decoder = decoder or f"Pillow ({'/'.join(formats)})"
     try:
         # The test hook travels with each request: a worker started earlier obeys it too.
-        reply = _POOL.call((op, data, tuple(formats), os.environ.get(TEST_ABORT_ENV)))
+        reply = _POOL.call((op, data, formats, os.environ.get(TEST_ABORT_ENV)))
     except _Died as e:
-        raise Rejected("decoder_error", f"Pillow ({'/'.join(formats)}): {e}") from None
+        raise Rejected("decoder_error", f"{decoder}: {e}") from None
     kind = reply[0]
     if kind == "ok":
         return reply[1]
     if kind == "rejected":
         raise Rejected(reply[1], reply[2])
-    raise Rejected("decoder_error", f"Pillow ({'/'.join(formats)}): {reply[1]}")
+    raise Rejected("decoder_error", f"{decoder}: {reply[1]}")
 
 
 def probe(data: bytes, formats: tuple[str, ...]):
@@ -167,7 +168,7 @@ def probe(data: bytes, formats: tuple[str, ...]):
     Raises:
         Rejected: the plugin found damage, or the decoder process failed (decoder_error).
     """
-    return _ask("probe", data, formats)
+    return _ask("probe", data, tuple(formats))
 
 
 def pixels(data: bytes, formats: tuple[str, ...]):
@@ -177,7 +178,17 @@ def pixels(data: bytes, formats: tuple[str, ...]):
     Raises:
         Rejected: as for probe.
     """
-    return _ask("pixels", data, formats)
+    return _ask("pixels", data, tuple(formats))
+
+
+def arrays(fmt: str, data: bytes, request):
+    """The transforms.images.arrays.ArrayImage that `fmt`'s module (arrays.ARRAY_FORMATS) decodes
+    from `data` under `request`, decoded in a decoder process.
+
+    Raises:
+        Rejected: the module's own reasons, or decoder_error (the process failed).
+    """
+    return _ask("arrays", data, (fmt, request), decoder=fmt.upper())
 
 
 # ----------------------------------------------------------------------------- worker side
@@ -186,6 +197,13 @@ def _serve(op: str, data: bytes, formats: tuple[str, ...], abort_marker: str | N
 
     if abort_marker and abort_marker.encode() in data:
         os.abort()
+    if op == "arrays":
+        import importlib
+
+        from transforms.images.arrays import ARRAY_FORMATS
+
+        fmt, request = formats
+        return importlib.import_module(ARRAY_FORMATS[fmt]).decode_arrays(data, request)
     im = pillow_probe.pillow_open(data, formats)
     if im is None:
         return None

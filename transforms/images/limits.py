@@ -11,10 +11,12 @@ import importlib.util
 from core.rejects import Rejected
 
 __all__ = [
+    "BIT_DEPTHS",
     "check_dims",
     "check_file_size",
     "CheckOptions",
     "DEFAULT_MAX_PIXELS",
+    "FRAME_MODES",
     "JPEG_VERIFY_MODES",
     "MAX_PROGRESSIVE_SCANS",
     "RESIZE_FILTERS",
@@ -59,6 +61,11 @@ JPEG_VERIFY_MODES = ("dct", "full", "strict")
 # a pure function of the pixels (shards stay byte-identical).
 RESIZE_FILTERS = ("lanczos", "bicubic", "bilinear")
 
+# --bit_depth: 8 (as a viewer shows the image) or 16 (the full range kept, 16-bit PNG); --frames:
+# the first frame (or page) of a multi-frame image, or one record per frame.
+BIT_DEPTHS = (8, 16)
+FRAME_MODES = ("first", "all")
+
 # 89.5 Mpx is Pillow's own decompression-bomb threshold: larger headers are refused before decoding.
 DEFAULT_MAX_PIXELS = 89_478_485
 
@@ -78,6 +85,8 @@ class CheckOptions:
     jpeg_quality: int = 95
     jpeg_verify: str = "dct"
     resize_filter: str = "lanczos"
+    bit_depth: int = 8
+    frames: str = "first"
 
     def __post_init__(self):
         if self.max_pixels < 1:
@@ -101,6 +110,10 @@ class CheckOptions:
                 f"--resize_filter must be one of {', '.join(RESIZE_FILTERS)}, "
                 f"got {self.resize_filter!r}"
             )
+        if self.bit_depth not in BIT_DEPTHS:
+            raise ValueError(f"--bit_depth must be 8 or 16, got {self.bit_depth!r}")
+        if self.frames not in FRAME_MODES:
+            raise ValueError(f"--frames must be first or all, got {self.frames!r}")
         if self.jpeg_verify not in JPEG_VERIFY_MODES:
             raise ValueError(
                 f"--jpeg_verify must be one of {', '.join(JPEG_VERIFY_MODES)}, "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 __all__ = [
+    "array_format",
     "cut_signature",
     "describe_non_image",
     "sniff_container",
@@ -143,10 +144,20 @@ _CONTAINERS = (
 )
 
 
+def array_format(data: bytes) -> str | None:
+    """The format decoded to arrays (transforms/images/arrays.py) these bytes are, else None.
+
+    DICOM first: its 128-byte preamble may hold another format's header (DICOM-TIFF files).
+    """
+    from transforms.images import dicom  # its rules, pydicom imported only to decode
+
+    return "dicom" if dicom.looks_like_dicom(data) else None
+
+
 def sniff_container(data: bytes) -> str | None:
-    """The image format these bytes start like ("jpeg", "png", "gif", "bmp", "webp", "tiff",
-    "psd", ...), from magic bytes only (no decoder runs), else None."""
-    fmt = sniff_format(data)
+    """The image format these bytes start like ("jpeg", "png", "gif", "dicom", "bmp", "webp",
+    "tiff", "psd", ...), from magic bytes only (no decoder runs), else None."""
+    fmt = sniff_format(data) or array_format(data)
     if fmt is not None:
         return fmt
     head = data[:64]

@@ -13,9 +13,10 @@ import dataclasses
 import numpy as np
 
 from core import rejects, schema
-from transforms.images import check, decode, headers, limits, transcode
+from transforms.images import arrays, check, decode, headers, limits, transcode
 
 __all__ = [
+    "store_records",
     "SMART_MAX_RAW_PIXELS",
     "PIXELS_REASON",
     "StoredImage",
@@ -43,6 +44,9 @@ class StoredImage:
     width: int
     channels: int
     raw: bool
+    # Optional Example features of this record ({key of core.schema.OPTIONAL_FEATURES: value}):
+    # images decoded to arrays carry their frame, dtype, value mapping and format tags.
+    features: dict | None = None
 
 
 def prefers_raw(height: int, width: int) -> bool:
@@ -104,3 +108,27 @@ def store_image(
     pixels = raw_pixels(data, info, opts)
     height, width, channels = pixels.shape
     return StoredImage(pixels.tobytes(), schema.RAW_FORMAT, height, width, channels, True)
+
+
+def store_records(
+    data: bytes, info: check.ImageInfo, opts: limits.CheckOptions, store: str = "encoded"
+) -> list[StoredImage]:
+    """The records one inspected file becomes: one, or one per frame for an image decoded to
+    arrays under --frames all (arrays.py: PNG or raw, with its optional features).
+
+    Raises:
+        Rejected: the bytes no longer decode or transcode (they changed since inspection).
+    """
+    if info.source_format not in arrays.ARRAY_FORMATS:
+        return [store_image(data, info, opts, store)]
+    image = arrays.decode(info.source_format, data, opts)
+    check.array_reasons(image, opts)  # --animated reject, as inspection decided
+    records = []
+    for frame, features in arrays.stored_frames(image, arrays.request_for(opts)):
+        raw = frame.format == schema.RAW_FORMAT
+        records.append(
+            StoredImage(
+                frame.data, frame.format, frame.height, frame.width, frame.channels, raw, features
+            )
+        )
+    return records
