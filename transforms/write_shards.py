@@ -26,8 +26,8 @@ from core import dali_index, names, schema, storage
 from core.rejects import Rejected, decoder_error, make_reject
 from core.tfrecord import write_record
 from transforms.elements import ShardInfo, WriterEntry
-from transforms.images.check import ImageInfo
 from transforms.images.arrays import ARRAY_FORMATS
+from transforms.images.check import ImageInfo
 from transforms.images.store_modes import PIXELS_REASON, StoredImage, store_records
 from transforms.keys import int_hash
 from transforms.splice_records import (
