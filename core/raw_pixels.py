@@ -10,7 +10,14 @@ import tensorflow as tf
 
 from core import schema
 
-__all__ = ["RAW_CHANNELS", "decode_raw_image", "is_raw", "store_mode"]
+__all__ = [
+    "RAW_CHANNELS",
+    "RAW_DTYPES",
+    "decode_raw_array",
+    "decode_raw_image",
+    "is_raw",
+    "store_mode",
+]
 
 # The writer stores RGB (gray replicated, alpha dropped), like decode_image(channels=3) yields.
 RAW_CHANNELS = 3
@@ -37,4 +44,39 @@ def decode_raw_image(encoded: tf.Tensor, height: tf.Tensor, width: tf.Tensor) ->
     """One raw record's pixels as uint8 [height, width, 3]; a size mismatch fails naming it."""
     pixels = tf.io.decode_raw(encoded, tf.uint8)
     shape = tf.stack([tf.cast(height, tf.int32), tf.cast(width, tf.int32), RAW_CHANNELS])
+    return tf.reshape(pixels, shape)
+
+
+# image/dtype of raw records of images decoded to arrays (transforms/images/arrays.py) -> the
+# TensorFlow dtype decode_raw reads them as ("" is the uint8 of --store pixels records).
+RAW_DTYPES = {
+    "": tf.uint8,
+    "uint8": tf.uint8,
+    "uint16": tf.uint16,
+    "int8": tf.int8,
+    "int16": tf.int16,
+    "int32": tf.int32,
+    "uint32": tf.uint32,
+    "int64": tf.int64,
+    "float16": tf.float16,
+    "float32": tf.float32,
+    "float64": tf.float64,
+}
+
+
+def decode_raw_array(
+    encoded: tf.Tensor, height: tf.Tensor, width: tf.Tensor, channels: tf.Tensor, dtype: str
+) -> tf.Tensor:
+    """One raw record of an image decoded to arrays as `dtype` [height, width, channels]
+    (samples little-endian, as the writer stores them); a size mismatch fails naming it.
+
+    Raises:
+        ValueError: `dtype` is no image/dtype this reader knows.
+    """
+    if dtype not in RAW_DTYPES:
+        raise ValueError(f"image/dtype {dtype!r} is unknown here; known: {sorted(RAW_DTYPES)}")
+    pixels = tf.io.decode_raw(encoded, RAW_DTYPES[dtype], little_endian=True)
+    shape = tf.stack(
+        [tf.cast(height, tf.int32), tf.cast(width, tf.int32), tf.cast(channels, tf.int32)]
+    )
     return tf.reshape(pixels, shape)
