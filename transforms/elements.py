@@ -139,6 +139,7 @@ class ShardInfo(_ReadByName):
     label_counts: dict | None = None  # records per label text
     dali_index: dict | None = None  # {"file", "num_bytes", "sha256"} with --dali_index
     num_files: int | None = None  # files written (--frames all: fewer than num_examples)
+    groups: list | None = None  # --group_by: the sorted image/group hashes of its records
 
     @classmethod
     def from_dict(cls, d: dict) -> ShardInfo:
