@@ -21,11 +21,13 @@ from pipeline.reader.decode import decode_batch as _decode_batch
 from pipeline.reader.decode import decode_batch_eagerly as _decode_batch_eagerly
 from pipeline.reader.decode import decode_example as _decode_example
 from pipeline.reader.decode import postprocess_fn as _postprocess_fn
+from pipeline.reader.epoch_order import EpochOrder
 from pipeline.reader.files import ShardFile, split_files, steps_per_epoch
 from pipeline.reader.files import load_split as _load_split
 from pipeline.reader.files import median_jpeg_min_side as _median_jpeg_min_side
 from pipeline.reader.files import resolve_version as _resolve_version
 from pipeline.reader.files import typical_min_side as _typical_min_side
+from pipeline.reader.resumable import StartStep, ordered_records
 from pipeline.reader.shard_records import read_shard as _read_shard
 from pipeline.reader.shares import pipeline_records, traced_as_written
 
@@ -61,6 +63,9 @@ _DCT_MIN_SCALE = 2
 _SHARED_FILE_SEED = 20240611
 # Spreads one user seed over independent streams (file order, record shuffle, augmentation).
 _SEED_STRIDE = 1_000_003
+# The training epoch order with seed=None: every worker, and every restart, must draw the same
+# order (augmentation still draws fresh randomness).
+_DEFAULT_ORDER_SEED = 20240611
 
 
 @dataclasses.dataclass(frozen=True)
@@ -88,6 +93,10 @@ class _Config:
     store: str = "encoded"
     # The dataset (a versioned root's version folder) the shards belong to, for error messages.
     data_dir: str = ""
+    # Training: global steps already taken (an int, or read when iteration starts).
+    start_step: StartStep = 0
+    # Training: shards read at once; part of the epoch order.
+    shards_at_once: int = _MAX_PARALLEL_SHARDS
 
     def __post_init__(self) -> None:
         if self.global_batch_size <= 0:
@@ -127,15 +136,20 @@ def make_dataset(
     cache_dir: str | None = None,
     s3_endpoint_url: str | None = None,
     lease: bool = True,
+    start_step: StartStep = 0,
+    shards_at_once: int = _MAX_PARALLEL_SHARDS,
 ) -> tf.data.Dataset | tf.distribute.DistributedDataset:
     """The input pipeline of a converted split, batched per replica and prefetched.
 
-    Files come from dataset_info.json. In training the file order is reshuffled every epoch with
-    a seed all workers share, each input pipeline reads an equal contiguous range of the
-    epoch's records (exactly `steps_per_epoch` steps' worth: pipeline/reader/shares.py), shards
-    are read in parallel, serialized records are shuffled within the epoch, then decoded with a
-    random-resized crop and a random flip. In evaluation the order is fixed and images get a centre crop. Images are
-    resized to `image_size` and returned as uint8: normalise on the accelerator.
+    Files come from dataset_info.json. In training, which records make up each global step is a
+    pure function of (seed, epoch) (pipeline/reader/epoch_order.py): shards in a new random
+    order each epoch, `shards_at_once` of them read at once and merged at random, then
+    permuted in windows of `shuffle_buffer_mb`; each input pipeline (worker) reads its part of
+    every global batch, so any number of workers or replicas reads each record once per
+    epoch, and `start_step` resumes mid-epoch (docs/training.md). Records are decoded with a
+    random-resized crop and a random flip. In evaluation the order is fixed and images get a
+    centre crop. Images are resized to `image_size` and returned as uint8: normalise on the
+    accelerator.
 
     Every storage mode reads the same way (docs/storage_modes.md): JPEG/PNG/GIF records are
     decoded (the crop fused into libjpeg's decode), raw-pixel records (`--store pixels|smart`,
@@ -153,14 +167,17 @@ def make_dataset(
             `distribute_datasets_from_function`); ignored when `strategy` is given.
         training: augment, shuffle, drop the last partial batch and repeat by default.
         image_size: output (height, width), or one int for square images.
-        seed: makes file order, record shuffle and augmentation reproducible (with
-            `deterministic=True`); None draws fresh randomness each run.
+        seed: the training epoch order (None: a fixed default seed, the same order each run)
+            and the augmentation (None: fresh randomness each run).
         repeat: repeat the split forever (default: `training`). Pair with `steps_per_epoch`.
-        deterministic: keep element order reproducible (default: not `training`).
+        deterministic: keep element order reproducible (default: not `training`). Training
+            batches always follow the epoch order, whatever this says.
         cache: True keeps the split's serialized records in RAM after the first epoch (an error
             if they exceed a quarter of physical memory); "auto" does so only when they fit.
         shuffle_buffer_mb: RAM for the shuffle buffer of serialized records, per input pipeline;
-            the record count is derived from the split's average record size.
+            the record count is derived from the split's average record size. In training it
+            is the window of records permuted together (two windows are in RAM at a time),
+            part of the epoch order: keep it when resuming.
         crop_fraction: evaluation centre crop, as a fraction of the largest window of the
             output's aspect ratio.
         jpeg_dct_scaling: decode large JPEGs at 1/2, 1/4 or 1/8 scale when the crop stays at
@@ -186,6 +203,15 @@ def make_dataset(
             `imgrec convert --keep_versions` does not prune it under this job
             (docs/scheduling.md). A store that refuses the write is said once on the log and
             reading goes on. False: write nothing (read-only use you do not want counted).
+        start_step: training: global steps already taken since training began (what a
+            restored optimizer's `iterations` holds); the dataset starts at step
+            `start_step % steps_per_epoch` of epoch `start_step // steps_per_epoch`. A
+            variable (e.g. `model.optimizer.iterations`) or a callable is read each time
+            iteration starts, so Keras `fit` with `BackupAndRestore` resumes where it saved
+            (docs/training.md). Keep `seed`, `global_batch_size`, `shuffle_buffer_mb` and
+            `shards_at_once` when resuming; the number of workers and replicas may change.
+        shards_at_once: training: shards read at once and merged; more mixes shards that each
+            hold few classes better, at 8 MB of read buffer each. Part of the epoch order.
 
     Returns:
         A `tf.data.Dataset` of `(images uint8 [B, H, W, 3], labels int64 [B])` with `B` the
@@ -233,6 +259,11 @@ def make_dataset(
             normalize=normalize,
             cache_dir=cache_dir,
         )
+        config = dataclasses.replace(
+            config, start_step=start_step, shards_at_once=int(shards_at_once)
+        )
+        if shards_at_once <= 0:
+            raise ValueError(f"shards_at_once must be positive, got {shards_at_once}")
         return _distribute(config, held, strategy, input_context)
     except BaseException:
         if held is not None:
@@ -466,6 +497,20 @@ def _pipeline_dataset(
         if ctx
         else config.global_batch_size
     )
+    if config.training and all(s.num_examples >= 0 for s in config.shards):
+        records = ordered_records(
+            config,
+            _epoch_order(config),
+            num_pipelines,
+            pipeline_id,
+            read_part=lambda path, compression, expected, skip: _read_shard(
+                path, compression, expected, True, config.data_dir, skip
+            ),
+            start_step=config.start_step,
+            crop_seed=_sub_seed(config.seed, 2),
+        )
+        return _batched(config, records, batch_size, multi_device, deterministic=True)
+    _check_no_start_step(config)
     file_seed = config.seed
     if file_seed is None and num_pipelines > 1:
         file_seed = _SHARED_FILE_SEED
@@ -481,24 +526,66 @@ def _pipeline_dataset(
         crop_seed=_sub_seed(config.seed, 2, pipeline_id),
         max_parallel_shards=_MAX_PARALLEL_SHARDS,
     )
+    return _batched(config, records, batch_size, multi_device, deterministic=None)
+
+
+def _epoch_order(config: _Config) -> EpochOrder:
+    """The training split's epoch order: shards, lanes and the permuted window, from the config."""
+    seed = _DEFAULT_ORDER_SEED if config.seed is None else config.seed
+    return EpochOrder(
+        counts=tuple(s.num_examples for s in config.shards),
+        seed=seed,
+        lanes=config.shards_at_once,
+        window=config.shuffle_records,
+    )
+
+
+def _check_no_start_step(config: _Config) -> None:
+    """start_step needs the epoch order, which needs every shard's record count."""
+    if config.training and not (isinstance(config.start_step, int) and config.start_step == 0):
+        raise ValueError(
+            f"start_step: {config.data_dir}'s dataset_info.json lacks shards' num_examples, so "
+            "training cannot resume mid-epoch; re-run the conversion"
+        )
+
+
+def _batched(
+    config: _Config,
+    records: tf.data.Dataset,
+    batch_size: int,
+    multi_device: bool,
+    deterministic: bool | None,
+) -> tf.data.Dataset:
+    """Records (training: with crop seeds) -> decoded batches, prefetched. `deterministic`
+    True keeps the batches in the order of their records whatever the options say."""
     if config.postprocess is None:
         # Batch the serialized records, then parse and decode a whole batch per call: a tf.data
         # function call per image, and parse_single_example, cost more than parsing a batch.
         batches = records.batch(
-            batch_size, drop_remainder=config.training, num_parallel_calls=AUTOTUNE
+            batch_size,
+            drop_remainder=config.training,
+            num_parallel_calls=AUTOTUNE,
+            deterministic=deterministic,
         ).map(
             traced_as_written(lambda *batch: _decode_batch(config, *batch)),
             num_parallel_calls=AUTOTUNE,
+            deterministic=deterministic,
         )
     else:
         # The user's hook runs per example, so decode per example too.
         examples = records.map(
             traced_as_written(lambda record, seed=None: _decode_example(config, record, seed)),
             num_parallel_calls=AUTOTUNE,
+            deterministic=deterministic,
         )
-        examples = examples.map(_postprocess_fn(config), num_parallel_calls=AUTOTUNE)
+        examples = examples.map(
+            _postprocess_fn(config), num_parallel_calls=AUTOTUNE, deterministic=deterministic
+        )
         batches = examples.batch(
-            batch_size, drop_remainder=config.training, num_parallel_calls=AUTOTUNE
+            batch_size,
+            drop_remainder=config.training,
+            num_parallel_calls=AUTOTUNE,
+            deterministic=deterministic,
         )
     if config.normalize_dir is not None:
         from core.normalize import normalize_layer  # TFT only when asked for.
@@ -507,6 +594,7 @@ def _pipeline_dataset(
         batches = batches.map(
             traced_as_written(lambda images, *rest: (normalize(images), *rest)),
             num_parallel_calls=AUTOTUNE,
+            deterministic=deterministic,
         )
     batches = batches.prefetch(AUTOTUNE)
     return batches.with_options(_options(config, multi_device))

@@ -3,9 +3,12 @@ that turns out corrupt, missing or unreadable. TensorFlow + core only."""
 
 from __future__ import annotations
 
+import struct
+
 import tensorflow as tf
 
 from core import versions
+from core.dali_index import RECORD_OVERHEAD
 
 __all__ = ["read_shard"]
 
@@ -28,6 +31,7 @@ def read_shard(
     expected: tf.Tensor,
     check_counts: bool,
     data_dir: str = "",
+    skip: tf.Tensor | None = None,
 ) -> tf.data.Dataset:
     """Serialized records of one shard; a shard that is corrupt, missing or unreadable fails
     with its name, after a bounded number of read attempts.
@@ -43,10 +47,19 @@ def read_shard(
     therefore zipped behind a finite counter, asked first, so a shard that cannot be opened ends
     after its expected batches plus `_SPARE_READS`, with zero records, which the count check
     turns into the error naming it.
+
+    `skip` records at the shard's start are not read: an uncompressed shard is opened at the
+    byte offset of its record `skip` (found from the frames' length fields, without reading
+    the records between), a compressed one reads past them. The count check then counts the
+    rest.
     """
-    records = tf.data.TFRecordDataset(
-        path, compression_type=compression, buffer_size=_READ_BUFFER_BYTES
-    )
+    if skip is None:
+        records = tf.data.TFRecordDataset(
+            path, compression_type=compression, buffer_size=_READ_BUFFER_BYTES
+        )
+    else:
+        records = _records_after(path, compression, skip)
+        expected = expected - skip
     if not check_counts:
         return records  # no ignore_errors: a read error stops iteration as TensorFlow raised it
     batches = records.batch(_COUNT_BATCH)
@@ -79,6 +92,41 @@ def read_shard(
             return n + size, tf.identity(batch)
 
     return batches.scan(tf.constant(0, tf.int64), count).unbatch()
+
+
+def _records_after(path: tf.Tensor, compression: tf.Tensor, skip: tf.Tensor) -> tf.data.Dataset:
+    """The shard's records from record `skip` on (see read_shard)."""
+    skip = tf.cast(skip, tf.int64)
+    seek = tf.logical_and(tf.equal(compression, ""), skip > 0)
+    offset = tf.cond(
+        seek,
+        lambda: tf.ensure_shape(tf.py_function(_byte_offset, [path, skip], tf.int64), []),
+        lambda: tf.constant(0, tf.int64),
+    )
+    # TFRecordDataset's kernel takes a start offset per file; its Python class does not.
+    variant = tf.raw_ops.TFRecordDatasetV2(
+        filenames=tf.reshape(path, [1]),
+        compression_type=compression,
+        buffer_size=tf.constant(_READ_BUFFER_BYTES, tf.int64),
+        byte_offsets=tf.reshape(offset, [1]),
+    )
+    records = tf.data.experimental.from_variant(variant, tf.TensorSpec([], tf.string))
+    return records.skip(tf.where(seek, tf.constant(0, tf.int64), skip))
+
+
+def _byte_offset(path: tf.Tensor, skip: tf.Tensor) -> int:
+    """Byte offset of record `skip` of an uncompressed shard: each frame's 8-byte length read,
+    the data jumped over (frame = length + its crc + data + data crc)."""
+    name = path.numpy().decode()
+    offset = 0
+    with tf.io.gfile.GFile(name, "rb") as f:
+        for _ in range(int(skip)):
+            f.seek(offset)
+            head = f.read(8)
+            if len(head) != 8:
+                raise ValueError(f"imgrec reader: shard {name} ends before record {int(skip)}")
+            offset += struct.unpack("<Q", head)[0] + RECORD_OVERHEAD
+    return offset
 
 
 def _unreadable_shard_advice(data_dir: str) -> str:

@@ -1,0 +1,201 @@
+"""Training records in the epoch order (pipeline/reader/epoch_order.py) from any global step:
+each input pipeline's part of every global batch, epoch after epoch. TensorFlow + core only."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import random
+from collections.abc import Callable
+
+import tensorflow as tf
+
+from pipeline.reader.epoch_order import EpochOrder, pipeline_mask
+from pipeline.reader.shares import traced_as_written
+
+__all__ = ["StartStep", "ordered_records", "read_start_step"]
+
+# What `make_dataset(start_step=...)` takes: a step, or something holding one that is read
+# when iteration starts (a restored optimizer's `iterations`, a callable).
+StartStep = int | Callable[[], int] | object
+
+# Records each lane reads ahead of the merge: enough to keep every lane's reads off the
+# merge's path, few enough that 16 lanes of large photos hold tens of MB.
+_LANE_AHEAD_MIN, _LANE_AHEAD_MAX = 16, 256
+# Epochs "forever" for a repeating dataset (a Dataset.range bound).
+_FOREVER = 2**62
+
+
+def read_start_step(start_step: StartStep) -> int:
+    """The global step `start_step` holds now (a variable's value, a callable's result)."""
+    if hasattr(start_step, "numpy"):
+        value = start_step.numpy()
+    elif callable(start_step):
+        value = start_step()
+    else:
+        value = start_step
+    step = int(value)
+    if step < 0:
+        raise ValueError(f"start_step must be >= 0 (global steps already taken), got {step}")
+    return step
+
+
+def _start_tensor(start_step: StartStep, steps: int, repeat: bool) -> tf.Tensor:
+    """The start step as an int64 scalar, read when an iteration of the dataset begins.
+
+    A variable or callable is read then (a restored optimizer's step). An int is where the
+    first iteration starts; without `repeat`, iteration k > 0 is the next epoch after the
+    previous iteration's, from its start (a loop over a finite dataset reshuffles each pass).
+    """
+    if isinstance(start_step, int) and repeat:
+        return tf.constant(read_start_step(start_step), tf.int64)
+    passes = itertools.count()
+
+    def read() -> int:
+        step = read_start_step(start_step)
+        k = next(passes)
+        if k == 0 or not isinstance(start_step, int):
+            return step
+        return (step // steps + k) * steps
+
+    return tf.ensure_shape(tf.py_function(read, [], tf.int64), [])
+
+
+def ordered_records(
+    config,
+    order: EpochOrder,
+    num_pipelines: int,
+    pipeline_id: int,
+    *,
+    read_part: Callable[..., tf.data.Dataset],
+    start_step: StartStep,
+    crop_seed: int | None,
+) -> tf.data.Dataset:
+    """`(record, [2] crop seed)` pairs of one input pipeline, from global step `start_step` on.
+
+    Args:
+        config: the reader's configuration (pipeline/reader/dataset.py `_Config`).
+        order: the split's epoch order.
+        num_pipelines: input pipelines sharing each global batch (workers).
+        pipeline_id: this pipeline's index.
+        read_part: `(path, compression, records in the shard, records to skip) -> records`.
+        start_step: global steps already taken (int, or read at iteration start).
+        crop_seed: seeds the crop and flip of every position (None: fresh each run).
+
+    Returns:
+        This pipeline's records: its part of each global batch, in order, `steps * B / P` per
+        epoch; epochs on forever when `config.repeat`, else to the end of the start epoch.
+    """
+    batch = config.global_batch_size
+    steps = order.steps(batch)
+    if steps == 0:
+        raise ValueError(
+            f"training on {order.num_examples} examples with global_batch_size {batch}: "
+            "not one full batch per epoch; lower the batch size"
+        )
+    crops = dataclasses.replace(
+        order, seed=random.getrandbits(62) if crop_seed is None else crop_seed
+    )
+    make_windows = _cached_windows if config.cache else _streamed_windows
+    windows = make_windows(config, order, read_part)
+
+    def epoch(index: tf.Tensor, begin: tf.Tensor) -> tf.data.Dataset:
+        """This pipeline's records of epoch `index` from final position `begin` on."""
+        first = begin // order.window
+        wanted = -(-(steps * batch) // order.window) - first
+
+        def part(window: tf.Tensor, records: tf.Tensor) -> tf.data.Dataset:
+            size = tf.shape(records, out_type=tf.int64)[0]
+            start = window * order.window
+            mine = pipeline_mask(
+                start, size, batch, num_pipelines, pipeline_id, begin, steps * batch
+            )
+            chosen = tf.boolean_mask(order.window_permutation(index, window, size), mine)
+            seeds = tf.boolean_mask(crops.crop_seeds(index, window, size), mine)
+            return tf.data.Dataset.from_tensor_slices((tf.gather(records, chosen), seeds))
+
+        numbered = tf.data.Dataset.zip(
+            tf.data.Dataset.range(first, _FOREVER), windows(index, first).take(wanted)
+        )
+        return numbered.flat_map(traced_as_written(part))
+
+    def from_step(step: tf.Tensor) -> tf.data.Dataset:
+        first_epoch, begin = step // steps, (step % steps) * batch
+        last = first_epoch + 1 if not config.repeat else _FOREVER
+        epochs = tf.data.Dataset.range(first_epoch, last)
+        return epochs.flat_map(
+            traced_as_written(lambda e: epoch(e, tf.where(e == first_epoch, begin, 0)))
+        )
+
+    # The step is read when iteration begins: after a restore, not when the dataset was made.
+    starts = tf.data.Dataset.range(1).map(
+        traced_as_written(lambda _: _start_tensor(start_step, steps, config.repeat))
+    )
+    return starts.flat_map(traced_as_written(from_step))
+
+
+def _streamed_windows(config, order: EpochOrder, read_part: Callable) -> Callable:
+    """`windows(epoch, first)`: the epoch's merged stream from window `first` on, read from
+    the shards lane by lane, one tensor of records per window."""
+    shards = config.shards
+    paths = tf.constant([s.path for s in shards], tf.string)
+    compressions = tf.constant([s.compression for s in shards], tf.string)
+    expected = tf.constant([s.num_examples for s in shards], tf.int64)
+    ahead = max(_LANE_AHEAD_MIN, min(_LANE_AHEAD_MAX, order.window // order.lanes))
+    read = read_part
+    if config.local_copies is not None:
+        read = config.local_copies.after_download(read)
+
+    def lane(shard_indices: tf.Tensor, skip: tf.Tensor) -> tf.data.Dataset:
+        # Only the lane's first shard starts inside.
+        skips = tf.where(tf.range(tf.size(shard_indices, tf.int64)) == 0, skip, 0)
+        # (path, compression, records in the shard, records to skip)
+        files = tf.data.Dataset.from_tensor_slices((shard_indices, skips)).map(
+            lambda i, s: (paths[i], compressions[i], expected[i], s)
+        )
+        if config.local_copies is not None:
+            files = config.local_copies.localize(files)
+        return files.flat_map(read).prefetch(ahead)
+
+    def windows(epoch: tf.Tensor, first: tf.Tensor) -> tf.data.Dataset:
+        merged_start = first * order.window
+        lanes = [
+            lane(shard_indices, skip)
+            for shard_indices, skip in order.lane_starts(epoch, merged_start)
+        ]
+        choices = tf.data.Dataset.from_tensor_slices(order.lane_labels(epoch)[merged_start:])
+        merged = tf.data.Dataset.choose_from_datasets(lanes, choices)
+        return merged.batch(order.window)
+
+    return windows
+
+
+def _cached_windows(config, order: EpochOrder, read_part: Callable) -> Callable:
+    """`windows(epoch, first)` from the split's records kept in RAM (read once, in listed
+    order): the same windows as streamed, gathered instead of read."""
+    shards = config.shards
+    files = tf.data.Dataset.from_tensor_slices(
+        (
+            [s.path for s in shards],
+            [s.compression for s in shards],
+            tf.constant([s.num_examples for s in shards], tf.int64),
+            tf.zeros([len(shards)], tf.int64),
+        )
+    )
+    if config.local_copies is not None:
+        files = config.local_copies.localize(files)
+        read_part = config.local_copies.after_download(read_part)
+    # One element, the whole split, kept after the first pass.
+    listed = files.flat_map(read_part).batch(order.num_examples).cache()
+    total, width = order.num_examples, order.window
+
+    def windows(epoch: tf.Tensor, first: tf.Tensor) -> tf.data.Dataset:
+        merged = order.merged_records(epoch)
+        # Read to its end (the cache is complete only then), once per epoch.
+        everything = listed.get_single_element()
+        starts = tf.data.Dataset.range(first * width, total, width)
+        return starts.map(
+            lambda start: tf.gather(everything, merged[start : tf.minimum(start + width, total)])
+        )
+
+    return windows
