@@ -10,7 +10,9 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from core.retention import DEFAULT_KEEP_FOR, parse_duration
 from core.schema import COMPRESSIONS, STORE_MODES
 from transforms.images.limits import (
+    BIT_DEPTHS,
     DEFAULT_MAX_PIXELS,
+    FRAME_MODES,
     JPEG_VERIFY_MODES,
     RESIZE_FILTERS,
     TRANSCODE_MODES,
@@ -115,9 +117,23 @@ def _add_split_options(g) -> None:
     g.add_argument(
         "--label_from",
         default="auto",
-        choices=("auto", "parent", "none", "manifest"),
         help="parent: the file's directory name; manifest: its label column; "
-        "none: no labels; auto (default): manifest if given, else parent.",
+        "dicom:TAG: a DICOM tag's value (e.g. dicom:BodyPartExamined; files without it are "
+        "rejected as no_label); none: no labels; auto (default): manifest if given, else parent.",
+    )
+    g.add_argument(
+        "--group_by",
+        default="",
+        help="Keep every file of a group in one split: dicom:TAG (e.g. dicom:PatientID, "
+        "dicom:StudyInstanceUID), path:REGEX (its first capture group on the file's key) or "
+        "manifest (its group column). A file without a group is a group of its own. Records "
+        "hold only a salted hash of the group (image/group). See docs/dicom.md.",
+    )
+    g.add_argument(
+        "--group_salt",
+        default="",
+        help="Secret mixed into the image/group hash (default: derived from --seed); set it "
+        "when the group is a patient ID, so the hash cannot be matched against a list of IDs.",
     )
     g.add_argument(
         "--target_shard_mb",
@@ -264,6 +280,23 @@ def _add_image_options(g) -> None:
         "(RGB, transparency composited onto white, --jpeg_quality). See docs/reader.md.",
     )
     g.add_argument(
+        "--bit_depth",
+        type=int,
+        default=8,
+        choices=BIT_DEPTHS,
+        help="DICOM (and other images decoded to arrays): 8 (default) stores 8-bit PNG as a "
+        "viewer shows it (modality LUT, the file's VOI window, MONOCHROME1 inverted); 16 keeps "
+        "the full range (16-bit PNG, image/value_scale and image/value_offset give the "
+        "modality values back). See docs/dicom.md.",
+    )
+    g.add_argument(
+        "--frames",
+        default="first",
+        choices=FRAME_MODES,
+        help="Multi-frame DICOM: first (default) stores the first frame; all stores one "
+        "record per frame (image/frame), every frame of a file in one split and shard.",
+    )
+    g.add_argument(
         "--max_side",
         type=int,
         default=0,
@@ -408,6 +441,9 @@ class ConvertConfig:
     splits: tuple[tuple[str, float], ...] = (("train", 0.9), ("validation", 0.1))
     split_from: str = "hash"
     label_from: str = "parent"
+    # --group_by: "", dicom:TAG, path:REGEX or manifest; --group_salt: the group hash's secret.
+    group_by: str = ""
+    group_salt: str = ""
     target_shard_mb: float = DEFAULT_TARGET_SHARD_MB
     min_shards: int = 1
     seed: int = 0
@@ -455,6 +491,8 @@ class ConvertConfig:
             raise OptionError("--split_from manifest needs --manifest FILE with a split column")
         if self.label_from == "manifest" and not self.manifest:
             raise OptionError("--label_from manifest needs --manifest FILE")
+        _check_label_from(self.label_from)
+        _check_group_by(self.group_by, self.manifest, self.split_from)
         if not self.target_shard_mb > 0:
             raise OptionError(f"--target_shard_mb must be > 0, got {self.target_shard_mb}")
         if self.resume_verify not in RESUME_VERIFY_MODES:
@@ -559,6 +597,8 @@ class ConvertConfig:
             label_from=(
                 ("manifest" if o.manifest else "parent") if o.label_from == "auto" else o.label_from
             ),
+            group_by=o.group_by or "",
+            group_salt=o.group_salt or "",
             target_shard_mb=o.target_shard_mb,
             min_shards=o.min_shards,
             seed=o.seed,
@@ -581,6 +621,68 @@ class ConvertConfig:
             stats_sample_fraction=o.stats_sample_fraction,
             stats_max_images=o.stats_max_images,
         )
+
+
+def _check_label_from(label_from: str) -> None:
+    """--label_from: parent, none, manifest or dicom:TAG (never a patient-identifying tag)."""
+    if label_from in ("parent", "none", "manifest"):
+        return
+    kind, _, keyword = label_from.partition(":")
+    if kind != "dicom" or not keyword:
+        raise OptionError(
+            f"--label_from must be auto, parent, none, manifest or dicom:TAG, got {label_from!r}"
+        )
+    from transforms.images import dicom
+
+    _check_dicom_keyword("--label_from", keyword)
+    if keyword in dicom.IDENTIFYING_KEYWORDS:
+        raise OptionError(
+            f"--label_from dicom:{keyword} would write a patient-identifying value into every "
+            "record; use --group_by dicom:" + keyword + " (records hold only a salted hash)"
+        )
+
+
+def _check_dicom_keyword(option: str, keyword: str) -> None:
+    from transforms.images import dicom
+
+    if not dicom.valid_keyword(keyword):
+        raise OptionError(
+            f"{option} dicom:{keyword}: not a DICOM keyword; use the dictionary's name, e.g. "
+            "PatientID, StudyInstanceUID, BodyPartExamined"
+        )
+
+
+def _check_group_by(group_by: str, manifest: str | None, split_from: str) -> None:
+    """--group_by: "", dicom:TAG, path:REGEX (one capture group at least) or manifest."""
+    import re
+
+    if not group_by:
+        return
+    if split_from != "hash":
+        raise OptionError(
+            f"--group_by with --split_from {split_from}: the splits come from the "
+            f"{split_from}, so there is nothing to group; drop one of them"
+        )
+    kind, _, arg = group_by.partition(":")
+    if kind == "manifest" and not arg:
+        if not manifest:
+            raise OptionError("--group_by manifest needs --manifest FILE with a group column")
+        return
+    if kind == "dicom" and arg:
+        _check_dicom_keyword("--group_by", arg)
+        return
+    if kind == "path" and arg:
+        try:
+            groups = re.compile(arg).groups
+        except re.error as e:
+            raise OptionError(f"--group_by path:{arg}: not a regular expression ({e})") from e
+        if groups < 1:
+            raise OptionError(
+                f"--group_by path:{arg} has no capture group; e.g. path:^([^/]+)/ groups by "
+                "the first folder under the input root"
+            )
+        return
+    raise OptionError(f"--group_by must be dicom:TAG, path:REGEX or manifest, got {group_by!r}")
 
 
 def _keep_for_seconds(text: str) -> float:

@@ -77,12 +77,21 @@ def _count_lines(path: str) -> int | None:
 def _raw_problem(example: dict, size: int) -> str | None:
     """What is wrong with a raw-pixel record's stated shape, or None."""
     from core import schema
+    from core.raw_pixels import RAW_DTYPES
 
     h, w, c = (int(example[k].numpy()) for k in (schema.HEIGHT, schema.WIDTH, schema.CHANNELS))
-    if h < 1 or w < 1 or c != 3:
+    dtype = example[schema.DTYPE].numpy().decode()
+    if dtype not in RAW_DTYPES:
+        return f"raw pixels of unknown image/dtype {dtype!r}"
+    # --store pixels records are uint8 RGB; raw records of arrays (image/dtype set) any bands.
+    if h < 1 or w < 1 or c < 1 or (not dtype and c != 3):
         return f"raw pixels with shape {h}x{w}x{c}; expected height, width >= 1 and 3 channels"
-    if size != h * w * c:
-        return f"raw pixels: {size} bytes, height*width*channels = {h}*{w}*{c} = {h * w * c}"
+    item = RAW_DTYPES[dtype].size
+    if size != h * w * c * item:
+        return (
+            f"raw pixels: {size} bytes, height*width*channels*itemsize = "
+            f"{h}*{w}*{c}*{item} = {h * w * c * item}"
+        )
     return None
 
 
@@ -117,6 +126,7 @@ def verify_dataset(data_dir: str, decode: bool = True) -> VerifyReport:
         # The run asked for JPEG only (--transcode jpeg): every record must be a JPEG.
         jpeg_only=info.get("transcode") == "jpeg",
         decode=decode,
+        group_splits={},
     )
     for split, entry in info["splits"].items():
         split_records = 0
@@ -127,8 +137,24 @@ def verify_dataset(data_dir: str, decode: bool = True) -> VerifyReport:
             report.problem(
                 f"split {split}: {split_records} records, dataset_info says {entry['num_examples']}"
             )
+    _check_groups(report, info, checks.group_splits)
     _check_totals(report, data_dir, info)
     return report
+
+
+def _check_groups(report: VerifyReport, info: dict, group_splits: dict) -> None:
+    """--group_by: no group in two splits, and each split's num_groups as the records say."""
+    for group, splits in sorted(group_splits.items()):
+        if len(splits) > 1:
+            report.problem(f"group {group} is in splits {', '.join(sorted(splits))}")
+    for split, entry in info["splits"].items():
+        if "num_groups" not in entry:
+            continue
+        found = sum(1 for splits in group_splits.values() if split in splits)
+        if found != entry["num_groups"]:
+            report.problem(
+                f"split {split}: {found} groups, dataset_info says {entry['num_groups']}"
+            )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -139,6 +165,7 @@ class _RecordChecks:
     spec: dict
     jpeg_only: bool
     decode: bool
+    group_splits: dict  # image/group -> the splits its records are in (filled while checking)
 
 
 def _check_shard(report: VerifyReport, data_dir: str, shard: dict, checks: _RecordChecks) -> int:
@@ -167,6 +194,7 @@ def _check_shard(report: VerifyReport, data_dir: str, shard: dict, checks: _Reco
         for index, record in enumerate(_records(data, rel)):
             count += 1
             _check_record(report, f"{rel}: record {index}", record, checks)
+            _note_group(record, rel.split("/", 1)[0], checks)
     except ValueError as e:  # CRC or framing damage: the rest of the shard is unreadable.
         report.problem(str(e))
     if count != shard["num_examples"]:
@@ -212,6 +240,21 @@ def _check_record(report: VerifyReport, where: str, record: bytes, checks: _Reco
         report.problem(f"{where}: {problem}")
 
 
+def _note_group(record: bytes, split: str, checks: _RecordChecks) -> None:
+    """Remember the split of the record's image/group (--group_by)."""
+    import tensorflow as tf
+
+    from core import schema
+
+    try:
+        ex = tf.io.parse_single_example(record, schema.feature_spec((schema.GROUP,)))
+    except tf.errors.InvalidArgumentError:
+        return  # _check_record reported it
+    group = ex[schema.GROUP].numpy().decode()
+    if group:
+        checks.group_splits.setdefault(group, set()).add(split)
+
+
 def _decode_problem(example: dict, encoded: bytes) -> str | None:
     """What is wrong with decoding an encoded record's image with TensorFlow, or None."""
     import tensorflow as tf
@@ -234,7 +277,7 @@ def _check_totals(report: VerifyReport, data_dir: str, info: dict) -> None:
     """dataset_info.json's totals against its splits, and the reject and duplicate files."""
     from core import schema, storage
 
-    written = sum(e["num_examples"] for e in info["splits"].values())
+    written = sum(e.get("num_files", e["num_examples"]) for e in info["splits"].values())
     if written != info["num_written"]:
         report.problem(f"num_written {info['num_written']} != sum of splits {written}")
     if info["num_listed"] != info["num_written"] + info["num_rejected"] + info["num_duplicates"]:

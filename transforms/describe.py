@@ -50,6 +50,8 @@ def _split_entry(shards: list[ShardInfo]) -> dict:
     entries = [s.listing() for s in shards]
     entry = {
         "num_examples": sum(e["num_examples"] for e in entries),
+        # Files written: fewer than records when --frames all writes a record per frame.
+        "num_files": sum(s.num_examples if s.num_files is None else s.num_files for s in shards),
         "num_bytes": sum(e["num_bytes"] for e in entries),
         "num_shards": len(shards),
         "shards": entries,
@@ -61,6 +63,8 @@ def _split_entry(shards: list[ShardInfo]) -> dict:
         for s in shards:
             labels.update(s.label_counts)
         entry["label_counts"] = dict(sorted(labels.items()))
+    if any(s.groups is not None for s in shards):  # --group_by: distinct groups in the split
+        entry["num_groups"] = len(set().union(*(s.groups or () for s in shards)))
     return entry
 
 
@@ -171,7 +175,8 @@ class _DescribeFn(beam.DoFn):
         return {
             "schema_version": schema.SCHEMA_VERSION,
             "num_listed": num_listed,
-            "num_written": sum(s["num_examples"] for s in splits.values()),
+            "num_written": sum(s["num_files"] for s in splits.values()),
+            "num_records": sum(s["num_examples"] for s in splits.values()),
             "num_rejected": num_rejected,
             "num_duplicates": num_duplicates,
             "label_names": list(label_names),
@@ -187,6 +192,10 @@ class _DescribeFn(beam.DoFn):
             # How records store images (reader: which decode path) and how shards are compressed.
             "store": c.store,
             "compression": c.compression,
+            # --group_by (the spec, never a group's value), --bit_depth and --frames as run.
+            "group_by": c.group_by,
+            "bit_depth": c.check.bit_depth,
+            "frames": c.check.frames,
             "feature_spec": schema.FEATURE_SPEC_JSON,
             "statistics": statistics,
             "provenance": {

@@ -3,10 +3,22 @@
 from __future__ import annotations
 
 import hashlib
+import hmac
 
 from transforms.elements import ListedFile
 
-__all__ = ["unit_hash", "int_hash", "assign_split", "stats_fraction", "wants_stats"]
+__all__ = [
+    "unit_hash",
+    "int_hash",
+    "assign_split",
+    "group_hash",
+    "split_key",
+    "stats_fraction",
+    "wants_stats",
+]
+
+# Hex digits of image/group kept: 128 bits, no collision between groups of any real dataset.
+_GROUP_HEX = 32
 
 
 def int_hash(purpose: str, seed: int, key: str) -> int:
@@ -37,6 +49,22 @@ def assign_split(key: str, seed: int, splits: tuple[tuple[str, float], ...]) -> 
         if u < cumulative:
             return name
     return splits[-1][0]  # u within float rounding of 1.0
+
+
+def split_key(key: str, group: str | None) -> str:
+    """What a file's split is hashed from: its group's value under --group_by (every file of
+    the group gets the same split, and adding files never moves a group), else its key."""
+    return f"group\0{group}" if group else key
+
+
+def group_hash(group: str, salt: str, seed: int) -> str:
+    """image/group: an HMAC-SHA256 of the group's value (a patient ID, say), never the value.
+
+    Keyed by --group_salt, or by a key derived from the seed when none is given (stable across
+    runs; whoever knows the seed can test guessed values, which --group_salt prevents).
+    """
+    key = (salt or f"imgrec-group\0{seed}").encode()
+    return hmac.new(key, group.encode(), hashlib.sha256).hexdigest()[:_GROUP_HEX]
 
 
 def stats_fraction(fraction: float, max_images: int, num_listed: int) -> float:

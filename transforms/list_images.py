@@ -7,6 +7,7 @@ import io
 import json
 import os
 import posixpath
+import re
 
 import apache_beam as beam
 from apache_beam import pvalue
@@ -16,7 +17,7 @@ from apache_beam.metrics import Metrics
 from core import names
 from core.rejects import make_reject
 from transforms.elements import ListedFile, MatchedFile
-from transforms.keys import assign_split
+from transforms.keys import assign_split, group_hash, split_key
 from transforms.match_local import match_bucket, match_local
 
 __all__ = [
@@ -225,11 +226,19 @@ class _ReadManifestFn(beam.DoFn):
                 key = _key(path, base)
             else:
                 key = names.escape_text(posixpath.normpath(raw))
-            label, split = (
+            label, split, group = (
                 names.escape_text(str(row[column])) if row.get(column) not in (None, "") else ""
-                for column in ("label", "split")
+                for column in ("label", "split", "group")
             )
-            yield MatchedFile(path, key, -1, None, manifest_label=label, manifest_split=split)
+            yield MatchedFile(
+                path,
+                key,
+                -1,
+                None,
+                manifest_label=label,
+                manifest_split=split,
+                manifest_group=group,
+            )
 
     def process(self, manifest: str):
         seen = set()
@@ -245,16 +254,56 @@ class _ReadManifestFn(beam.DoFn):
         yield from _in_batches(once(self._rows(manifest)))
 
 
+def _dicom_tags(path: str, keywords: tuple[str, ...]) -> dict[str, str]:
+    """The DICOM tags `keywords` of the file at `path` (header only), {} when it has none or
+    cannot be read (inspection then reports what is wrong with it)."""
+    from transforms.images import dicom
+
+    try:
+        with FileSystems.open(names.local_path(path), compression_type="uncompressed") as f:
+            return dicom.read_tags(f, keywords)
+    except (OSError, ValueError):
+        return {}
+
+
 class _LabelAndSplitFn(beam.DoFn):
-    """[MatchedFile] -> [ListedFile], label and split set; files without either -> REJECTED."""
+    """[MatchedFile] -> [ListedFile], label, split and group set; files without a label or
+    split -> REJECTED.
+
+    --group_by hashes the split from the group's value, so a group never spans two splits;
+    --group_by dicom:TAG and --label_from dicom:TAG read the file's DICOM header here.
+    """
 
     REJECTED = "rejected"
 
-    def __init__(self, label_from: str, split_from: str, seed: int, splits):
-        self._label_from = label_from
-        self._split_from = split_from
-        self._seed = seed
-        self._splits = splits
+    def __init__(self, config):
+        self._label_from = config.label_from
+        self._split_from = config.split_from
+        self._seed = config.seed
+        self._splits = config.splits
+        self._group_by = config.group_by
+        self._salt = config.group_salt
+        self._keywords = tuple(
+            spec.split(":", 1)[1]
+            for spec in (config.label_from, config.group_by)
+            if spec.startswith("dicom:")
+        )
+        self._path_group = (
+            re.compile(config.group_by.split(":", 1)[1])
+            if config.group_by.startswith("path:")
+            else None
+        )
+
+    def _group(self, item: MatchedFile, tags: dict[str, str]) -> str | None:
+        """The value of the file's --group_by group, or None (a group of its own)."""
+        if self._path_group is not None:
+            found = self._path_group.search(item.key)
+            return found.group(1) if found and found.group(1) else None
+        if self._group_by == "manifest":
+            return item.manifest_group or None
+        if self._group_by.startswith("dicom:"):
+            return tags.get(self._group_by.split(":", 1)[1])
+        return None
 
     def process(self, batch):
         listed = []
@@ -269,7 +318,16 @@ class _LabelAndSplitFn(beam.DoFn):
 
     def _one(self, item: MatchedFile):
         path, key = item.path, item.key
-        if self._label_from == "parent":
+        tags = _dicom_tags(path, self._keywords) if self._keywords else {}
+        if self._label_from.startswith("dicom:"):
+            keyword = self._label_from.split(":", 1)[1]
+            label = tags.get(keyword, "")
+            if not label:
+                detail = f"--label_from dicom:{keyword}: the file has no {keyword} tag"
+                yield pvalue.TaggedOutput(self.REJECTED, make_reject(path, "no_label", detail))
+                return
+            label = names.escape_text(label)
+        elif self._label_from == "parent":
             label = _parent_name(path)
         elif self._label_from == "manifest":
             label = item.manifest_label
@@ -285,8 +343,9 @@ class _LabelAndSplitFn(beam.DoFn):
                 return
         else:
             label = ""
+        group = self._group(item, tags)
         if self._split_from == "hash":
-            split = assign_split(key, self._seed, self._splits)
+            split = assign_split(split_key(key, group), self._seed, self._splits)
         elif self._split_from == "manifest":
             split = item.manifest_split
         else:  # path: <split>/<label>/file under the input root
@@ -304,7 +363,8 @@ class _LabelAndSplitFn(beam.DoFn):
                 ),
             )
             return
-        yield ListedFile(path, key, label, split, item.size, item.stamp)
+        hashed = group_hash(group, self._salt, self._seed) if group else ""
+        yield ListedFile(path, key, label, split, item.size, item.stamp, group=hashed)
 
 
 class ListImages(beam.PTransform):
@@ -347,9 +407,9 @@ class ListImages(beam.PTransform):
             # [MatchedFile]: spread the listing over workers, a batch (names only) at a time.
             | "Redistribute" >> beam.Reshuffle()
             | "LabelAndSplit"
-            >> beam.ParDo(
-                _LabelAndSplitFn(c.label_from, c.split_from, c.seed, c.splits)
-            ).with_outputs(_LabelAndSplitFn.REJECTED, main="listed")
+            >> beam.ParDo(_LabelAndSplitFn(c)).with_outputs(
+                _LabelAndSplitFn.REJECTED, main="listed"
+            )
         )
         rejected = (listed[_LabelAndSplitFn.REJECTED], bad_rows) | "MergeListingRejects" >> (
             beam.Flatten()

@@ -237,6 +237,7 @@ class _ShardContents:
         self._with_dali_index = with_dali_index
         self.num_examples = 0
         self.num_files = 0  # files written (a file may become several records: --frames all)
+        self.groups = set()  # --group_by: image/group of its records
         self.transcoded = collections.Counter()
         self.formats = collections.Counter()  # records per image/format (the summary's warning)
         self.labels = collections.Counter()  # examples per label text: exact class counts
@@ -254,6 +255,8 @@ class _ShardContents:
             self.idx_lines.append(dali_index.index_line(offset, size))
         self.transcoded.update(filter(None, why.split(",")))
         self.num_examples += 1
+        if entry.group:
+            self.groups.add(entry.group)
         self.formats[fmt] += 1
         self.labels[entry.label] += 1
 
@@ -272,6 +275,7 @@ class _WriteShardFn(beam.DoFn):
         self._store = config.store
         self._compression = config.compression
         self._dali_index = config.dali_index
+        self._group_by = config.group_by
         self._written = Metrics.counter("imgrec", "written")
         self._written_bytes = Metrics.counter("imgrec", "written_bytes")
         self._shards = Metrics.counter("imgrec", "shards_written")
@@ -484,6 +488,7 @@ class _WriteShardFn(beam.DoFn):
             file=shard.relname,
             num_examples=contents.num_examples,
             num_files=contents.num_files,
+            groups=sorted(contents.groups) if self._group_by else None,
             num_bytes=out.num_bytes,
             sha256=out.sha256.hexdigest(),
             transcoded=dict(contents.transcoded),

@@ -3,7 +3,7 @@
 Every DICOM rule of imgrec lives here (docs/dicom.md says what is kept and why). The pixels are
 decoded by pydicom and its pylibjpeg plugins in a decoder subprocess (decode_worker.arrays), so a
 crash in a native decoder costs one file. No patient-identifying value (name, ID, birth date)
-leaves this module except through `group_value`, which callers hash.
+leaves this module except through `read_tags` for --group_by, whose callers hash it.
 """
 
 from __future__ import annotations
@@ -18,7 +18,38 @@ from core import schema
 from core.rejects import Rejected
 from transforms.images.arrays import ArrayImage, ArrayRequest, check_declared
 
-__all__ = ["decode_arrays", "group_value", "looks_like_dicom", "read_tags", "valid_keyword"]
+__all__ = [
+    "IDENTIFYING_KEYWORDS",
+    "decode_arrays",
+    "looks_like_dicom",
+    "read_tags",
+    "valid_keyword",
+]
+
+# Tags that identify a patient (PS3.15 Annex E's basic profile, the patient and visit ones): never
+# written; --group_by may use them (hashed), --label_from may not.
+IDENTIFYING_KEYWORDS = frozenset(
+    {
+        "PatientName",
+        "PatientID",
+        "PatientBirthDate",
+        "PatientBirthTime",
+        "PatientBirthName",
+        "PatientMotherBirthName",
+        "OtherPatientIDs",
+        "OtherPatientIDsSequence",
+        "OtherPatientNames",
+        "IssuerOfPatientID",
+        "PatientAddress",
+        "PatientTelephoneNumbers",
+        "MedicalRecordLocator",
+        "AccessionNumber",
+        "ReferringPhysicianName",
+        "InstitutionName",
+        "InstitutionAddress",
+        "StudyID",
+    }
+)
 
 # Part 10 files: a 128-byte preamble, then "DICM", then the file meta group.
 _PREAMBLE = 128
@@ -92,11 +123,6 @@ def read_tags(fp: BinaryIO, keywords: tuple[str, ...]) -> dict[str, str]:
     except Exception:  # noqa: BLE001  (damage is inspection's to report, with its reason)
         return {}
     return {k: _text(v) for k, v in found.items() if v is not None and _text(v)}
-
-
-def group_value(tags: dict[str, str], keyword: str) -> str | None:
-    """The value `--group_by dicom:KEYWORD` groups by (the caller hashes it), or None."""
-    return tags.get(keyword)
 
 
 def decode_arrays(data: bytes, request: ArrayRequest) -> ArrayImage:
