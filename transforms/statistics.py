@@ -215,15 +215,14 @@ def _statistics(
     train_split: str,
     label_names: Sequence[str] | None,
     size_quantiles: dict | None,
-) -> dict:
+) -> dict | None:
     """The statistics dict from the analyzers' values ({key: [floats]}) and the label counts."""
     num_images = int(values["num_images"][0])
     num_stats_images = int(values["num_stats_images"][0])
     if num_images == 0:
-        raise ValueError(
-            f"the {train_split!r} split is empty, so there are no statistics to compute: check "
-            "--splits, or pass --no_analyze"
-        )
+        # Nothing to compute from (every file rejected under --max_bad_fraction 1.0, or a split
+        # without files): the dataset is written without statistics, as with --no_analyze.
+        return None
     if num_stats_images == 0:
         raise ValueError(
             f"none of the {num_images} {train_split!r} images was sampled for pixel statistics: "
