@@ -91,6 +91,20 @@ def _check_accounting(info: dict) -> None:
         )
 
 
+def _check_training_split(config, info: dict) -> None:
+    """Fail when records were written but none to the training split the statistics need (a
+    --splits mistake); a run that wrote nothing at all ends with its rejects and an empty
+    dataset instead (--max_bad_fraction said so)."""
+    if not config.analyze or info["statistics"] is not None or not info["num_records"]:
+        return
+    if info["splits"].get(config.train_split, {}).get("num_examples"):
+        return
+    raise ValueError(
+        f"{ERROR_PREFIX}the {config.train_split!r} split is empty, so there are no statistics "
+        "to compute: check --splits, or pass --no_analyze"
+    )
+
+
 class _DescribeFn(beam.DoFn):
     """One element in -> the dataset's description files out (side inputs hold everything)."""
 
@@ -119,6 +133,7 @@ class _DescribeFn(beam.DoFn):
             statistics=statistics,
         )
         _check_accounting(info)
+        _check_training_split(self._config, info)
         # Written last: its presence means the dataset is complete.
         storage.write_bytes_atomic(
             storage.join(out, schema.DATASET_INFO),

@@ -59,8 +59,8 @@ def test_exact_statistics_defer_to_the_export_when_float64_may_round():
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv(statistics.EXACT_ENV, "0")
         assert statistics.exact_statistics(_totals([item]), "train", None) is None
-    with pytest.raises(ValueError, match=r"'train' split is empty.*--no_analyze"):
-        statistics.exact_statistics(_totals([]), "train", None)
+    # An empty split has no statistics (describe fails the job if other splits have records).
+    assert statistics.exact_statistics(_totals([]), "train", None) is None
     unsampled = dict(item, stats=None)
     with pytest.raises(ValueError, match=r"none of the 1 'train' images was sampled"):
         statistics.exact_statistics(_totals([unsampled]), "train", None)
