@@ -296,10 +296,10 @@ def test_without_label_names_ids_are_sorted_train_labels(tmp_path):
     assert ids.numpy().tolist() == [3, 0, -1]
 
 
-def test_empty_train_split_fails_naming_the_fix(tmp_path):
+def test_empty_train_split_has_no_statistics(tmp_path):
+    # describe fails the job naming the fix when other splits have records (test_analysis_process).
     items = [item for item in make_corpus()[0] if item["split"] != "train"]
-    with pytest.raises(Exception, match=r"'train' split is empty.*--no_analyze"):
-        run_analyze(str(tmp_path / "ds"), LABEL_NAMES, items)
+    assert run_analyze(str(tmp_path / "ds"), LABEL_NAMES, items) is None
 
 
 def _load_layer(out: str):
