@@ -552,6 +552,10 @@ class ConvertConfig:
                 "uncompressed TFRecord files only (it fails on GZIP shards), so these indexes "
                 "would be of no use; drop --compression gzip (or --dali_index)"
             )
+        if self.check.transcode == "jpeg" and self.check.bit_depth == 16:
+            raise OptionError(
+                "--transcode jpeg with --bit_depth 16: JPEG holds 8 bits; drop one of them"
+            )
         if self.check.transcode == "jpeg" and self.store != "encoded":
             raise OptionError(
                 f"--transcode jpeg with --store {self.store}: --transcode jpeg makes every "

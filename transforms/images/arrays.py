@@ -26,6 +26,7 @@ __all__ = [
     "check_declared",
     "decode",
     "encode_frame",
+    "jpeg_quality",
     "request_for",
     "stored_frames",
 ]
@@ -115,11 +116,14 @@ def decode(fmt: str, data: bytes, opts: CheckOptions) -> ArrayImage:
     return image
 
 
-def encode_frame(frame: np.ndarray) -> StoredFrame:
+def encode_frame(frame: np.ndarray, jpeg_quality: int = 0) -> StoredFrame:
     """One H x W x C frame as stored: PNG (uint8/uint16, 1-4 channels; what tf.io.decode_image
-    reads), else raw little-endian samples in H x W x C order."""
+    reads), else raw little-endian samples in H x W x C order. `jpeg_quality` (--transcode jpeg)
+    stores a uint8 frame as a gray or RGB JPEG instead."""
     height, width, channels = frame.shape
     dtype = frame.dtype.name
+    if jpeg_quality and frame.dtype == np.uint8:
+        return _jpeg(frame, jpeg_quality)
     if frame.dtype.type in _PNG_DTYPES and channels <= _PNG_MAX_CHANNELS:
         import tensorflow as tf
 
@@ -131,10 +135,31 @@ def encode_frame(frame: np.ndarray) -> StoredFrame:
     return StoredFrame(raw.tobytes(), schema.RAW_FORMAT, height, width, channels, dtype)
 
 
-def stored_frames(image: ArrayImage, request: ArrayRequest):
+def _jpeg(frame: np.ndarray, quality: int) -> StoredFrame:
+    """A uint8 frame as a JPEG: gray stays gray, other band counts become RGB (alpha dropped)."""
+    import io
+
+    from PIL import Image
+
+    channels = frame.shape[2]
+    image = Image.fromarray(frame[:, :, 0] if channels == 1 else frame[:, :, :3].copy())
+    if image.mode not in ("L", "RGB"):
+        image = image.convert("RGB")
+    out = io.BytesIO()
+    image.save(out, "JPEG", quality=quality)
+    kept = 1 if image.mode == "L" else 3
+    return StoredFrame(out.getvalue(), "jpeg", frame.shape[0], frame.shape[1], kept, "uint8")
+
+
+def jpeg_quality(opts: CheckOptions) -> int:
+    """The JPEG quality frames are stored at (--transcode jpeg), 0 for PNG."""
+    return opts.jpeg_quality if opts.transcode == "jpeg" else 0
+
+
+def stored_frames(image: ArrayImage, request: ArrayRequest, quality: int = 0):
     """Yield (StoredFrame, the record's optional features) for each decoded frame."""
     for index, frame in enumerate(image.frames):
-        stored = encode_frame(frame)
+        stored = encode_frame(frame, quality)
         features = dict(image.features)
         features[schema.FRAME] = index
         features[schema.DTYPE] = stored.dtype

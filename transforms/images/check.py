@@ -159,14 +159,14 @@ def _check_arrays(fmt: str, data: bytes, opts: CheckOptions, compute_stats: bool
     process; its first frame stored and, as PNG, decoded by TensorFlow as the reader will."""
     image = arrays.decode(fmt, data, opts)
     reasons = array_reasons(image, opts)
-    stored = arrays.encode_frame(image.frames[0])
+    stored = arrays.encode_frame(image.frames[0], arrays.jpeg_quality(opts))
     stats = None
-    if stored.format == "png":
+    if stored.format != "raw":
         tf = load_tf()
         try:
-            decoded = tf_decode("png", stored.data)
-        except tf.errors.InvalidArgumentError as e:  # our own PNG: a bug, named as one
-            detail = f"the stored PNG does not decode: {tf_message(e)}"
+            decoded = tf_decode(stored.format, stored.data)
+        except tf.errors.InvalidArgumentError as e:  # our own encode: a bug, named as one
+            detail = f"the stored {stored.format.upper()} does not decode: {tf_message(e)}"
             raise Rejected("decoder_error", detail) from e
         if compute_stats:
             stats = _channel_stats(np.asarray(decoded))

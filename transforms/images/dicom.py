@@ -206,8 +206,12 @@ def _decoder(ds):
     from pydicom.uid import UID
 
     if not any(k in ds for k in ("PixelData", "FloatPixelData", "DoubleFloatPixelData")):
-        sop = ds.get("SOPClassUID")
+        meta = getattr(ds, "file_meta", None)
+        sop = ds.get("SOPClassUID") or (meta.get("MediaStorageSOPClassUID") if meta else None)
         what = UID(str(sop)).name if sop else "no SOP Class UID"
+        if "Image" in what or "Rows" in ds:
+            # An image's file whose elements stop before its pixels: cut at an element's end.
+            raise Rejected("truncated", f"DICOM {what} ends before its Pixel Data")
         raise Rejected("no_pixel_data", f"DICOM {what} without pixel data")
     syntax = _transfer_syntax(ds)
     try:

@@ -124,7 +124,9 @@ def store_records(
     image = arrays.decode(info.source_format, data, opts)
     check.array_reasons(image, opts)  # --animated reject, as inspection decided
     records = []
-    for frame, features in arrays.stored_frames(image, arrays.request_for(opts)):
+    for frame, features in arrays.stored_frames(
+        image, arrays.request_for(opts), arrays.jpeg_quality(opts)
+    ):
         raw = frame.format == schema.RAW_FORMAT
         records.append(
             StoredImage(
