@@ -6,13 +6,19 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 import tempfile
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from pathlib import Path
 
-from bench._common import REPO, alternate, cli_with_compat_off, load_average, timed_run
+from bench._common import (
+    REPO,
+    alternate,
+    imgrec_argv,
+    load_average,
+    timed_run,
+    with_patches_off,
+)
 
 _NO_ONE_REQUEST_READS = {"ONE_REQUEST_SCHEMES": "set()"}
 
@@ -33,14 +39,15 @@ def main(
     `describe(requests of the last run, bucket)` for each mode.
 
     Args:
-        share_fix: the beam_clients function that shares this scheme's clients.
+        share_fix: the patch (pipeline/launch/patches.py) that shares this scheme's clients.
         filesystem: what the "both off" runs are called ("Beam's GCS filesystem").
         metadata_read: what a read is without one_request_reads ("HEAD + GET per read").
     """
-    runs_source = {
-        "shared_client": cli_with_compat_off(share_fix),
-        "one_request_reads": cli_with_compat_off(settings=_NO_ONE_REQUEST_READS),
-        "both": cli_with_compat_off(share_fix, settings=_NO_ONE_REQUEST_READS),
+    # Per --fix, what the "off" runs switch off: patches by name, core.beam_clients settings.
+    fixes = {
+        "shared_client": ((share_fix,), None),
+        "one_request_reads": ((), _NO_ONE_REQUEST_READS),
+        "both": ((share_fix,), _NO_ONE_REQUEST_READS),
     }
     labels = {
         "shared_client": ("client per operation", "shared client"),
@@ -50,9 +57,9 @@ def main(
     parser = argparse.ArgumentParser(description=doc.splitlines()[0])
     parser.add_argument("--num_images", type=int, default=100)
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--fix", choices=sorted(runs_source), default=default_fix)
+    parser.add_argument("--fix", choices=sorted(fixes), default=default_fix)
     args = parser.parse_args()
-    run_source = runs_source[args.fix]
+    patches_off, settings = fixes[args.fix]
     off_label, on_label = labels[args.fix]
 
     from pipeline.demo import build_corpus
@@ -73,10 +80,12 @@ def main(
             runs[mode] += 1
             out = store.uri(bucket, f"out-{mode}-{runs[mode]}")
             store.relay.requests.clear()
-            cmd = [sys.executable, "-c", run_source, mode, "convert",
+            off = mode == "off"
+            cmd = [*imgrec_argv(settings if off else None), "convert",
                    "--input", store.uri(bucket, "photos/**"), "--output", out,
                    *store.beam_args]  # fmt: skip
-            wall, cpu = timed_run(cmd, env, f"{mode} run")
+            run_env = with_patches_off(env, *(patches_off if off else ()))
+            wall, cpu = timed_run(cmd, run_env, f"{mode} run")
             requests[mode] = describe(list(store.relay.requests), bucket)
             return wall, cpu
 

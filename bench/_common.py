@@ -22,7 +22,8 @@ __all__ = [
     "median",
     "print_table",
     "load_average",
-    "cli_with_compat_off",
+    "imgrec_argv",
+    "with_patches_off",
     "timed_run",
     "alternate",
     "output_snapshot",
@@ -33,25 +34,23 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WORK = os.path.join(REPO, "bench", "_work")  # git-ignored cache of corpora and outputs
 
 
-def cli_with_compat_off(*names: str, settings: dict[str, str] | None = None) -> str:
-    """`python -c` source running `imgrec ARGS` (its argv: MODE ARGS...). With MODE "off", the
-    named fixes of `core.beam_compat` or `core.beam_clients` are no-ops first, which is Beam's
-    own behaviour, and each `settings` name of `core.beam_clients` is set to its Python
-    expression (e.g. a feature's set of schemes emptied); with "on", imgrec runs as it ships.
-    For A/B runs of one fix in one bench."""
-    assignments = "".join(
-        f"    clients.{name} = {value}\n" for name, value in (settings or {}).items()
-    )
-    return f"""
-import sys
-if sys.argv.pop(1) == "off":
-    import core.beam_clients as clients
-    import core.beam_compat as compat
-    for name in {names!r}:
-        setattr(clients if hasattr(clients, name) else compat, name, lambda: None)
-{assignments}from pipeline.cli import main
-sys.exit(main(sys.argv[1:]))
-"""
+def imgrec_argv(settings: dict[str, str] | None = None) -> list[str]:
+    """The command that runs the `imgrec` program (`python -m pipeline`), to append ARGS to.
+    With `settings`, each name of `core.beam_clients` is first set to its Python expression (e.g.
+    a feature's set of schemes emptied): A/B runs of what no IMGREC_PATCHES_OFF name switches."""
+    if not settings:
+        return [sys.executable, "-m", "pipeline"]
+    assignments = "".join(f"clients.{name} = {value}\n" for name, value in settings.items())
+    source = "import core.beam_clients as clients\n" + assignments
+    return [sys.executable, "-c", source + "from pipeline.launch.program import run\nrun()\n"]
+
+
+def with_patches_off(env: dict, *names: str) -> dict:
+    """`env` with the named patches of pipeline/launch/patches.py switched off (Beam's own
+    behaviour) in the command and every process it starts; no names: none off."""
+    from pipeline.launch.patches import PATCHES_OFF_ENV
+
+    return dict(env, **{PATCHES_OFF_ENV: ",".join(names)})
 
 
 def timed_run(argv: list[str], env: dict, what: str) -> tuple[float, float]:

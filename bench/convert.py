@@ -161,7 +161,7 @@ def _child_components(corpus_dir: str, summary_json: str, limit: int) -> dict:
     from PIL import Image
 
     from core import schema, storage
-    from core.beam_compat import write_record
+    from core.tfrecord import write_record
 
     with open(summary_json) as f:
         summary = json.load(f)
@@ -268,7 +268,7 @@ def _child_components(corpus_dir: str, summary_json: str, limit: int) -> dict:
             pass
 
     sink = _Null()
-    timed("beam_compat.write_record (crc32c)", lambda e: write_record(sink, e), ex)
+    timed("tfrecord.write_record (crc32c)", lambda e: write_record(sink, e), ex)
     from transforms.keys import int_hash
 
     timed("keys.int_hash", lambda p: int_hash("order", 0, p), paths)

@@ -1,7 +1,8 @@
 """The default command on a GCS bucket (gcp-storage-emulator on 127.0.0.1), whole process, with
 and without one of imgrec's fixes to Beam's GCS filesystem (both on by default):
   --fix shared_client: Beam's GCS filesystem builds a google-cloud-storage client per operation;
-    imgrec shares one (core/beam_clients.share_gcs_clients). The "off" runs make that a no-op.
+    imgrec shares one (pipeline/launch/patches.share_gcs_clients). The "off" runs switch it off
+    (IMGREC_PATCHES_OFF=share_gcs_clients).
   --fix one_request_reads: Beam's FileSystems.open asks for an object's metadata before its
     bytes; imgrec reads a whole file in one GET (core/beam_clients.read_object). The "off" runs
     read through FileSystems.open (beam_clients.ONE_REQUEST_SCHEMES emptied).

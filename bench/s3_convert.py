@@ -1,7 +1,8 @@
 """The default command on an S3 bucket (moto's server on 127.0.0.1), whole process, with and
 without one of imgrec's fixes to Beam's S3 filesystem (both on by default):
   --fix shared_client: Beam's S3 filesystem builds a boto3 session and client per operation;
-    imgrec shares one (core/beam_clients.share_s3_clients). The "off" runs make that a no-op.
+    imgrec shares one (pipeline/launch/patches.share_s3_clients). The "off" runs switch it off
+    (IMGREC_PATCHES_OFF=share_s3_clients).
   --fix one_request_reads: Beam's FileSystems.open sends a HEAD for an object's size before it
     GETs the bytes; imgrec reads a whole file in one GET (core/beam_clients.read_object). The
     "off" runs read through FileSystems.open (beam_clients.ONE_REQUEST_SCHEMES emptied).

@@ -1,13 +1,13 @@
 """The default command on a local corpus, whole process, wall clock: with Beam's own per-call
-overheads against imgrec's memoized ones (core/beam_compat, on by default).
+overheads against imgrec's memoized ones (pipeline/launch/patches.py, on by default).
 
     PYTHONPATH=. .venv/bin/python bench/ablations/beam_overheads.py --num_images 300 --repeats 5
 
 Each run is `python -m pipeline convert --input DIR/*/*.jpg --output OUT` with default options
 (analysis and report on; a corpus this size runs in the launcher's process). The "Beam's own"
-runs first turn off what beam_compat adds over Beam's per-call work: DoFn state specs, option
-views and function signatures recomputed on every call (`memoize_dofn_specs`,
-`memoize_option_views`, `memoize_function_arguments` made no-ops). The runs alternate, so the
+runs switch off what the patches add over Beam's per-call work: DoFn state specs, option
+views and function signatures recomputed on every call (IMGREC_PATCHES_OFF=memoize_dofn_specs,
+memoize_option_views,memoize_function_arguments). The runs alternate, so the
 machine's load falls on both alike; medians are printed, then the ratio.
 """
 
@@ -22,22 +22,18 @@ import tempfile
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, REPO)
 
-from bench._common import alternate, cli_with_compat_off, timed_run  # noqa: E402
+from bench._common import alternate, imgrec_argv, timed_run, with_patches_off  # noqa: E402
 
-_RUN = cli_with_compat_off(
-    "memoize_dofn_specs",
-    "memoize_option_views",
-    "memoize_function_arguments",
-)
+_MEMOS = ("memoize_dofn_specs", "memoize_option_views", "memoize_function_arguments")
 
 
 def _run(mode: str, corpus: str, out: str, env: dict) -> tuple[float, float]:
     """(wall s, CPU s of the child) of one conversion."""
     shutil.rmtree(out, ignore_errors=True)
     return timed_run(
-        [sys.executable, "-c", _RUN, mode, "convert", "--input", f"{corpus}/*/*.jpg",
-         "--output", out, "--max_bad_fraction", "0.2"],
-        env, mode,
+        [*imgrec_argv(), "convert", "--input", f"{corpus}/*/*.jpg", "--output", out,
+         "--max_bad_fraction", "0.2"],
+        with_patches_off(env, *(_MEMOS if mode == "off" else ())), mode,
     )  # fmt: skip
 
 

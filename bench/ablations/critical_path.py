@@ -32,6 +32,8 @@ sys.path.insert(0, ROOT)
 # Run in the child: wrap the functions that mark the phases, then run the `imgrec` program.
 _CHILD = r"""
 import os, resource, sys, time
+from pipeline.launch import program
+program.start()  # as the program starts, before the imports below
 T0 = float(os.environ["CP_T0"])
 LOG = os.environ["CP_LOG"]
 
@@ -40,7 +42,7 @@ def mark(what):
     with open(LOG, "a") as f:
         f.write(f"{time.time() - T0:.3f} {os.getpid()} {what} {cpu.ru_utime + cpu.ru_stime:.3f}\n")
 
-import pipeline.analysis_process as ap
+import pipeline.launch.analysis_process as ap
 import pipeline.launcher as launcher
 import transforms.analyze_aside as aside
 
@@ -82,9 +84,7 @@ if os.environ.get("CP_STAGES"):
             mark("stage:report<")
 
     page.build_report = timed_report
-sys.argv = ["imgrec", *sys.argv[1:]]
-from pipeline.cli import run
-run()
+program.run()
 """
 
 

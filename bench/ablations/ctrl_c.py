@@ -46,7 +46,7 @@ def main() -> int:
     src = os.path.join(work, "src")
     build_corpus(src, num_images=args.num_images, seed=2, long_side=(300, 500), broken=False)
     # The analysis process, and with worker processes the zygote and Beam's worker commands
-    # (pipeline/runners/forked_workers.py).
+    # (pipeline/launch/forked_workers.py).
     want = 1 + (1 + args.workers if args.workers > 1 else 0)
     hangs = 0
     try:

@@ -22,9 +22,9 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DASK = os.path.join(os.path.dirname(sys.executable), "dask")
-PRELOAD = "pipeline.runners.dask_preload"
+PRELOAD = "pipeline.launch.dask_preload"
 VARIANTS = {
-    "worker_start": ("pipeline.runners.worker_start", None),  # the preload run_dask.sh had
+    "worker_start": ("pipeline.launch.worker_start", None),  # the preload run_dask.sh had
     "dask_preload": (PRELOAD, PRELOAD),  # run_dask.sh now
 }
 

@@ -1,5 +1,5 @@
 """The default command, whole process, wall clock: DirectRunner's worker processes forked from
-the command's zygote (the default, pipeline/runners/forked_workers.py) against Beam's own, which
+the command's zygote (the default, pipeline/launch/forked_workers.py) against Beam's own, which
 start as fresh interpreters (IMGREC_FORKED_WORKERS=0; the default then stays in-process below
 20,000 files).
 
@@ -21,7 +21,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 sys.path.insert(0, REPO)
 
 from bench._common import default_command_ab  # noqa: E402
-from pipeline.runners.forked_workers import DISABLE_ENV  # noqa: E402
+from pipeline.launch.plan import FORKED_WORKERS_ENV  # noqa: E402
 
 if __name__ == "__main__":
-    default_command_ab(DISABLE_ENV, {"forked": None, "Beam's": "0"}, "workers")
+    default_command_ab(FORKED_WORKERS_ENV, {"forked": None, "Beam's": "0"}, "workers")

@@ -1,6 +1,6 @@
 """The default command, whole process, wall clock: TFT importing Keras 2 in the analysis process
-(IMGREC_ANALYSIS_KERAS=1) against TFT without it (imgrec's default, pipeline/analysis_process.py
-`_tft_without_keras`).
+(IMGREC_PATCHES_OFF=tft_without_keras) against TFT without it (imgrec's default,
+pipeline/launch/analysis_process.py `_import_tft_without_keras`).
 
     PYTHONPATH=. .venv/bin/python bench/ablations/tft_keras.py --sizes 1 --repeats 9
 
@@ -19,7 +19,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 sys.path.insert(0, REPO)
 
 from bench._common import default_command_ab  # noqa: E402
-from pipeline.analysis_process import TFT_KERAS_ENV  # noqa: E402
+from pipeline.launch.patches import PATCHES_OFF_ENV  # noqa: E402
 
 if __name__ == "__main__":
-    default_command_ab(TFT_KERAS_ENV, {"with Keras": "1", "without": None}, "TFT")
+    default_command_ab(PATCHES_OFF_ENV, {"with Keras": "tft_without_keras", "without": None}, "TFT")

@@ -1,5 +1,5 @@
 """The default command, whole process, wall clock: with Beam's construction-time type inference
-(IMGREC_BEAM_TYPE_INFERENCE=1) against without it (imgrec's default, core/beam_compat.py).
+(IMGREC_BEAM_TYPE_INFERENCE=1) against without it (imgrec's default, pipeline/builder.py).
 
     PYTHONPATH=. .venv/bin/python bench/ablations/type_inference.py --repeats 5
     PYTHONPATH=. .venv/bin/python bench/ablations/type_inference.py --sizes 1 --workers 2
@@ -21,7 +21,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 sys.path.insert(0, REPO)
 
 from bench._common import default_command_ab  # noqa: E402
-from core.beam_compat import TYPE_INFERENCE_ENV  # noqa: E402
+from pipeline.builder import TYPE_INFERENCE_ENV  # noqa: E402
 
 if __name__ == "__main__":
     default_command_ab(TYPE_INFERENCE_ENV, {"Beam's": "1", "none": None}, "type inference")
