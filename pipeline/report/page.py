@@ -313,6 +313,7 @@ def _summary_section(data_dir: str, info: dict, scan: dict, all_rows: list[dict]
         f"<tr><th>rejected</th><td class=n id=num_rejected>{info['num_rejected']}</td></tr>"
         f"<tr><th>duplicates</th><td class=n id=num_duplicates>{info['num_duplicates']}</td></tr>"
         f"<tr><th>classes</th><td class=n>{len(info.get('label_names', []))}</td></tr>"
+        f"{_groups_row(info)}"
         f"<tr><th>converted</th><td>{e(str(prov.get('finished', '?')))} by imgrec "
         f"{e(str(prov.get('versions', {}).get('imgrec', '?')))}</td></tr></table>"
     )
@@ -326,6 +327,16 @@ def _summary_section(data_dir: str, info: dict, scan: dict, all_rows: list[dict]
             f"{len(all_rows)} records ({scan['read_bytes'] / 1e6:.0f} MB read).</p>"
         )
     return out
+
+
+def _groups_row(info: dict) -> str:
+    """--group_by: the spec and the groups per split (each group is in one split only)."""
+    if not info.get("group_by"):
+        return ""
+    per_split = ", ".join(
+        f"{_escape(split)} {s.get('num_groups', 0)}" for split, s in info["splits"].items()
+    )
+    return f"<tr><th>groups ({_escape(info['group_by'])})</th><td id=groups>{per_split}</td></tr>"
 
 
 def _classes_section(info: dict, counts: dict, names: list[str]) -> list[str]:

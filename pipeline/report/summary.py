@@ -48,7 +48,8 @@ def format_summary(info: dict, output: str, seconds: float) -> str:
     for split, s in info["splits"].items():
         parts.append(
             f"{split} {s['num_examples']} ({s['num_shards']} shard"
-            f"{'s' if s['num_shards'] != 1 else ''}, {s['num_bytes'] / 1e6:.1f} MB)"
+            f"{'s' if s['num_shards'] != 1 else ''}, {s['num_bytes'] / 1e6:.1f} MB"
+            + (f", {s['num_groups']} groups)" if "num_groups" in s else ")")
         )
     lines.append(f"  written     {info['num_written']:>7}   " + ", ".join(parts))
     reasons = ", ".join(f"{k} {v}" for k, v in info.get("rejected_by_reason", {}).items())

@@ -145,6 +145,8 @@ def test_group_by_patient_keeps_each_patient_in_one_split_when_files_are_added(t
         splits.append({g: next(iter(s)) for g, s in by_group.items()})
         info = json.load(open(os.path.join(out, schema.DATASET_INFO)))
         assert info["group_by"] == "dicom:PatientID"
+        report = open(os.path.join(out, "report.html")).read()
+        assert "groups (dicom:PatientID)" in report
         assert sum(e.get("num_groups", 0) for e in info["splits"].values()) >= len(PATIENTS)
         assert "imgrec verify: OK" in cli("verify", out).stdout
     assert splits[0] == splits[1]  # adding files moved no patient
