@@ -19,11 +19,7 @@ Every import counts, also those inside functions (a deferred import is still a d
 from __future__ import annotations
 
 import ast
-import json
 import os
-import subprocess
-import sys
-import textwrap
 
 import pytest
 
@@ -248,9 +244,7 @@ def test_only_the_launch_wing_imports_its_start_up_patches_and_forks():
     found = {}
     for path in outside:
         wing = {n for n in _ours(_imports(path)) if _within(n, "pipeline.launch")}
-        inner = sorted(
-            n for n in wing if n != "pipeline.launch" and not _within(n, *LAUNCH_FACES)
-        )
+        inner = sorted(n for n in wing if n != "pipeline.launch" and not _within(n, *LAUNCH_FACES))
         if inner:
             found[path] = inner
     assert found == {}
@@ -284,110 +278,8 @@ def test_no_module_is_over_the_line_limit(path):
         assert lines <= MAX_LINES, f"{path}: {lines} lines > {MAX_LINES}; split it by job"
 
 
-@pytest.mark.e2e  # a fresh interpreter
-def test_training_side_and_per_file_modules_import_without_beam():
-    """In a fresh interpreter: the reader (training jobs have no Beam) with the versioned-root
-    resolution it uses, and the per-file image modules (cheap to import where Beam pickles
-    DoFns) load without importing apache_beam."""
-    code = textwrap.dedent(
-        """
-        import sys
-        import pipeline.reader, core.versions
-        import transforms.images.check, transforms.images.store_modes
-        import transforms.images.decode_worker
-        print("BEAM" if "apache_beam" in sys.modules else "NO-BEAM")
-        """
-    )
-    env = dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="")
-    proc = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=ROOT, timeout=300
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert proc.stdout.strip().splitlines()[-1] == "NO-BEAM"
-
-
-_KERAS_PROBE = textwrap.dedent(
-    """
-    import atexit, json, os, sys
-    report = sys.argv.pop(1)
-    def dump():
-        import gc
-        loaded = {m: m in sys.modules for m in ("tensorflow", "keras", "tf_keras")}
-        loaded["env"] = os.environ.get("TF_USE_LEGACY_KERAS")
-        # Keras was left out of TensorFlow's import only: TFT's import and tf.keras load it.
-        import tensorflow_transform
-        loaded["tft_loads_keras_2"] = "tf_keras" in sys.modules and "keras" not in sys.modules
-        import tensorflow as tf
-        loaded["tf_keras_works"] = tf.keras.layers.Dense(2)(tf.ones([1, 3])).shape == (1, 2)
-        # pipeline/launch/startup.py: the collector is back on, the start-up imports frozen.
-        loaded["gc"] = {"enabled": gc.isenabled(), "frozen": gc.get_freeze_count()}
-        # The DirectRunner workers' start-up plugin, imported as a worker would (GC back on).
-        frozen = gc.get_freeze_count()
-        import pipeline.launch.worker_start
-        loaded["worker_start"] = {
-            "enabled": gc.isenabled(),
-            "frozen_more": gc.get_freeze_count() > frozen,
-            "stages": "pipeline.builder" in sys.modules,
-        }
-        with open(report, "w") as f:
-            json.dump(loaded, f)
-    atexit.register(dump)  # the program runs exit handlers before os._exit
-    sys.argv[0] = "imgrec"
-    from pipeline.launch.program import run
-    run()
-    """
-)
-
-
-@pytest.mark.e2e  # the real command line in a fresh process (its start-up is under test)
-def test_the_command_loads_tensorflow_without_keras_and_without_gc(tmp_path):
-    """`imgrec` asks TensorFlow for Keras 2 (TFT's) before TensorFlow is imported, so that no
-    later import loads Keras 3 as well (startup.use_keras_2), and TensorFlow's own
-    import loads neither (startup.defer_keras), while TFT's import and `tf.keras` still load
-    Keras 2 afterwards; its start-up imports run without the garbage collector, which is back
-    on, with those imports frozen, once the command's work starts (pipeline/launch/startup.py).
-    The workers' start-up plugin does the same."""
-    env = {k: v for k, v in os.environ.items() if k != startup.KERAS_ENV}
-    env.update(PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="2", IMGREC_LOG_DIR=str(tmp_path / "logs"))
-    report = tmp_path / "modules.json"
-    # verify imports TensorFlow first, then finds no dataset: exit 1.
-    args = [str(report), "verify", str(tmp_path / "no-dataset")]
-    proc = subprocess.run([sys.executable, "-c", _KERAS_PROBE, *args], capture_output=True,
-                          text=True, env=env, cwd=ROOT, timeout=300)  # fmt: skip
-    assert proc.returncode == 1, proc.stderr[-3000:]
-    loaded = json.loads(report.read_text())
-    gc_state = loaded.pop("gc")
-    assert loaded.pop("worker_start") == {"enabled": True, "frozen_more": True, "stages": True}
-    assert loaded == {"tensorflow": True, "keras": False, "tf_keras": False, "env": "1",
-                      "tft_loads_keras_2": True, "tf_keras_works": True}  # fmt: skip
-    # TensorFlow alone makes ~10^6 objects; a freeze before it was imported would hold few.
-    assert gc_state["enabled"] and gc_state["frozen"] > 200_000, gc_state
-
-
 @pytest.mark.parametrize("user_value", ["0", "1", "true"])
 def test_a_keras_choice_the_user_made_is_kept(monkeypatch, user_value):
     monkeypatch.setenv(startup.KERAS_ENV, user_value)
     startup.use_keras_2()
     assert os.environ[startup.KERAS_ENV] == user_value
-
-
-@pytest.mark.e2e  # a fresh interpreter
-def test_option_parsing_imports_no_decoder():
-    """`imgrec convert --help` and option errors stay fast: options.py pulls in no image decoder
-    (Pillow, TensorFlow) and none of the per-file modules that need numpy."""
-    code = textwrap.dedent(
-        """
-        import sys
-        import pipeline.options
-        heavy = [m for m in ("PIL", "tensorflow", "transforms.images.check",
-                             "transforms.images.decode", "transforms.images.store_modes")
-                 if m in sys.modules]
-        print("HEAVY=" + ",".join(heavy))
-        """
-    )
-    env = dict(os.environ, PYTHONPATH=ROOT)
-    proc = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=ROOT, timeout=300
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert proc.stdout.strip().splitlines()[-1] == "HEAVY="

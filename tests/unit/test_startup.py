@@ -4,6 +4,7 @@ import without Keras."""
 from __future__ import annotations
 
 import gc
+
 import pytest
 
 from pipeline.launch import startup
@@ -58,40 +59,6 @@ def test_without_gc_is_begin_then_finish(collector):
     with startup.without_gc():
         assert not gc.isenabled()
     assert gc.isenabled()
-
-
-_DEFERRED = """
-import json, os, sys
-from pipeline.launch import startup
-startup.defer_keras()
-startup.defer_keras()  # a second call installs nothing more
-finders = sum(isinstance(f, startup._DeferKeras) for f in sys.meta_path)
-{start}
-import tensorflow as tf
-out = {{"finders": finders, "with_tensorflow": sorted(
-    m for m in sys.modules if m.split(".")[0] in ("keras", "tf_keras"))}}
-# TensorFlow still put Keras 2's API folder on its path, and Keras loads when asked for.
-out["tf_path_has_keras"] = any("tf_keras" in str(p) for p in tf.__path__)
-import tf_keras
-out["tf_keras"] = tf_keras.layers.Dense(2)(tf.ones([1, 3])).shape == (1, 2)
-out["tf.keras"] = tf.keras.layers.Dense is tf_keras.layers.Dense
-print(json.dumps(out))
-"""
-
-
-@pytest.mark.e2e  # a fresh TensorFlow process (the import under test can happen only once)
-@pytest.mark.parametrize(
-    "start", ["", "import pipeline.launch.worker_start"], ids=["program", "worker"]
-)
-def test_tensorflow_loads_without_keras_and_keras_loads_later(start):
-    """startup.defer_keras: a fresh process's `import tensorflow` (the program's, or the worker
-    start-up plugin's) loads no Keras module; `import tf_keras` and `tf.keras` work afterwards.
-    Fails loudly if TensorFlow ever needs Keras at import (the import would raise)."""
-    from tests.runs import script_facts
-
-    got = script_facts(_DEFERRED.format(start=start), timeout=300, TF_USE_LEGACY_KERAS="1")
-    assert got == {"finders": 1, "with_tensorflow": [], "tf_path_has_keras": True,
-                   "tf_keras": True, "tf.keras": True}  # fmt: skip
 
 
 # (finder, the package whose import it watches, names it refuses then, names it lets through,
