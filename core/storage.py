@@ -1,7 +1,7 @@
 """File I/O through Beam FileSystems (local, gs://, s3://): reads with retry, atomic writes.
 
 What the object-store clients under Beam do on their own (Beam 2.77, measured against the GCS
-emulator and moto's S3 server; see tests/unit/test_storage.py):
+emulator and moto's S3 server; see tests/integration/test_storage_servers.py):
   * GCS: google-cloud-storage retries 429/5xx and dropped connections for up to 120 s per call,
     then raises `google.api_core.exceptions.RetryError`. We do not retry that again.
   * S3: botocore retries 5xx/throttling (3 attempts in "standard" mode); Beam retries object

@@ -395,7 +395,8 @@ def _assert_outcome(store, proc, source, dest, listed, seen, reference) -> None:
 
     The outage (OUTAGE_S) is shorter than every retry budget (imgrec's ~7 s per read, the
     clients' own), so failing is a bug here, not an acceptable outcome: a store that stays down
-    is tests/unit/test_storage.py's (the outage breaker, one line naming --resume).
+    is tests/integration/test_storage_servers.py's (the outage breaker; its one line naming
+    --resume: tests/unit/test_storage.py).
     """
     for name, versions in seen.items():
         if name.endswith(".tfrecord"):

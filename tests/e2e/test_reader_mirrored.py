@@ -1,7 +1,7 @@
 """MirroredStrategy (two logical CPUs) over the converter's own output: every example once per
 epoch, each replica's images, labels and file names belonging together.
 
-tests/unit/test_reader.py runs the strategy over Examples written by hand and checks shapes;
+tests/e2e/test_reader_mirrored_shapes.py runs it over Examples written by hand and checks shapes;
 here the shards come from a real conversion and the values are checked: the label is the
 source folder's id, the evaluation pixels are the ones the reader yields without a strategy.
 """
