@@ -1,0 +1,220 @@
+"""The training epoch order and `start_step` (pipeline/reader/epoch_order.py, resumable.py), in
+process on shards written by hand: an epoch is a permutation that depends on (seed, epoch) only,
+any number of input pipelines reads each global batch's records once, and a dataset started at
+step N yields what an uninterrupted one yields from step N on.
+
+Killed and restarted training processes (no strategy, MirroredStrategy, a two-worker cluster,
+Keras' BackupAndRestore): tests/e2e/test_resume.py.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import tensorflow as tf
+
+from core import schema
+from pipeline.reader import dataset as reader
+from pipeline.reader.epoch_order import EpochOrder, pipeline_mask
+from pipeline.reader.shard_records import read_shard
+from tests.unit.test_reader_shares import UNEVEN, write_shards
+
+BATCH = 8
+STEPS = sum(UNEVEN) // BATCH  # 7 steps of the 56 records
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory) -> str:
+    return write_shards(str(tmp_path_factory.mktemp("resume")), UNEVEN)
+
+
+@pytest.fixture(scope="module")
+def full(data_dir) -> list[str]:
+    """The names of 4 uninterrupted epochs, one pipeline, seed 5."""
+    return _names(_dataset(data_dir).take(4 * STEPS))
+
+
+def _names(batches) -> list[str]:
+    return [n.decode()[-4:] for batch in batches for n in batch[2][schema.FILENAME].numpy()]
+
+
+def _dataset(data_dir, **kwargs):
+    return reader.make_dataset(
+        data_dir,
+        "train",
+        kwargs.pop("global_batch_size", BATCH),
+        training=True,
+        image_size=(16, 16),
+        extra_features=[schema.FILENAME],
+        seed=kwargs.pop("seed", 5),
+        **kwargs,
+    )
+
+
+def _steps(names: list[str]) -> list[list[str]]:
+    return [names[i : i + BATCH] for i in range(0, len(names), BATCH)]
+
+
+def _pipelines(data_dir, num_pipelines, steps, **kwargs) -> list[list[list[str]]]:
+    """Per global step, each pipeline's names (pipeline p of `num_pipelines`)."""
+    out = []
+    for p in range(num_pipelines):
+        ctx = tf.distribute.InputContext(num_pipelines, p, num_pipelines)
+        batches = list(_dataset(data_dir, input_context=ctx, **kwargs).take(steps))
+        out.append([_names([b]) for b in batches])
+    return [[name for part in step for name in part] for step in zip(*out, strict=True)]
+
+
+@pytest.mark.parametrize("counts", [UNEVEN, (10,), (1, 0, 30, 2), (5,) * 40])
+@pytest.mark.parametrize(("lanes", "window"), [(1, 1), (3, 10), (16, 1024)])
+def test_each_epoch_is_a_permutation_drawn_from_seed_and_epoch(counts, lanes, window):
+    order = EpochOrder(counts, seed=7, lanes=lanes, window=window)
+    epochs = [order.epoch_records(e) for e in range(3)]
+    for records in epochs:
+        assert sorted(records) == list(range(sum(counts)))
+    assert EpochOrder(counts, seed=7, lanes=lanes, window=window).epoch_records(1) == epochs[1]
+    if window > 1:  # lanes and windows of 1: only the few shards' order changes
+        assert epochs[0] != epochs[1] != epochs[2]
+        assert EpochOrder(counts, seed=8, lanes=lanes, window=window).epoch_records(1) != epochs[1]
+
+
+@pytest.mark.parametrize("merged_start", [0, 1, 13, 40, 56])
+def test_lane_starts_are_where_the_merge_has_taken_each_lane(merged_start):
+    order = EpochOrder(UNEVEN, seed=3, lanes=3, window=10)
+    merged = order.merged_records(2).numpy().tolist()
+    firsts = [sum(UNEVEN[:i]) for i in range(len(UNEVEN))]
+    resumed = []
+    for shards, skip in order.lane_starts(2, merged_start):
+        lane = [firsts[s] + r for s in shards.numpy() for r in range(UNEVEN[s])][int(skip) :]
+        resumed.append(lane)
+    labels = order.lane_labels(2).numpy()[merged_start:]
+    assert [resumed[lane].pop(0) for lane in labels] == merged[merged_start:]
+
+
+def test_pipeline_masks_split_every_global_batch():
+    masks = [pipeline_mask(0, 40, 12, 3, p, 5, 36).numpy() for p in range(3)]
+    owners = [sum(int(m[q]) * (p + 1) for p, m in enumerate(masks)) for q in range(40)]
+    assert owners == [0] * 5 + [2] * 3 + [3] * 4 + ([1] * 4 + [2] * 4 + [3] * 4) * 2 + [0] * 4
+
+
+def test_the_reader_follows_the_epoch_order(full):
+    names = full[: 2 * STEPS * BATCH]
+    order = EpochOrder(UNEVEN, seed=5, lanes=16, window=1024)
+    expected = order.epoch_records(0)[: STEPS * BATCH] + order.epoch_records(1)[: STEPS * BATCH]
+    assert names == [f"{i:04d}" for i in expected]
+
+
+def test_a_dataset_started_at_step_n_is_the_rest_of_an_uninterrupted_one(data_dir, full):
+    for start in (3, STEPS, 2 * STEPS + 5):
+        resumed = _dataset(data_dir, start_step=start)
+        assert _names(resumed.take(4 * STEPS - start)) == full[start * BATCH :]
+
+
+def test_small_windows_resume_inside_a_window(tmp_path):
+    """Windows of 1024 records over a split of 1200: step 100 starts inside the second."""
+    data_dir = write_shards(str(tmp_path), (300, 250, 350, 300))
+    kwargs = {"global_batch_size": 10, "shuffle_buffer_mb": 0.0, "shards_at_once": 2}
+    full = _names(_dataset(data_dir, **kwargs).skip(100).take(30))
+    assert _names(_dataset(data_dir, start_step=100, **kwargs).take(30)) == full
+
+
+@pytest.mark.parametrize("num_pipelines", [4])
+def test_global_batches_do_not_depend_on_the_number_of_pipelines(data_dir, full, num_pipelines):
+    one = _steps(full)[: 2 * STEPS]
+    many = _pipelines(data_dir, num_pipelines, 2 * STEPS)
+    assert many == one
+    for epoch in (one[:STEPS], one[STEPS:]):
+        seen = [name for step in epoch for name in step]
+        assert len(seen) == len(set(seen)) == STEPS * BATCH
+
+
+def test_elastic_resume_two_pipelines_then_one(data_dir, full):
+    """Two workers to step 4, then one from step 4: the epoch once, as without a restart."""
+    before = _pipelines(data_dir, 2, 4)
+    after = _pipelines(data_dir, 1, 2 * STEPS - 4, start_step=4)
+    assert before + after == _steps(full)[: 2 * STEPS]
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"deterministic": False, "cache": True},
+        {"postprocess": lambda image, label: (image, label)},
+    ],
+)
+def test_the_order_does_not_depend_on_how_records_are_read(data_dir, full, kwargs):
+    expected = full[: 2 * STEPS * BATCH]
+    assert _names(_dataset(data_dir, **kwargs).take(2 * STEPS)) == expected
+    resumed = _dataset(data_dir, start_step=STEPS + 2, **kwargs).take(STEPS - 2)
+    assert _names(resumed) == expected[(STEPS + 2) * BATCH :]
+
+
+def test_augmentation_after_a_resume_is_the_uninterrupted_runs(data_dir):
+    full = [b[0].numpy() for b in _dataset(data_dir).take(STEPS)]
+    resumed = [b[0].numpy() for b in _dataset(data_dir, start_step=4).take(STEPS - 4)]
+    assert all((a == b).all() for a, b in zip(full[4:], resumed, strict=True))
+
+
+def test_a_variable_start_step_is_read_when_iteration_starts(data_dir, full):
+    step = tf.Variable(0, dtype=tf.int64)
+    ds = _dataset(data_dir, start_step=step, repeat=False)
+    step.assign(STEPS + 3)  # as a checkpoint restore would, after make_dataset
+    assert _names(ds) == full[(STEPS + 3) * BATCH : 2 * STEPS * BATCH]
+    step.assign(2 * STEPS)  # the next pass, from where training is now
+    assert _names(ds) == full[2 * STEPS * BATCH : 3 * STEPS * BATCH]
+
+
+def test_passes_over_a_finite_dataset_are_the_next_epochs(data_dir, full):
+    ds = _dataset(data_dir, repeat=False, start_step=2)
+    passes = [_names(ds) for _ in range(3)]
+    assert passes == [
+        full[2 * BATCH : STEPS * BATCH],
+        full[STEPS * BATCH : 2 * STEPS * BATCH],
+        full[2 * STEPS * BATCH : 3 * STEPS * BATCH],
+    ]
+
+
+def test_a_negative_start_step_is_refused(data_dir):
+    with pytest.raises(tf.errors.InvalidArgumentError, match="start_step must be >= 0"):
+        list(_dataset(data_dir, start_step=lambda: -1).take(1))
+
+
+def _read_from(path: str, compression: str, expected: int, skip: int) -> list[bytes]:
+    """read_shard(..., skip) as the reader runs it: inside a dataset function (the offset
+    kernel cannot be serialized, which an eager top-level dataset does)."""
+    part = tf.data.Dataset.from_tensors(tf.constant(skip, tf.int64)).flat_map(
+        lambda k: read_shard(
+            tf.constant(path),
+            tf.constant(compression),
+            tf.constant(expected, tf.int64),
+            True,
+            "",
+            k,
+        )
+    )
+    return [r.numpy() for r in part]
+
+
+@pytest.mark.parametrize("gzip", [False, True])
+def test_a_shard_read_from_record_k_is_the_rest_of_the_shard(tmp_path, gzip):
+    path = str(tmp_path / ("s.tfrecord" + (".gz" if gzip else "")))
+    options = tf.io.TFRecordOptions(compression_type="GZIP" if gzip else "")
+    with tf.io.TFRecordWriter(path, options) as writer:
+        for i in range(20):
+            writer.write(b"x" * (i * 37 % 11) + bytes([i]))
+    whole = list(tf.data.TFRecordDataset(path, compression_type="GZIP" if gzip else ""))
+    for skip in (0, 1, 7, 19, 20):
+        assert _read_from(path, "GZIP" if gzip else "", 20, skip) == [
+            r.numpy() for r in whole[skip:]
+        ]
+
+
+def test_a_truncated_shard_read_from_record_k_fails_naming_it(tmp_path):
+    path = str(tmp_path / "s.tfrecord")
+    with tf.io.TFRecordWriter(path) as writer:
+        for i in range(10):
+            writer.write(bytes([i]) * 100)
+    os.truncate(path, 5 * 117 + 30)
+    with pytest.raises(tf.errors.InvalidArgumentError, match="s.tfrecord is corrupt"):
+        _read_from(path, "", 10, 3)
