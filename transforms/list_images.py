@@ -7,7 +7,6 @@ import io
 import json
 import os
 import posixpath
-import re
 
 import apache_beam as beam
 from apache_beam import pvalue
@@ -16,6 +15,7 @@ from apache_beam.metrics import Metrics
 
 from core import names
 from core.rejects import make_reject
+from transforms import groups
 from transforms.elements import ListedFile, MatchedFile
 from transforms.keys import assign_split, group_hash, split_key
 from transforms.match_local import match_bucket, match_local
@@ -254,18 +254,6 @@ class _ReadManifestFn(beam.DoFn):
         yield from _in_batches(once(self._rows(manifest)))
 
 
-def _dicom_tags(path: str, keywords: tuple[str, ...]) -> dict[str, str]:
-    """The DICOM tags `keywords` of the file at `path` (header only), {} when it has none or
-    cannot be read (inspection then reports what is wrong with it)."""
-    from transforms.images import dicom
-
-    try:
-        with FileSystems.open(names.local_path(path), compression_type="uncompressed") as f:
-            return dicom.read_tags(f, keywords)
-    except (OSError, ValueError):
-        return {}
-
-
 class _LabelAndSplitFn(beam.DoFn):
     """[MatchedFile] -> [ListedFile], label, split and group set; files without a label or
     split -> REJECTED.
@@ -283,27 +271,8 @@ class _LabelAndSplitFn(beam.DoFn):
         self._splits = config.splits
         self._group_by = config.group_by
         self._salt = config.group_salt
-        self._keywords = tuple(
-            spec.split(":", 1)[1]
-            for spec in (config.label_from, config.group_by)
-            if spec.startswith("dicom:")
-        )
-        self._path_group = (
-            re.compile(config.group_by.split(":", 1)[1])
-            if config.group_by.startswith("path:")
-            else None
-        )
-
-    def _group(self, item: MatchedFile, tags: dict[str, str]) -> str | None:
-        """The value of the file's --group_by group, or None (a group of its own)."""
-        if self._path_group is not None:
-            found = self._path_group.search(item.key)
-            return found.group(1) if found and found.group(1) else None
-        if self._group_by == "manifest":
-            return item.manifest_group or None
-        if self._group_by.startswith("dicom:"):
-            return tags.get(self._group_by.split(":", 1)[1])
-        return None
+        self._keywords = groups.dicom_keywords(config.label_from, config.group_by)
+        self._path_group = groups.path_pattern(config.group_by)
 
     def process(self, batch):
         listed = []
@@ -318,7 +287,7 @@ class _LabelAndSplitFn(beam.DoFn):
 
     def _one(self, item: MatchedFile):
         path, key = item.path, item.key
-        tags = _dicom_tags(path, self._keywords) if self._keywords else {}
+        tags = groups.read_dicom_tags(path, self._keywords) if self._keywords else {}
         if self._label_from.startswith("dicom:"):
             keyword = self._label_from.split(":", 1)[1]
             label = tags.get(keyword, "")
@@ -343,7 +312,7 @@ class _LabelAndSplitFn(beam.DoFn):
                 return
         else:
             label = ""
-        group = self._group(item, tags)
+        group = groups.file_group(self._group_by, self._path_group, key, item.manifest_group, tags)
         if self._split_from == "hash":
             split = assign_split(split_key(key, group), self._seed, self._splits)
         elif self._split_from == "manifest":

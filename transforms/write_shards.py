@@ -210,17 +210,10 @@ def _example(entry: WriterEntry, data: bytes, stored: StoredImage, label_id: int
         sha256=entry.sha256 if stored.data is data else hashlib.sha256(stored.data).hexdigest(),
         transcoded_from=entry.source_format if transcode else "",
         transcode_reason=transcode,
-        extra=_extra_features(entry, stored),
+        # Its image's own optional features (arrays.py) and its --group_by group.
+        extra={**(stored.features or {}), **({schema.GROUP: entry.group} if entry.group else {})},
     )
     return example, transcode
-
-
-def _extra_features(entry: WriterEntry, stored: StoredImage) -> dict | None:
-    """The record's optional features: its image's own (arrays.py) and its --group_by group."""
-    extra = dict(stored.features or {})
-    if entry.group:
-        extra[schema.GROUP] = entry.group
-    return extra or None
 
 
 def _framed(example: bytes) -> bytes:
@@ -246,9 +239,7 @@ class _ShardContents:
 
     def add(self, entry: WriterEntry, label_id: int, offset: int, frame_length: int, fmt, why):
         """Count the record of `entry` whose frame (`frame_length` bytes) starts at `offset`."""
-        # Records of images decoded to arrays are made anew from their source by the next
-        # version (one file may be several records; the splice index holds one per file).
-        if entry.source_format not in ARRAY_FORMATS:
+        if entry.source_format not in ARRAY_FORMATS:  # (frames: the index holds one per file)
             self.located.append(index_entry(entry, label_id, offset, frame_length, fmt, why))
         if self._with_dali_index:
             size = frame_length - dali_index.RECORD_OVERHEAD
