@@ -20,6 +20,7 @@ from pipeline.options import ConvertConfig
 from transforms.count_progress import CountProgress
 from transforms.dedupe import DropDuplicates
 from transforms.describe import DescribeDataset
+from transforms.elements import ShardInfo
 from transforms.inspect_images import InspectImages
 from transforms.list_images import ListImages
 from transforms.plan_shards import PlanShards
@@ -46,8 +47,8 @@ class _LabelSetFn(beam.CombineFn):
         return sorted(acc - {""})
 
 
-def _shard_examples(shard: dict) -> int:
-    return int(shard.get("num_examples", 0))
+def _shard_examples(shard: ShardInfo) -> int:
+    return shard.num_examples
 
 
 # IMGREC_BEAM_TYPE_INFERENCE=1 keeps Beam's construction-time type inference (benchmarks' A/B).
@@ -91,7 +92,7 @@ def add_convert(
     # Label map: the sorted set of names over everything listed, stable across runs.
     label_names = (
         listed
-        | "Labels" >> beam.Map(lambda batch: {r["label"] for r in batch})
+        | "Labels" >> beam.Map(lambda batch: {r.label for r in batch})
         # A set-union combine, pre-combined per bundle: no shuffle element per file.
         | "LabelSet" >> beam.CombineGlobally(_LabelSetFn())
     )
@@ -182,7 +183,7 @@ class _Analysis:
         train = config.train_split
         # InspectedImage of the training split: only it feeds the statistics.
         train_images = unique | "TrainImages" >> beam.FlatMap(
-            lambda batch: [r for r in batch if r["split"] == train]
+            lambda batch: [r for r in batch if r.split == train]
         )
         handoff = None if dry_run else _analysis_handoff(p.options)
         if handoff:

@@ -21,6 +21,7 @@ from core.runners import is_local_runner
 
 # The analyzers' feature names, the label id of an unknown label and the mean/std ops, shared
 # with the statistics read back from the export or summed exactly (transforms/statistics.py).
+from transforms.elements import AnalysisRow, InspectedImage
 from transforms.statistics import (
     _CHANNELS,
     _HEIGHT,
@@ -58,6 +59,8 @@ QUANTILES = (1, 5, 10, 25, 50, 75, 90, 95, 99)
 # Rows per Arrow RecordBatch fed to TFT: large enough to amortise a TF call, small enough that a
 # bundle of per-image dicts (a few hundred bytes each) never matters for memory.
 _MIN_BATCH, _MAX_BATCH = 16, 1024
+
+
 def scratch_root(options: PipelineOptions) -> str:
     """Where tensorflow-transform keeps its scratch files (written by TensorFlow, not Beam).
 
@@ -171,7 +174,7 @@ class SizeQuantilesFn(beam.CombineFn):
 
     def add_input(self, acc, item):
         heights, widths = acc
-        h, w = int(item["height"]), int(item["width"])
+        h, w = item.height, item.width
         heights[h] = heights.get(h, 0) + 1
         widths[w] = widths.get(w, 0) + 1
         return acc
@@ -192,14 +195,14 @@ class SizeQuantilesFn(beam.CombineFn):
         }
 
 
-def _stats_columns(item: dict) -> tuple[list[float], list[float], float]:
-    """InspectedImage -> (channel sums, channel sums of squares, pixels); zeros when not sampled."""
-    stats = item.get("stats")
+def _stats_columns(item: InspectedImage | AnalysisRow) -> tuple[list[float], list[float], float]:
+    """An image -> (channel sums, channel sums of squares, pixels); zeros when not sampled."""
+    stats = item.stats
     if stats is None:
         return [0.0] * _CHANNELS, [0.0] * _CHANNELS, 0.0
     if len(stats) != 2 * _CHANNELS + 1:
         raise ValueError(
-            f"{item.get('path', item)!r}: stats has {len(stats)} values; expected "
+            f"{item.path!r}: stats has {len(stats)} values; expected "
             "[sum_r, sum_g, sum_b, sumsq_r, sumsq_g, sumsq_b, num_pixels]"
         )
     return [float(v) for v in stats[:3]], [float(v) for v in stats[3:6]], float(stats[6])
@@ -220,7 +223,7 @@ def _arrow_schema():
     )
 
 
-def _to_record_batch(items: list[dict]):
+def _to_record_batch(items: list[InspectedImage | AnalysisRow]):
     """[InspectedImage] -> one Arrow RecordBatch of the analyzers' per-image features."""
     import pyarrow as pa
 
@@ -230,9 +233,9 @@ def _to_record_batch(items: list[dict]):
         pa.array(columns[0], schema.field(_PIXEL_SUM).type),
         pa.array(columns[1], schema.field(_PIXEL_SUMSQ).type),
         pa.array([[n] for n in columns[2]], schema.field(_NUM_PIXELS).type),
-        pa.array([[int(i["height"])] for i in items], schema.field(_HEIGHT).type),
-        pa.array([[int(i["width"])] for i in items], schema.field(_WIDTH).type),
-        pa.array([[i["label"].encode("utf-8")] for i in items], schema.field(LABEL).type),
+        pa.array([[i.height] for i in items], schema.field(_HEIGHT).type),
+        pa.array([[i.width] for i in items], schema.field(_WIDTH).type),
+        pa.array([[i.label.encode("utf-8")] for i in items], schema.field(LABEL).type),
     ]
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
@@ -451,9 +454,7 @@ class AnalyzeDataset(beam.PTransform):
         export_dir = os.path.join(temp_dir, "export")
         split = self._train_split
 
-        train = images | "KeepTrainSplit" >> beam.Filter(
-            lambda item: item.get("split", split) == split
-        )
+        train = images | "KeepTrainSplit" >> beam.Filter(lambda item: item.split == split)
         exported, sizes = export_to_scratch(
             train, names if deferred else static_names, temp_dir, export_dir
         )

@@ -36,6 +36,8 @@ import uuid
 
 import apache_beam as beam
 
+from transforms.elements import AnalysisRow, InspectedImage
+
 __all__ = [
     "AnalyzeAside",
     "EXPORT_SUBDIR",
@@ -46,7 +48,6 @@ __all__ = [
     "STATISTICS",
     "analysis_row",
     "process_gone",
-    "row_item",
     "wait_for_file",
     "write_json_atomic",
 ]
@@ -69,15 +70,9 @@ POLL_S = 0.01
 _MIN_ROWS, _MAX_ROWS = 64, 4096
 
 
-def analysis_row(item: dict) -> tuple:
-    """InspectedImage -> what TFT's analyzers read of it: (stats or None, height, width, label)."""
-    return (item.get("stats"), int(item["height"]), int(item["width"]), item["label"])
-
-
-def row_item(row: tuple) -> dict:
-    """`analysis_row`'s tuple -> the InspectedImage fields `export_to_scratch` reads."""
-    stats, height, width, label = row
-    return {"stats": stats, "height": height, "width": width, "label": label}
+def analysis_row(item: InspectedImage) -> tuple:
+    """InspectedImage -> the plain tuple of its AnalysisRow (pickled without the class name)."""
+    return tuple(AnalysisRow.of(item))
 
 
 def write_json_atomic(path: str, value) -> None:
@@ -223,7 +218,7 @@ class AnalyzeAside:
 def _request(images, handoff: str, label_names: beam.PCollection, split: str):
     parts = (
         images
-        | "KeepTrainSplit" >> beam.Filter(lambda item: item.get("split", split) == split)
+        | "KeepTrainSplit" >> beam.Filter(lambda item: item.split == split)
         | "Batch" >> beam.BatchElements(min_batch_size=_MIN_ROWS, max_batch_size=_MAX_ROWS)
         # [InspectedImage] -> part file name
         | "WriteRows" >> beam.ParDo(_WriteRowsFn(handoff))

@@ -12,6 +12,7 @@ from typing import Any, NamedTuple
 
 __all__ = [
     "INSPECTION_FIELDS",
+    "AnalysisRow",
     "InspectedImage",
     "ListedFile",
     "MatchedFile",
@@ -20,25 +21,8 @@ __all__ = [
 ]
 
 
-class _ReadByName:
-    """`element["field"]` and `element.get("field")`: read access by name for the callers
-    outside the stages that still read elements as the dicts they once were
-    (pipeline/builder.py, the analysis modules)."""
-
-    __slots__ = ()
-
-    def __getitem__(self, name: str) -> Any:
-        try:
-            return getattr(self, name)
-        except AttributeError:
-            raise KeyError(name) from None
-
-    def get(self, name: str, default: Any = None) -> Any:
-        return getattr(self, name, default)
-
-
 @dataclasses.dataclass(frozen=True, slots=True)
-class MatchedFile(_ReadByName):
+class MatchedFile:
     """A file the patterns matched (or a manifest row named), before its label and split."""
 
     path: str
@@ -51,7 +35,7 @@ class MatchedFile(_ReadByName):
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
-class ListedFile(_ReadByName):
+class ListedFile:
     """A file to convert, with its label and split."""
 
     path: str
@@ -121,8 +105,22 @@ class WriterEntry(NamedTuple):
         return cls._make(getattr(image, f) for f in cls._fields)
 
 
+class AnalysisRow(NamedTuple):
+    """What TFT's analyzers read of one training image; the analysis process receives these."""
+
+    path: str
+    stats: list | None  # InspectedImage.stats
+    height: int
+    width: int
+    label: str
+
+    @classmethod
+    def of(cls, image: InspectedImage) -> AnalysisRow:
+        return cls(image.path, image.stats, image.height, image.width, image.label)
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
-class ShardInfo(_ReadByName):
+class ShardInfo:
     """One written (or resumed, or copied) shard, as its marker records it.
 
     The optional fields are None where an older marker lacks them; to_dict leaves them out.

@@ -125,8 +125,8 @@ class ExactSumsFn(beam.CombineFn):
 
     def add_input(self, acc, item):
         acc[0] += 1
-        acc[5][item["label"]] += 1
-        stats = item.get("stats")
+        acc[5][item.label] += 1
+        stats = item.stats
         if stats is None or not acc[6]:
             return acc
         if len(stats) != 2 * _CHANNELS + 1 or not all(_whole(v) for v in stats):

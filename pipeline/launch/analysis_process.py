@@ -132,12 +132,12 @@ def _wait_request(handoff: str, parent: int) -> dict:
 def _read_rows(request: dict, handoff: str):
     import pickle
 
-    from transforms.analyze_aside import row_item
+    from transforms.elements import AnalysisRow
 
     for name in request["parts"]:
         with open(os.path.join(handoff, name), "rb") as f:
             rows = pickle.load(f)
-        yield from (row_item(row) for row in rows)
+        yield from map(AnalysisRow._make, rows)
 
 
 def _answer(unused_done, handoff: str, request: dict, sizes: dict, totals: dict | None) -> None:

@@ -16,7 +16,7 @@ from apache_beam.testing.util import BeamAssertException, assert_that, equal_to
 
 from tests.runs import ROOT as ROOT_PATH
 from tests.runs import tf_script
-from tests.unit.test_analyze import _totals
+from tests.unit.test_analyze import _totals, image
 from transforms import analyze, statistics
 from transforms.analyze import AnalyzeDataset
 
@@ -44,38 +44,28 @@ def make_corpus(seed: int = 0):
     for i, label in enumerate(labels):
         h, w = int(rng.integers(3, 12)), int(rng.integers(3, 12))
         # Channels with different means so a swapped channel would show.
-        image = np.clip(rng.normal([60, 128, 200], [20, 40, 30], size=(h, w, 3)), 0, 255).astype(
-            np.uint8
-        )
+        pixels = np.clip(rng.normal([60, 128, 200], [20, 40, 30], size=(h, w, 3)), 0, 255)
+        pixels = pixels.astype(np.uint8)
         # One image not sampled by --stats_sample_fraction: counts for labels and sizes only.
-        stats = None if i == 3 else channel_stats(image)
-        item = {
-            "path": f"mem://train/{i}.png",
-            "key": f"train/{i}.png",
-            "label": label,
-            "split": "train",
-            "height": h,
-            "width": w,
-            "stats": stats,
-        }
+        stats = None if i == 3 else channel_stats(pixels)
+        item = image(f"mem://train/{i}.png", label=label, height=h, width=w, stats=stats)
         items.append(item)
         train.append(item)
         if stats is not None:
-            sampled.append(image)
+            sampled.append(pixels)
     for split, value, label in (("validation", 255, "cat"), ("test", 0, "zebra")):
         for i in range(3):
-            image = np.full((50, 40, 3), value, np.uint8)
+            pixels = np.full((50, 40, 3), value, np.uint8)
             items.append(
-                {
-                    "path": f"mem://{split}/{i}.png",
-                    "key": f"{split}/{i}.png",
-                    "label": label,
-                    "split": split,
-                    "height": 50,
-                    "width": 40,
-                    # Stats present on purpose: they must still not count.
-                    "stats": channel_stats(image),
-                }
+                # Stats present on purpose: they must still not count.
+                image(
+                    f"mem://{split}/{i}.png",
+                    label=label,
+                    split=split,
+                    height=50,
+                    width=40,
+                    stats=channel_stats(pixels),
+                )
             )
     return items, sampled, train
 
@@ -92,8 +82,9 @@ def _save_one(path: str):
     return check
 
 
-def run_analyze(out: str, label_names, items, options=None) -> dict:
-    """Run AnalyzeDataset in a TestPipeline; returns the one statistics dict it produced."""
+def run_analyze(out: str, label_names, items, options=None, expect_statistics=True) -> dict:
+    """Run AnalyzeDataset in a TestPipeline; returns the one statistics dict it produced (None:
+    an empty training split)."""
     saved = out + ".statistics.json"  # matchers are pickled: hand the result over through a file
     with TestPipeline(options=options) as p:
         names = label_names(p) if callable(label_names) else label_names
@@ -103,7 +94,7 @@ def run_analyze(out: str, label_names, items, options=None) -> dict:
             | AnalyzeDataset(out, names, temp_dir=os.path.join(os.path.dirname(out), "tmp"))
         )
         assert_that(
-            stats | "Keys" >> beam.Map(sorted),
+            stats | "Keys" >> beam.Map(lambda s: sorted(s) if s is not None else s),
             equal_to(
                 [
                     sorted(
@@ -122,6 +113,8 @@ def run_analyze(out: str, label_names, items, options=None) -> dict:
                         ]
                     )
                 ]
+                if expect_statistics
+                else [None]
             ),
             label="HasEveryKey",
         )
@@ -162,7 +155,7 @@ def test_label_counts_and_class_weights_follow_train_items(analyzed):
 def test_size_quantiles_span_train_sizes(analyzed):
     _, stats, _, train = analyzed
     for key in ("height", "width"):
-        sizes = sorted(item[key] for item in train)
+        sizes = sorted(getattr(item, key) for item in train)
         q = stats[f"{key}_quantiles"]
         assert list(q) == ["min"] + [f"p{p}" for p in analyze.QUANTILES] + ["max"]
         assert (q["min"], q["max"]) == (sizes[0], sizes[-1])  # 50x40 val/test images excluded
@@ -298,8 +291,8 @@ def test_without_label_names_ids_are_sorted_train_labels(tmp_path):
 
 def test_empty_train_split_has_no_statistics(tmp_path):
     # describe fails the job naming the fix when other splits have records (test_analysis_process).
-    items = [item for item in make_corpus()[0] if item["split"] != "train"]
-    assert run_analyze(str(tmp_path / "ds"), LABEL_NAMES, items) is None
+    items = [item for item in make_corpus()[0] if item.split != "train"]
+    assert run_analyze(str(tmp_path / "ds"), LABEL_NAMES, items, expect_statistics=False) is None
 
 
 def _load_layer(out: str):
@@ -331,15 +324,13 @@ def test_exact_statistics_equal_the_export_on_large_sums_and_odd_labels(tmp_path
         sumsq = [int(s * s // pixels + rng.integers(0, 2**18)) for s in sums[:2]] + [289 * pixels]
         stats = None if i % 7 == 0 else [*map(float, sums), *map(float, sumsq), pixels]
         items.append(
-            {
-                "path": f"mem://train/{i}.png",
-                "key": f"train/{i}.png",
-                "label": labels[i % len(labels)],
-                "split": "train",
-                "height": 3 + i % 5,
-                "width": 4 + i % 3,
-                "stats": stats,
-            }
+            image(
+                f"mem://train/{i}.png",
+                label=labels[i % len(labels)],
+                height=3 + i % 5,
+                width=4 + i % 3,
+                stats=stats,
+            )
         )
     stats = run_analyze(str(tmp_path / "ds"), None, items)
     totals = _totals(items)

@@ -166,7 +166,8 @@ import tensorflow
 from pipeline.launch import analysis_process
 analysis_process._import_tft_without_keras()
 from transforms.analyze import export_to_scratch
-items = [{"stats": [3.0, 6.0, 9.0, 9.0, 36.0, 81.0, 1], "height": 1, "width": 1, "label": "cat"}]
+from transforms.elements import AnalysisRow
+items = [AnalysisRow("mem://cat.png", [3.0, 6.0, 9.0, 9.0, 36.0, 81.0, 1], 1, 1, "cat")]
 with beam.Pipeline() as p:
     export_to_scratch(p | beam.Create(items), ["cat"], sys.argv[1], sys.argv[2])
 print(json.dumps({"tf_keras": "tf_keras" in sys.modules,

@@ -3,10 +3,19 @@ Its TFT pipelines are in tests/integration/test_analyze_pipeline.py."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
+from tests.unit.test_transforms import _record
 from transforms import analyze, statistics
+from transforms.elements import InspectedImage
+
+
+def image(path: str = "mem://train/0.png", **fields) -> InspectedImage:
+    """A training image as the analysis reads it (InspectedImage), with overrides."""
+    return _record(path, path.removeprefix("mem://"), **fields)
 
 
 @pytest.mark.parametrize("seed", range(5))
@@ -19,7 +28,7 @@ def test_size_quantiles_are_exact_nearest_rank(seed):
     # Two accumulators merged, as a runner combines bundles.
     accs = [fn.create_accumulator(), fn.create_accumulator()]
     for i, (h, w) in enumerate(zip(heights, widths, strict=True)):
-        accs[i % 2] = fn.add_input(accs[i % 2], {"height": h, "width": w})
+        accs[i % 2] = fn.add_input(accs[i % 2], image(height=h, width=w))
     out = fn.extract_output(fn.merge_accumulators(accs))
     for key, sizes in (("height_quantiles", heights), ("width_quantiles", widths)):
         q = out[key]
@@ -30,11 +39,11 @@ def test_size_quantiles_are_exact_nearest_rank(seed):
 
 def test_malformed_stats_name_the_file():
     with pytest.raises(ValueError, match=r"mem://x\.png.*expected \[sum_r"):
-        analyze._stats_columns({"path": "mem://x.png", "stats": [1.0, 2.0]})
+        analyze._stats_columns(image("mem://x.png", stats=[1.0, 2.0]))
 
 
 # ---------------------------------------------------------------- statistics without the reload
-def _totals(items: list[dict], parts: int = 3) -> dict | None:
+def _totals(items: list[InspectedImage], parts: int = 3) -> dict | None:
     """ExactSumsFn over the train items, in `parts` accumulators merged as a runner would."""
     fn = statistics.ExactSumsFn()
     accumulators = []
@@ -49,18 +58,18 @@ def _totals(items: list[dict], parts: int = 3) -> dict | None:
 def test_exact_statistics_defer_to_the_export_when_float64_may_round():
     """Totals at 2**53 or more, a fractional or negative input, or IMGREC_EXACT_STATISTICS=0:
     no answer here (the export is read back); an empty split fails with read_statistics's words."""
-    item = {"label": "cat", "stats": [1.0, 2.0, 3.0, 1.0, 4.0, 9.0, 1]}
+    item = image(label="cat", stats=[1.0, 2.0, 3.0, 1.0, 4.0, 9.0, 1])
     assert statistics.exact_statistics(_totals([item]), "train", None) is not None
-    big = dict(item, stats=[1.0, 2.0, 3.0, 1.0, 4.0, float(2**53), 1])
+    big = dataclasses.replace(item, stats=[1.0, 2.0, 3.0, 1.0, 4.0, float(2**53), 1])
     assert statistics.exact_statistics(_totals([big]), "train", None) is None
     for bad in ([1.5, 2.0, 3.0, 1.0, 4.0, 9.0, 1], [-1.0, 2.0, 3.0, 1.0, 4.0, 9.0, 1]):
-        assert _totals([item, dict(item, stats=bad)]) is None
+        assert _totals([item, dataclasses.replace(item, stats=bad)]) is None
     assert statistics.exact_statistics(None, "train", None) is None
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv(statistics.EXACT_ENV, "0")
         assert statistics.exact_statistics(_totals([item]), "train", None) is None
     # An empty split has no statistics (describe fails the job if other splits have records).
     assert statistics.exact_statistics(_totals([]), "train", None) is None
-    unsampled = dict(item, stats=None)
+    unsampled = dataclasses.replace(item, stats=None)
     with pytest.raises(ValueError, match=r"none of the 1 'train' images was sampled"):
         statistics.exact_statistics(_totals([unsampled]), "train", None)

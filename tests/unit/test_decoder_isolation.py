@@ -159,7 +159,7 @@ def test_inspection_turns_any_per_file_exception_into_a_decoder_error(tmp_path, 
     with TestPipeline() as p:
         out = p | beam.Create([listed]) | InspectImages(_config(tmp_path))
         assert_that(
-            out["inspected"] | beam.FlatMap(lambda b: [r["key"] for r in b]),
+            out["inspected"] | beam.FlatMap(lambda b: [r.key for r in b]),
             equal_to(["a/good.jpg"]),
         )
         assert_that(
@@ -223,7 +223,7 @@ def test_writer_turns_a_failing_re_encode_into_a_reject_and_keeps_the_rest(tmp_p
             | WriteShards(_config(tmp_path), plan, labels)
         )
         assert_that(
-            out["shards"] | beam.Map(lambda s: s["num_examples"]), equal_to([1]), label="Written"
+            out["shards"] | beam.Map(lambda s: s.num_examples), equal_to([1]), label="Written"
         )
         assert_that(
             out["rejected"]

@@ -57,7 +57,7 @@ def test_every_shard_index_is_used_and_shards_follow_keys_not_paths(tmp_path):
         _record(f"/mnt/copy-{i % 3}/cls/{i}.jpg", f"cls/{i}.jpg", sha256=f"{i:064d}")
         for i in range(200)
     ]
-    expected = sorted(("train", int_hash("shard", 7, r["key"]) % 4, r["path"]) for r in rows)
+    expected = sorted(("train", int_hash("shard", 7, r.key) % 4, r.path) for r in rows)
     assert {index for _, index, _ in expected} == {0, 1, 2, 3}
     with TestPipeline() as p:
         out = p | beam.Create([rows[i : i + 16] for i in range(0, 200, 16)]) | PlanShards(config)

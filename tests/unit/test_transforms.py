@@ -92,7 +92,7 @@ def test_list_images_keys_labels_and_overlapping_patterns(tmp_path):
     with TestPipeline() as p:
         out = p | ListImages(config)
         keys = out["listed"] | beam.FlatMap(
-            lambda batch: [(r["key"], r["label"], r["split"], r["size"]) for r in batch]
+            lambda batch: [(r.key, r.label, r.split, r.size) for r in batch]
         )
         assert_that(
             keys,
@@ -121,9 +121,7 @@ def test_inspect_counts_outcomes_and_tags_rejects(tmp_path):
     out = p | beam.Create([listed[:2], listed[2:]]) | InspectImages(config)
     assert_that(
         out["inspected"]
-        | beam.FlatMap(
-            lambda b: [(r["key"], r["format"], r["height"], r["width"], r["size"] > 0) for r in b]
-        ),
+        | beam.FlatMap(lambda b: [(r.key, r.format, r.height, r.width, r.size > 0) for r in b]),
         equal_to([("a/good.jpg", "jpeg", 16, 24, True)]),
     )
     assert_that(
@@ -153,7 +151,7 @@ def test_drop_duplicates_keeps_smallest_key():
     with TestPipeline() as p:
         out = p | beam.Create([rows[:2], rows[2:]]) | DropDuplicates()
         assert_that(
-            out["unique"] | beam.FlatMap(lambda b: [r["key"] for r in b]),
+            out["unique"] | beam.FlatMap(lambda b: [r.key for r in b]),
             equal_to(["a.jpg", "c.jpg"]),
         )
         assert_that(
@@ -212,7 +210,7 @@ def test_write_shards_rejects_files_gone_at_write_time_and_keeps_an_empty_shard(
             | WriteShards(config, plan, labels)
         )
         assert_that(
-            out["shards"] | beam.Map(lambda s: (s["file"], s["num_examples"], s["num_bytes"])),
+            out["shards"] | beam.Map(lambda s: (s.file, s.num_examples, s.num_bytes)),
             equal_to([("train/train-00000-of-00001.tfrecord", 0, 0)]),
         )
         assert_that(
@@ -263,7 +261,7 @@ def test_write_shards_checks_each_re_encode_against_the_record(tmp_path):
             | WriteShards(config, plan, labels)
         )
         assert_that(
-            out["shards"] | beam.Map(lambda s: s["num_examples"]), equal_to([1]), label="Written"
+            out["shards"] | beam.Map(lambda s: s.num_examples), equal_to([1]), label="Written"
         )
         assert_that(
             out["rejected"]
