@@ -82,7 +82,7 @@ _SLOWEST_FIRST = (
     "e2e/test_cloud.py",  # 50
     "integration/test_incremental.py",  # 45
     "integration/test_splice_records.py",  # 41
-    "unit/test_analysis_process.py",  # 39
+    "e2e/test_analysis_process.py",  # 39 in unit/, with its unit tests
     "integration/test_odd_names.py",  # 38
     "e2e/test_forked_workers.py",  # 37
     "integration/test_resume.py",  # 31
@@ -124,19 +124,11 @@ def _folder_tier(name: str) -> str:
     return folder if folder in TIERS else "unit"
 
 
-# Files in tests/unit whose owners have still to move their integration and e2e tests out (each
-# of those tests takes the tier its marker or server says, as before). Remove a name once its file
-# holds only unit tests; with none left, tests/unit is all unit.
-_NOT_MOVED_YET = frozenset({"unit/test_analysis_process.py"})
-
-
 def _tier(item, name: str) -> str:
     """The tier of the test's folder; e2e for a test in tests/integration marked so."""
     tier = _folder_tier(name)
     if tier != "unit" and item.get_closest_marker("e2e") is not None:
         return "e2e"
-    if name in _NOT_MOVED_YET and _not_a_unit_test(item):
-        return "e2e" if item.get_closest_marker("e2e") is not None else "integration"
     return tier
 
 
@@ -166,7 +158,6 @@ def pytest_make_collect_report(collector):
         report.passed
         and isinstance(collector, pytest.Module | pytest.Class)
         and _folder_tier(name) == "unit"
-        and name not in _NOT_MOVED_YET
     ):
         misplaced = [
             f"  {item.name}: {', '.join(why)}"

@@ -59,9 +59,3 @@ def test_tests_unit_refuses_other_tiers_markers_and_the_storage_servers():
     assert conftest._not_a_unit_test(_Item(fixtures={"gcs": "tests.servers"})) == [
         "uses the server fixture 'gcs'"
     ]
-
-
-def test_every_file_not_moved_yet_exists_in_tests_unit():
-    """A file whose tests were moved out, or that was removed, leaves the list."""
-    for name in conftest._NOT_MOVED_YET:
-        assert name.startswith("unit/") and (TESTS / name).is_file(), name
