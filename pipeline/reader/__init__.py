@@ -2,10 +2,13 @@
 
 dataset.py assembles it (`make_dataset`), files.py finds a split's shards (`steps_per_epoch`),
 shares.py splits the records between input pipelines, decode.py turns records into images,
-crops.py holds the crop windows. TensorFlow and the core only, never Beam.
+crops.py holds the crop windows; epoch_order.py and resumable.py the training epoch order and
+`start_step`, keras_resume.py the callback for Keras `fit` (imports Keras when called).
+TensorFlow and the core only, never Beam.
 """
 
 from pipeline.reader.dataset import make_dataset
 from pipeline.reader.files import steps_per_epoch
+from pipeline.reader.keras_resume import resume_callback
 
-__all__ = ["make_dataset", "steps_per_epoch"]
+__all__ = ["make_dataset", "resume_callback", "steps_per_epoch"]
