@@ -1,10 +1,12 @@
-"""Example: train a small Keras model on a converted imgrec dataset with MirroredStrategy, or as one worker of a MultiWorkerMirroredStrategy cluster when TF_CONFIG is set."""
+"""Example: train a small Keras model on a converted imgrec dataset with MirroredStrategy, or as one worker of a MultiWorkerMirroredStrategy cluster when TF_CONFIG is set; a preempted run started again resumes mid-epoch."""
 
 from __future__ import annotations
 
 import argparse
 import os
 import sys
+import tempfile
+import warnings
 
 __all__ = ["build_model", "fit", "main", "multi_worker_strategy"]
 
@@ -18,6 +20,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # service (heartbeats, ~30 s on loopback here); this bounds every other stall. Longer than the
 # slowest step, including the first (tracing) and the shard cache's first downloads.
 _COLLECTIVE_TIMEOUT_S = 300
+# Steps between backups (BackupAndRestore's save_freq): a preempted run loses at most these.
+_BACKUP_EVERY_STEPS = 100
 
 
 def build_model(image_size: tuple[int, int], num_classes: int, keras=None):
@@ -51,7 +55,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch_size", type=int, default=32, help="global, over all replicas")
     parser.add_argument("--image_size", type=int, default=128)
     parser.add_argument("--epochs", type=int, default=2)
-    parser.add_argument("--seed", type=int, default=None)
+    parser.add_argument(
+        "--seed", type=int, default=0, help="the epoch order; keep it when resuming"
+    )
+    parser.add_argument(
+        "--backup_dir",
+        default=os.path.join(tempfile.gettempdir(), "imgrec-train-mirrored-backup"),
+        help="BackupAndRestore's folder: a run started again after preemption resumes from "
+        "it, mid-epoch (removed when training ends)",
+    )
+    parser.add_argument("--backup_every", type=int, default=_BACKUP_EVERY_STEPS, help="steps")
     parser.add_argument(
         "--collective_timeout",
         type=float,
@@ -105,6 +118,8 @@ def main(argv: list[str] | None = None) -> int:
         image_size=args.image_size,
         epochs=args.epochs,
         seed=args.seed,
+        backup_dir=args.backup_dir,
+        backup_every=args.backup_every,
     )
     return 0
 
@@ -128,20 +143,36 @@ def fit(
     batch_size: int = 32,
     image_size: int = 128,
     epochs: int = 2,
-    seed: int | None = None,
+    seed: int = 0,
+    backup_dir: str = "",
+    backup_every: int = _BACKUP_EVERY_STEPS,
 ):
     """Build the input pipelines and the model under `strategy`, fit; returns Keras' History.
 
     `batch_size` is global: each step, every replica of every worker takes
     `batch_size / strategy.num_replicas_in_sync` examples. Every worker runs the same call.
+    With `backup_dir`, a run killed mid-epoch and started again resumes at the last backup's
+    step: the rest of that epoch is read once, in the order the run would have read it.
     """
-    from core import schema
-    from pipeline.reader import make_dataset, steps_per_epoch
+    from pipeline.reader import dataset_info, make_dataset, resume_callback, steps_per_epoch
 
-    info = schema.load_dataset_info(data_dir)
-    num_classes = len(info["label_names"])
+    # dataset_info follows a versioned root's LATEST, as make_dataset does.
+    num_classes = len(dataset_info(data_dir)["label_names"])
     size = (image_size, image_size)
 
+    # Exact, and the same on every worker: each input pipeline yields this many steps per epoch.
+    train_steps = steps_per_epoch(data_dir, train_split, batch_size)
+    callbacks = []
+    start_step = 0
+    if backup_dir:
+        # BackupAndRestore restores the step inside fit; the reader reads it when fit starts
+        # iterating, and the resume callback ends the restored epoch where its data ends.
+        resume = resume_callback(train_steps, keras)
+        callbacks = [
+            keras.callbacks.BackupAndRestore(backup_dir, save_freq=backup_every),
+            resume,
+        ]
+        start_step = resume.start_step
     train = make_dataset(
         data_dir,
         train_split,
@@ -150,9 +181,8 @@ def fit(
         training=True,
         image_size=size,
         seed=seed,
+        start_step=start_step,
     )
-    # Exact, and the same on every worker: each input pipeline yields this many steps per epoch.
-    train_steps = steps_per_epoch(data_dir, train_split, batch_size)
     fit_kwargs = {}
     if eval_split:
         fit_kwargs["validation_data"] = make_dataset(
@@ -174,7 +204,11 @@ def fit(
             loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
             metrics=["accuracy"],
         )
-    return model.fit(train, epochs=epochs, steps_per_epoch=train_steps, **fit_kwargs)
+    # Keras 3 says so when the finite evaluation split ends, which it should, every epoch.
+    warnings.filterwarnings("ignore", message="Your input ran out of data")
+    return model.fit(
+        train, epochs=epochs, steps_per_epoch=train_steps, callbacks=callbacks, **fit_kwargs
+    )
 
 
 if __name__ == "__main__":

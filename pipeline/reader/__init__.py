@@ -8,7 +8,7 @@ TensorFlow and the core only, never Beam.
 """
 
 from pipeline.reader.dataset import make_dataset
-from pipeline.reader.files import steps_per_epoch
+from pipeline.reader.files import dataset_info, steps_per_epoch
 from pipeline.reader.keras_resume import resume_callback
 
-__all__ = ["make_dataset", "resume_callback", "steps_per_epoch"]
+__all__ = ["dataset_info", "make_dataset", "resume_callback", "steps_per_epoch"]

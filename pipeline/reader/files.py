@@ -16,6 +16,7 @@ from core import schema, shard_cache, versions
 
 __all__ = [
     "ShardFile",
+    "dataset_info",
     "load_split",
     "resolve_version",
     "split_files",
@@ -63,6 +64,17 @@ def split_files(
     data_dir = resolve_version(data_dir, store)  # a versioned root reads LATEST's version
     _, split_info, shards = load_split(data_dir, split, store)
     return split_info, shards
+
+
+def dataset_info(data_dir: str, *, s3_endpoint_url: str | None = None) -> dict:
+    """dataset_info.json of `data_dir`, of LATEST's version on a versioned root (label names,
+    splits, statistics), as `make_dataset` reads it.
+
+    Raises:
+        schema.DatasetInfoError: `data_dir` has no readable dataset_info.json.
+    """
+    store = shard_cache.open_store(data_dir, s3_endpoint_url)
+    return store.load_dataset_info(resolve_version(data_dir, store))
 
 
 def resolve_version(data_dir: str, store: shard_cache.Store) -> str:
