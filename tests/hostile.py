@@ -202,6 +202,17 @@ class _Corpus:
             fmt = "jpeg" if self.opts.transcode == "jpeg" else "png"
         return Expected("written", case, fmt, ",".join(reasons), src)
 
+    def written_png16(self, case: str, size) -> Expected:
+        """A 16-bit PNG (transforms/images/png16.py): its pixels scaled to 8 bits, unless it is
+        re-encoded as any PNG (--transcode jpeg) or kept as it is (--bit_depth 16)."""
+        png = self.written(case, "png", size=size)
+        if png.outcome != "written" or self.opts.transcode == "jpeg":
+            return png
+        if self.opts.bit_depth == 16 and not png.transcode:
+            return png
+        reasons = ",".join(["decoded_pixels", *filter(None, png.transcode.split(","))])
+        return Expected("written", case, "png", reasons, "png16")
+
     def _kept_as(self, fmt: str) -> tuple[str, list[str]]:
         """(stored format, transcode reasons) of a non-JPEG/PNG/GIF source that is kept."""
         if fmt in ("bmp", "webp") and self.opts.transcode != "jpeg":
@@ -326,14 +337,14 @@ def _healthy(c: _Corpus) -> None:
     c.add(
         "gray16.png",
         encode(Image.fromarray(gray16), "PNG"),
-        c.written("16-bit gray PNG", "png", size=im.size),
+        c.written_png16("16-bit gray PNG", size=im.size),
     )
     rgb48 = np.asarray(im).astype(">u2") * 257
     rows = b"".join(b"\x00" + row.tobytes() for row in rgb48)
     c.add(
         "rgb48.png",
         _raw_png(im.width, im.height, 16, 2, rows),
-        c.written("48-bit RGB PNG", "png", size=im.size),
+        c.written_png16("48-bit RGB PNG", size=im.size),
     )
     # GIF.
     im = photo(rng)

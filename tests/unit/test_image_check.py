@@ -497,14 +497,17 @@ def test_cmyk_jpeg_decodes_to_the_right_colours_so_it_is_stored_as_is():
     assert np.abs(got - np.asarray(im)).mean() < 4
 
 
-def test_16bit_png_is_stored_and_decodes_to_its_top_byte():
+def test_16bit_png_is_stored_8bit_by_default_and_as_is_with_bit_depth_16():
     wide = (np.arange(40 * 30, dtype=np.uint32).reshape(30, 40) * 53 % 65536).astype(np.uint16)
     data = encode(Image.fromarray(wide), "PNG")
     info = check_image(data, CheckOptions())
-    assert (info.format, info.channels, info.transcode) == ("png", 1, "")
-    got = tf.io.decode_image(data, channels=3, expand_animations=False).numpy()
-    assert got.dtype == np.uint8
-    assert np.array_equal(got[..., 0], (wide >> 8).astype(np.uint8))
+    assert (info.format, info.source_format, info.channels) == ("png", "png16", 1)
+    assert info.transcode == "decoded_pixels"
+    got = tf.io.decode_image(encode_for_storage(data, info, CheckOptions())).numpy()
+    assert np.array_equal(got[..., 0], np.rint(wide / 257).astype(np.uint8))
+    kept = check_image(data, CheckOptions(bit_depth=16))
+    assert (kept.format, kept.source_format, kept.transcode) == ("png", "png", "")
+    assert encode_for_storage(data, kept, CheckOptions(bit_depth=16)) is data
 
 
 def test_animated_gif_keeps_its_first_frame_as_png():

@@ -1,15 +1,19 @@
-"""Images decoded to numpy arrays (DICOM, TIFF): the format modules' contract, checks, storage.
+"""Images decoded to numpy arrays (DICOM, TIFF, 16-bit PNG): the format modules' contract,
+checks, --max_side and storage.
 
-A format module (transforms/images/dicom.py, tiff.py) implements
+A format module (transforms/images/dicom.py, tiff.py, png16.py) implements
 `decode_arrays(data: bytes, request: ArrayRequest) -> ArrayImage` and raises `Rejected`; it runs
-in a decoder subprocess (decode_worker.arrays), so a native crash costs one file. This module
-checks what came back and stores each frame: 8- or 16-bit PNG for 1 to 4 channels, raw pixels
-(image/format "raw", image/dtype) for other depths and band counts. See docs/array_images.md.
+in a decoder subprocess (decode_worker.arrays), so a native crash costs one file, unless its
+decoder is TensorFlow's own (IN_PROCESS_FORMATS). This module checks what came back, downscales
+it to --max_side, and stores each frame: 8- or 16-bit PNG for 1 to 4 channels, raw pixels
+(image/format "raw", image/dtype) for other depths and band counts or under --store pixels.
+See docs/dicom.md.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import importlib
 from typing import Any
 
 import numpy as np
@@ -17,28 +21,40 @@ import numpy as np
 from core import schema
 from core.rejects import Rejected
 from transforms.images.limits import CheckOptions, check_dims
+from transforms.images.transcode import max_side_plan
 
 __all__ = [
     "ARRAY_FORMATS",
     "ArrayImage",
     "ArrayRequest",
+    "IN_PROCESS_FORMATS",
     "StoredFrame",
+    "as_pixels",
     "check_declared",
     "decode",
     "encode_frame",
+    "fit_max_side",
     "jpeg_quality",
+    "pixels_frame",
     "request_for",
+    "scaled_to_8bit",
     "stored_frames",
 ]
 
 # Format name (as sniff.py names it) -> the module whose decode_arrays() reads it.
-ARRAY_FORMATS = {"dicom": "transforms.images.dicom"}
+ARRAY_FORMATS = {"dicom": "transforms.images.dicom", "png16": "transforms.images.png16"}
+# Formats decoded in the calling process: libpng through TensorFlow, the decoder every PNG already
+# goes through there (decode_worker.py: the common path pays no subprocess).
+IN_PROCESS_FORMATS = frozenset({"png16"})
 
 # zlib level of the stored PNGs: zlib's default, as transcode.py's Pillow re-encodes use.
 _PNG_COMPRESSION = 6
 # PNG holds 8- and 16-bit samples in 1 (gray), 2 (gray + alpha), 3 (RGB) or 4 (RGBA) channels.
 _PNG_DTYPES = (np.uint8, np.uint16)
 _PNG_MAX_CHANNELS = 4
+_MAX_8BIT = 255
+# --store pixels records: RGB, as tf.io.decode_image(channels=3) shows a stored PNG.
+_PIXELS_CHANNELS = 3
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,6 +64,7 @@ class ArrayRequest:
     bit_depth: int = 8  # 8: as a viewer shows it (uint8); 16: the full range (uint16)
     frames: str = "first"  # "first" or "all"
     max_pixels: int = 89_478_485  # per frame, checked before pixels are decoded
+    apply_exif_orientation: bool = True  # turn pixels upright by their EXIF Orientation
 
 
 @dataclasses.dataclass
@@ -61,6 +78,8 @@ class ArrayImage:
         core.schema.OPTIONAL_FEATURES: value}; e.g. dicom/Modality).
     value_scale, value_offset: stored * scale + offset = the source's values in its units
         (DICOM: the modality LUT; recorded with --bit_depth 16 and for raw records).
+    reasons: what was done to the pixels besides decoding them (keys of
+        transcode.TRANSCODE_REASONS in their order: exif_orientation, max_side).
     """
 
     frames: list[np.ndarray]
@@ -68,6 +87,7 @@ class ArrayImage:
     features: dict[str, Any] = dataclasses.field(default_factory=dict)
     value_scale: float = 1.0
     value_offset: float = 0.0
+    reasons: list[str] = dataclasses.field(default_factory=list)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,7 +103,12 @@ class StoredFrame:
 
 
 def request_for(opts: CheckOptions) -> ArrayRequest:
-    return ArrayRequest(bit_depth=opts.bit_depth, frames=opts.frames, max_pixels=opts.max_pixels)
+    return ArrayRequest(
+        bit_depth=opts.bit_depth,
+        frames=opts.frames,
+        max_pixels=opts.max_pixels,
+        apply_exif_orientation=opts.apply_exif_orientation,
+    )
 
 
 def check_declared(width: int, height: int, request: ArrayRequest, what: str) -> None:
@@ -93,15 +118,19 @@ def check_declared(width: int, height: int, request: ArrayRequest, what: str) ->
 
 
 def decode(fmt: str, data: bytes, opts: CheckOptions) -> ArrayImage:
-    """`data` of array format `fmt` decoded in a decoder subprocess, its frames checked.
+    """`data` of array format `fmt` decoded (in a decoder subprocess unless IN_PROCESS_FORMATS),
+    its frames checked against the limits and downscaled to --max_side (fit_max_side).
 
     Raises:
         Rejected: the module's own reasons, decoder_error if its process died, corrupt if it
-            returned no frames or frames of differing shapes.
+            returned no frames or frames of differing shapes, too_many_pixels / too_small.
     """
     from transforms.images import decode_worker
 
-    image = decode_worker.arrays(fmt, data, request_for(opts))
+    if fmt in IN_PROCESS_FORMATS:
+        image = importlib.import_module(ARRAY_FORMATS[fmt]).decode_arrays(data, request_for(opts))
+    else:
+        image = decode_worker.arrays(fmt, data, request_for(opts))
     if not image.frames:
         raise Rejected("corrupt", f"{fmt.upper()}: no frame decoded")
     first = image.frames[0]
@@ -113,7 +142,62 @@ def decode(fmt: str, data: bytes, opts: CheckOptions) -> ArrayImage:
                 f"({first.dtype}, {frame.dtype}) in one file",
             )
     check_dims(first.shape[1], first.shape[0], opts, "decoded image")
-    return image
+    return fit_max_side(image, opts)
+
+
+def fit_max_side(image: ArrayImage, opts: CheckOptions) -> ArrayImage:
+    """`image` with every frame downscaled so that its longer side is --max_side (aspect ratio
+    kept, nothing upscaled), as transcode.py resizes photos: the same sides, Pillow's
+    --resize_filter; reason max_side. The sides after it are checked as a photo's are.
+
+    Raises:
+        Rejected: too_small, the downscaled image's shorter side is below --min_side.
+    """
+    height, width = image.frames[0].shape[:2]
+    if not opts.max_side or max(height, width) <= opts.max_side:
+        return image
+    _, size = max_side_plan(width, height, opts.max_side, "")
+    check_dims(size[0], size[1], opts, "downscaled image")
+    frames = [_resized(frame, size, opts.resize_filter) for frame in image.frames]
+    return dataclasses.replace(image, frames=frames, reasons=[*image.reasons, "max_side"])
+
+
+def _resized(frame: np.ndarray, size: tuple[int, int], filter_name: str) -> np.ndarray:
+    """One H x W x C frame resized to `size` (width, height) with Pillow's `filter_name`.
+
+    uint8 with 1-4 channels resizes as one L/LA/RGB/RGBA image, exactly as a photo (alpha
+    premultiplied by Pillow); other frames band by band, integers up to 32 bits in Pillow's
+    32-bit integer mode, the rest in its float32 mode, rounded and clipped back to their dtype.
+    """
+    from PIL import Image
+
+    resample = getattr(Image.Resampling, filter_name.upper())
+    channels = frame.shape[2]
+    if frame.dtype == np.uint8 and channels <= _PNG_MAX_CHANNELS:
+        image = Image.fromarray(frame[:, :, 0] if channels == 1 else frame)
+        return np.asarray(image.resize(size, resample)).reshape(size[1], size[0], channels)
+    return np.stack([_resized_band(frame[:, :, b], size, resample) for b in range(channels)], 2)
+
+
+def _resized_band(band: np.ndarray, size: tuple[int, int], resample) -> np.ndarray:
+    from PIL import Image
+
+    as_int = band.dtype.kind in "iu" and band.dtype.itemsize <= 2
+    samples = band.astype(np.int32 if as_int else np.float32)
+    out = np.asarray(Image.fromarray(samples).resize(size, resample))
+    if band.dtype.kind in "iu":
+        info = np.iinfo(band.dtype)
+        out = np.clip(np.rint(out), info.min, info.max)
+    return out.astype(band.dtype)
+
+
+def scaled_to_8bit(values: np.ndarray, low: float, high: float) -> np.ndarray:
+    """`values` mapped linearly from [low, high] to uint8 0..255, rounded and clipped, H x W x C
+    (a 2-D array gains its channel axis): DICOM's windows and ranges, 16-bit PNG's 0..65535."""
+    span = high - low if high > low else 1.0
+    scaled = np.rint((values.astype(np.float64) - low) * (_MAX_8BIT / span))
+    out = np.clip(scaled, 0, _MAX_8BIT).astype(np.uint8)
+    return out[:, :, None] if out.ndim == 2 else out
 
 
 def encode_frame(frame: np.ndarray, jpeg_quality: int = 0) -> StoredFrame:
@@ -156,14 +240,33 @@ def jpeg_quality(opts: CheckOptions) -> int:
     return opts.jpeg_quality if opts.transcode == "jpeg" else 0
 
 
-def stored_frames(image: ArrayImage, request: ArrayRequest, quality: int = 0):
-    """Yield (StoredFrame, the record's optional features) for each decoded frame."""
+def pixels_frame(frame: np.ndarray) -> StoredFrame:
+    """A uint8 frame of 1-4 channels as --store pixels|smart records hold pixels: raw uint8 RGB,
+    H x W x 3, gray replicated and alpha dropped (what tf.io.decode_image(channels=3) makes of
+    the PNG encode_frame would store), so the reader's pixel path reads it like a photo's."""
+    height, width, channels = frame.shape
+    colour = frame[:, :, :1] if channels <= 2 else frame[:, :, :3]
+    rgb = np.ascontiguousarray(np.broadcast_to(colour, (height, width, _PIXELS_CHANNELS)))
+    return StoredFrame(rgb.tobytes(), schema.RAW_FORMAT, height, width, _PIXELS_CHANNELS, "uint8")
+
+
+def as_pixels(frame: np.ndarray) -> bool:
+    """Whether --store pixels|smart stores `frame` by pixels_frame (uint8, 1-4 channels); other
+    frames keep their own form (16-bit PNG, raw samples of their dtype)."""
+    return frame.dtype == np.uint8 and frame.shape[2] <= _PNG_MAX_CHANNELS
+
+
+def stored_frames(image: ArrayImage, request: ArrayRequest, quality: int = 0, pixels=False):
+    """Yield (StoredFrame, the record's optional features, whether it is a pixels_frame) for
+    each decoded frame; `pixels` (--store pixels, or smart for a small image) stores uint8
+    frames by pixels_frame."""
     for index, frame in enumerate(image.frames):
-        stored = encode_frame(frame, quality)
+        viewed = pixels and as_pixels(frame)
+        stored = pixels_frame(frame) if viewed else encode_frame(frame, quality)
         features = dict(image.features)
         features[schema.FRAME] = index
         features[schema.DTYPE] = stored.dtype
-        if request.bit_depth == 16 or stored.format == schema.RAW_FORMAT:
+        if request.bit_depth == 16 or (stored.format == schema.RAW_FORMAT and not viewed):
             features[schema.VALUE_SCALE] = image.value_scale
             features[schema.VALUE_OFFSET] = image.value_offset
-        yield stored, features
+        yield stored, features, viewed

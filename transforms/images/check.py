@@ -11,7 +11,7 @@ import dataclasses
 import numpy as np
 
 from core.rejects import Rejected
-from transforms.images import arrays
+from transforms.images import arrays, png16
 from transforms.images.decode import (
     VERIFY_DCT_RATIO,
     dct_shape,
@@ -115,6 +115,8 @@ def check_image(data: bytes, opts: CheckOptions, compute_stats: bool = False) ->
     if fmt is not None and sniff_format(data) is None:
         return _check_arrays(fmt, data, opts, compute_stats)
     fmt, h = _probe_checked(data, opts)
+    if fmt == "png" and png16.decoded_to_arrays(h, opts):
+        return _check_arrays(png16.FORMAT, data, opts, compute_stats)
     _refuse_scan_bombs(data, h)
     reasons = transcode_reasons(fmt, h, opts)
     # A JPEG that only needs downscaling is verified as it is, and its output sides are computed
@@ -150,13 +152,14 @@ def array_reasons(image: arrays.ArrayImage, opts: CheckOptions) -> list[str]:
     if image.num_frames > 1:
         if opts.animated == "reject":
             raise Rejected("animated", f"{image.num_frames} frames and --animated reject")
-        reasons.append("frame_per_record" if opts.frames == "all" else "animated_first_frame")
-    return reasons
+        reasons.append("frame_per_record" if len(image.frames) > 1 else "animated_first_frame")
+    return reasons + image.reasons
 
 
 def _check_arrays(fmt: str, data: bytes, opts: CheckOptions, compute_stats: bool) -> ImageInfo:
-    """check_image for a format decoded to arrays (arrays.ARRAY_FORMATS): decoded in a decoder
-    process; its first frame stored and, as PNG, decoded by TensorFlow as the reader will."""
+    """check_image for a format decoded to arrays (arrays.ARRAY_FORMATS; a decoder process for
+    all but arrays.IN_PROCESS_FORMATS); its first frame stored and, as PNG, decoded by
+    TensorFlow as the reader will."""
     image = arrays.decode(fmt, data, opts)
     reasons = array_reasons(image, opts)
     stored = arrays.encode_frame(image.frames[0], arrays.jpeg_quality(opts))
@@ -230,6 +233,21 @@ def _refuse_libjpeg_warnings(data: bytes) -> None:
         )
 
 
+def _one_record(data: bytes, info: ImageInfo, opts: CheckOptions) -> bytes:
+    """encode_for_storage of an image decoded to arrays that makes one record (the writer's
+    store_modes.store_records makes every record of any file)."""
+    image = arrays.decode(info.source_format, data, opts)
+    if len(image.frames) != 1:
+        raise ValueError("a file of several records (--frames all): use store_modes.store_records")
+    stored = arrays.encode_frame(image.frames[0], arrays.jpeg_quality(opts))
+    if stored.format != info.format:
+        raise ValueError(
+            f"the frame is now stored as {stored.format}, inspection said {info.format}: "
+            "the options changed between inspection and writing"
+        )
+    return stored.data
+
+
 def encode_for_storage(data: bytes, info: ImageInfo, opts: CheckOptions) -> bytes:
     """The bytes to store: `data` itself unless `info.transcode`, else the same transcode that
     check_image made and verified (a pure function of data and opts: same input, same bytes).
@@ -241,7 +259,7 @@ def encode_for_storage(data: bytes, info: ImageInfo, opts: CheckOptions) -> byte
     if not info.transcode:
         return data
     if info.source_format in arrays.ARRAY_FORMATS:
-        raise ValueError("images decoded to arrays are stored by store_modes.store_records")
+        return _one_record(data, info, opts)
     fmt, h = _probe_checked(data, opts)
     stored, stored_fmt, _ = transcode_bytes(data, fmt, h, info.transcode.split(","), opts)
     if stored_fmt != info.format:

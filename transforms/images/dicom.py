@@ -16,7 +16,7 @@ import numpy as np
 
 from core import schema
 from core.rejects import Rejected
-from transforms.images.arrays import ArrayImage, ArrayRequest, check_declared
+from transforms.images.arrays import ArrayImage, ArrayRequest, check_declared, scaled_to_8bit
 
 __all__ = [
     "IDENTIFYING_KEYWORDS",
@@ -262,18 +262,18 @@ def _as_viewed(ds, raw: list[np.ndarray]) -> tuple[list[np.ndarray], tuple[float
     kind = str(ds.get("PhotometricInterpretation", "")).upper()
     if kind == "PALETTE COLOR":
         bits = int(ds.RedPaletteColorLookupTableDescriptor[2])
-        scaled = [_scaled(apply_color_lut(f, ds), 0.0, 2.0**bits - 1) for f in raw]
+        scaled = [scaled_to_8bit(apply_color_lut(f, ds), 0.0, 2.0**bits - 1) for f in raw]
         return scaled, (0.0, 0.0)
     if kind not in _MONOCHROME:
         top = 2.0 ** int(ds.get("BitsStored") or 8) - 1
-        return [_scaled(f, 0.0, top) for f in raw], (0.0, 0.0)
+        return [scaled_to_8bit(f, 0.0, top) for f in raw], (0.0, 0.0)
     values = [apply_modality_lut(f, ds) for f in raw]
     low, high, window = _voi_range(ds, values)
     if window != (0.0, 0.0) and "WindowWidth" in ds and "WindowCenter" in ds:
         values = [apply_voi_lut(v, ds, index=0, prefer_lut=False) for v in values]
     elif "VOILUTSequence" in ds:
         values = [apply_voi_lut(v, ds, index=0) for v in values]
-    frames = [_scaled(v, low, high) for v in values]
+    frames = [scaled_to_8bit(v, low, high) for v in values]
     if kind == "MONOCHROME1":
         frames = [_MAX_8BIT - f for f in frames]
     return frames, window
@@ -307,14 +307,6 @@ def _modality_range(ds) -> tuple[float, float]:
     if slope is not None and intercept is not None:
         low, high = low * float(slope) + float(intercept), high * float(slope) + float(intercept)
     return low, high
-
-
-def _scaled(values: np.ndarray, low: float, high: float) -> np.ndarray:
-    """`values` from [low, high] to uint8 H x W x C (rounded, clipped)."""
-    span = high - low if high > low else 1.0
-    out = np.clip(np.rint((values.astype(np.float64) - low) * (_MAX_8BIT / span)), 0, _MAX_8BIT)
-    out = out.astype(np.uint8)
-    return out[:, :, None] if out.ndim == 2 else out
 
 
 def _full_range(ds, raw: list[np.ndarray]):

@@ -76,6 +76,7 @@ class Header:
     upright_on_load: bool = False  # Pillow applies the orientation itself (TIFF) when loading
     jpeg_sof: int = 0
     jpeg_precision: int = 8
+    bit_depth: int = 8  # bits per sample of a PNG (IHDR: 1, 2, 4, 8 or 16)
     jpeg_sos_at: int = -1
     pil: Any = None  # the lazily opened Pillow image of a non-stored format
     isolated: bool = False  # Pillow runs in a decoder subprocess for this format (decode_worker)
@@ -167,6 +168,7 @@ def probe_png(data: bytes) -> Header:
     if n < 33 or data[12:16] != b"IHDR":
         return h
     h.width, h.height = struct.unpack(">II", data[16:24])
+    h.bit_depth = data[24]
     color_type = data[25]
     trns = False
     exif_seen = False

@@ -44,9 +44,9 @@ TRANSCODE_REASONS = {
     "JPEG_BACKGROUND) that JPEG-only readers decode",
     "gif_to_jpeg": "a GIF under --transcode jpeg: its first frame stored as an RGB JPEG",
     "animated_first_frame": "an animated or multi-frame source; its first frame is stored",
-    "decoded_pixels": "a DICOM (or other image decoded to arrays): its pixels stored as PNG, 8-bit "
-    "as a viewer shows them (--bit_depth 16: 16-bit, the full range), or as raw pixels for "
-    "other depths and band counts (transforms/images/arrays.py)",
+    "decoded_pixels": "a DICOM, a 16-bit PNG (transcoded_from png16) or other image decoded to "
+    "arrays: its pixels stored as PNG, 8-bit as a viewer shows them (--bit_depth 16: 16-bit, the "
+    "full range), or as raw pixels for other depths and band counts (transforms/images/arrays.py)",
     "frame_per_record": "a multi-frame source under --frames all: one record per frame "
     "(image/frame names it)",
     "exif_orientation": "EXIF says the pixels are stored rotated/flipped; TensorFlow ignores EXIF, "
