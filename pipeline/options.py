@@ -212,6 +212,12 @@ class ConvertConfig:
             raise OptionError(
                 "--transcode jpeg with --bit_depth 16: JPEG holds 8 bits; drop one of them"
             )
+        if self.store != "encoded" and self.check.bit_depth == 16:
+            raise OptionError(
+                f"--store {self.store} with --bit_depth 16: raw-pixel records hold uint8 RGB "
+                "(what the reader's pixel path reads); keep 16 bits with --store encoded "
+                "(16-bit PNG), or drop --bit_depth 16"
+            )
         if self.check.transcode == "jpeg" and self.store != "encoded":
             raise OptionError(
                 f"--transcode jpeg with --store {self.store}: --transcode jpeg makes every "

@@ -2,7 +2,7 @@
 
 `encoded` stores the file's bytes (or the verified transcode) as today. `pixels` stores raw
 uint8 RGB pixels, height x width x 3, at the --max_side size: no libjpeg at read time, several
-times the disk. `smart` stores raw pixels for images small enough that reading their raw bytes
+times the disk (images decoded to arrays: their 8-bit frames so, arrays.pixels_frame). `smart` stores raw pixels for images small enough that reading their raw bytes
 costs less than decoding them (SMART_MAX_RAW_PIXELS), the encoded bytes otherwise.
 """
 
@@ -114,7 +114,8 @@ def store_records(
     data: bytes, info: check.ImageInfo, opts: limits.CheckOptions, store: str = "encoded"
 ) -> list[StoredImage]:
     """The records one inspected file becomes: one, or one per frame for an image decoded to
-    arrays under --frames all (arrays.py: PNG or raw, with its optional features).
+    arrays under --frames all (arrays.py: PNG or raw, with its optional features; under
+    --store pixels, and smart for a small image, its 8-bit frames as raw RGB like a photo's).
 
     Raises:
         Rejected: the bytes no longer decode or transcode (they changed since inspection).
@@ -123,11 +124,12 @@ def store_records(
         return [store_image(data, info, opts, store)]
     image = arrays.decode(info.source_format, data, opts)
     check.array_reasons(image, opts)  # --animated reject, as inspection decided
+    height, width = image.frames[0].shape[:2]
+    pixels = store == "pixels" or (store == "smart" and prefers_raw(height, width))
     records = []
-    for frame, features in arrays.stored_frames(
-        image, arrays.request_for(opts), arrays.jpeg_quality(opts)
+    for frame, features, raw in arrays.stored_frames(
+        image, arrays.request_for(opts), arrays.jpeg_quality(opts), pixels
     ):
-        raw = frame.format == schema.RAW_FORMAT
         records.append(
             StoredImage(
                 frame.data, frame.format, frame.height, frame.width, frame.channels, raw, features
