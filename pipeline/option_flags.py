@@ -240,8 +240,9 @@ def _add_image_options(g) -> None:
         type=int,
         default=8,
         choices=BIT_DEPTHS,
-        help="DICOM: 8 (default): 8-bit as a viewer shows it; 16: the full range, 16-bit PNG "
-        "(image/value_scale, image/value_offset give the modality values). docs/dicom.md.",
+        help="DICOM and 16-bit PNG: 8 (default): 8-bit as a viewer shows it; 16: the full "
+        "range, 16-bit PNG (image/value_scale, image/value_offset give DICOM's modality "
+        "values). docs/dicom.md.",
     )
     g.add_argument(
         "--frames",
