@@ -42,6 +42,10 @@ AUTOTUNE = tf.data.AUTOTUNE
 # Shards read at once per input pipeline: enough outstanding reads to hide object-store latency,
 # few enough that a small machine still reads a few files at a time.
 _MAX_PARALLEL_SHARDS = 16
+# Training: shards read at once and merged (part of the epoch order). Mixes shards that each hold
+# few classes better than the reader before it (16 interleaved + a shuffle buffer), at one
+# read buffer each (docs/training.md, "Shuffle quality").
+_SHARDS_AT_ONCE = 32
 # Default RAM for the shuffle buffer of serialized records, per input pipeline: a few thousand
 # photos, enough to mix shards whose order is already shuffled and which are interleaved.
 _DEFAULT_SHUFFLE_MB = 256
@@ -96,7 +100,7 @@ class _Config:
     # Training: global steps already taken (an int, or read when iteration starts).
     start_step: StartStep = 0
     # Training: shards read at once; part of the epoch order.
-    shards_at_once: int = _MAX_PARALLEL_SHARDS
+    shards_at_once: int = _SHARDS_AT_ONCE
 
     def __post_init__(self) -> None:
         if self.global_batch_size <= 0:
@@ -137,7 +141,7 @@ def make_dataset(
     s3_endpoint_url: str | None = None,
     lease: bool = True,
     start_step: StartStep = 0,
-    shards_at_once: int = _MAX_PARALLEL_SHARDS,
+    shards_at_once: int = _SHARDS_AT_ONCE,
 ) -> tf.data.Dataset | tf.distribute.DistributedDataset:
     """The input pipeline of a converted split, batched per replica and prefetched.
 
