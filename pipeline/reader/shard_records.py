@@ -95,7 +95,9 @@ def read_shard(
 
 
 def _records_after(path: tf.Tensor, compression: tf.Tensor, skip: tf.Tensor) -> tf.data.Dataset:
-    """The shard's records from record `skip` on (see read_shard)."""
+    """The shard's records from record `skip` on (see read_shard). Call it inside a dataset
+    function only (as the reader does): TensorFlow 2.21 does not serialize the kernel's
+    offsets, so a top-level dataset of it fails when tf.data rewrites the graph."""
     skip = tf.cast(skip, tf.int64)
     seek = tf.logical_and(tf.equal(compression, ""), skip > 0)
     offset = tf.cond(
