@@ -181,9 +181,10 @@ def test_verify_checks_raw_record_sizes(pixels, tmp_path):
         schema.HEIGHT: tf.constant(4, tf.int64),
         schema.WIDTH: tf.constant(5, tf.int64),
         schema.CHANNELS: tf.constant(3, tf.int64),
+        schema.DTYPE: tf.constant(b""),  # --store pixels records: uint8
     }
     assert _raw_problem(ex, 60) is None
-    assert "59 bytes, height*width*channels = 4*5*3 = 60" in _raw_problem(ex, 59)
+    assert "59 bytes, height*width*channels*itemsize = 4*5*3*1 = 60" in _raw_problem(ex, 59)
 
 
 @pytest.fixture(scope="module")
