@@ -29,7 +29,6 @@ __all__ = [
     "ArrayRequest",
     "IN_PROCESS_FORMATS",
     "StoredFrame",
-    "as_pixels",
     "check_declared",
     "decode",
     "encode_frame",
@@ -250,7 +249,7 @@ def pixels_frame(frame: np.ndarray) -> StoredFrame:
     return StoredFrame(rgb.tobytes(), schema.RAW_FORMAT, height, width, _PIXELS_CHANNELS, "uint8")
 
 
-def as_pixels(frame: np.ndarray) -> bool:
+def _as_pixels(frame: np.ndarray) -> bool:
     """Whether --store pixels|smart stores `frame` by pixels_frame (uint8, 1-4 channels); other
     frames keep their own form (16-bit PNG, raw samples of their dtype)."""
     return frame.dtype == np.uint8 and frame.shape[2] <= _PNG_MAX_CHANNELS
@@ -261,7 +260,7 @@ def stored_frames(image: ArrayImage, request: ArrayRequest, quality: int = 0, pi
     each decoded frame; `pixels` (--store pixels, or smart for a small image) stores uint8
     frames by pixels_frame."""
     for index, frame in enumerate(image.frames):
-        viewed = pixels and as_pixels(frame)
+        viewed = pixels and _as_pixels(frame)
         stored = pixels_frame(frame) if viewed else encode_frame(frame, quality)
         features = dict(image.features)
         features[schema.FRAME] = index
