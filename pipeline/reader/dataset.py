@@ -21,13 +21,12 @@ from pipeline.reader.decode import decode_batch as _decode_batch
 from pipeline.reader.decode import decode_batch_eagerly as _decode_batch_eagerly
 from pipeline.reader.decode import decode_example as _decode_example
 from pipeline.reader.decode import postprocess_fn as _postprocess_fn
-from pipeline.reader.epoch_order import EpochOrder
 from pipeline.reader.files import ShardFile, split_files, steps_per_epoch
 from pipeline.reader.files import load_split as _load_split
 from pipeline.reader.files import median_jpeg_min_side as _median_jpeg_min_side
 from pipeline.reader.files import resolve_version as _resolve_version
 from pipeline.reader.files import typical_min_side as _typical_min_side
-from pipeline.reader.resumable import StartStep, ordered_records
+from pipeline.reader.resumable import StartStep, check_no_start_step, epoch_order, ordered_records
 from pipeline.reader.shard_records import read_shard as _read_shard
 from pipeline.reader.shares import pipeline_records, traced_as_written
 
@@ -99,14 +98,15 @@ class _Config:
     data_dir: str = ""
     # Training: global steps already taken (an int, or read when iteration starts).
     start_step: StartStep = 0
-    # Training: shards read at once; part of the epoch order.
-    shards_at_once: int = _SHARDS_AT_ONCE
+    shards_at_once: int = _SHARDS_AT_ONCE  # training: shards read at once
 
     def __post_init__(self) -> None:
         if self.global_batch_size <= 0:
             raise ValueError(f"global_batch_size must be positive, got {self.global_batch_size}")
         if min(self.image_size) <= 0:
             raise ValueError(f"image_size must be positive (height, width), got {self.image_size}")
+        if self.shards_at_once <= 0:
+            raise ValueError(f"shards_at_once must be positive, got {self.shards_at_once}")
         if not 0.0 < self.crop_fraction <= 1.0:
             raise ValueError(f"crop_fraction must be in (0, 1], got {self.crop_fraction}")
         known = set(schema.FEATURE_SPEC_JSON)
@@ -179,9 +179,8 @@ def make_dataset(
         cache: True keeps the split's serialized records in RAM after the first epoch (an error
             if they exceed a quarter of physical memory); "auto" does so only when they fit.
         shuffle_buffer_mb: RAM for the shuffle buffer of serialized records, per input pipeline;
-            the record count is derived from the split's average record size. In training it
-            is the window of records permuted together (two windows are in RAM at a time),
-            part of the epoch order: keep it when resuming.
+            the record count is derived from the split's average record size (training: the
+            window of records permuted together; two are in RAM at a time).
         crop_fraction: evaluation centre crop, as a fraction of the largest window of the
             output's aspect ratio.
         jpeg_dct_scaling: decode large JPEGs at 1/2, 1/4 or 1/8 scale when the crop stays at
@@ -207,15 +206,13 @@ def make_dataset(
             `imgrec convert --keep_versions` does not prune it under this job
             (docs/scheduling.md). A store that refuses the write is said once on the log and
             reading goes on. False: write nothing (read-only use you do not want counted).
-        start_step: training: global steps already taken since training began (what a
-            restored optimizer's `iterations` holds); the dataset starts at step
-            `start_step % steps_per_epoch` of epoch `start_step // steps_per_epoch`. A
-            variable (e.g. `model.optimizer.iterations`) or a callable is read each time
-            iteration starts, so Keras `fit` with `BackupAndRestore` resumes where it saved
-            (docs/training.md). Keep `seed`, `global_batch_size`, `shuffle_buffer_mb` and
-            `shards_at_once` when resuming; the number of workers and replicas may change.
-        shards_at_once: training: shards read at once and merged; more mixes shards that each
-            hold few classes better, at 8 MB of read buffer each. Part of the epoch order.
+        start_step: training: global steps taken since training began (a restored step);
+            starts at step `start_step % steps_per_epoch` of epoch `start_step //
+            steps_per_epoch`. A callable or variable is read when iteration starts (Keras:
+            `resume_callback(...).start_step`, docs/training.md).
+        shards_at_once: training: shards read at once (8 MB of read buffer each); more mixes
+            shards of few classes better. Keep it, `seed`, `global_batch_size` and
+            `shuffle_buffer_mb` when resuming: they make the epoch order.
 
     Returns:
         A `tf.data.Dataset` of `(images uint8 [B, H, W, 3], labels int64 [B])` with `B` the
@@ -263,11 +260,7 @@ def make_dataset(
             normalize=normalize,
             cache_dir=cache_dir,
         )
-        config = dataclasses.replace(
-            config, start_step=start_step, shards_at_once=int(shards_at_once)
-        )
-        if shards_at_once <= 0:
-            raise ValueError(f"shards_at_once must be positive, got {shards_at_once}")
+        config = dataclasses.replace(config, start_step=start_step, shards_at_once=shards_at_once)
         return _distribute(config, held, strategy, input_context)
     except BaseException:
         if held is not None:
@@ -504,7 +497,7 @@ def _pipeline_dataset(
     if config.training and all(s.num_examples >= 0 for s in config.shards):
         records = ordered_records(
             config,
-            _epoch_order(config),
+            epoch_order(config, _DEFAULT_ORDER_SEED),
             num_pipelines,
             pipeline_id,
             read_part=lambda path, compression, expected, skip: _read_shard(
@@ -514,7 +507,7 @@ def _pipeline_dataset(
             crop_seed=_sub_seed(config.seed, 2),
         )
         return _batched(config, records, batch_size, multi_device, deterministic=True)
-    _check_no_start_step(config)
+    check_no_start_step(config)
     file_seed = config.seed
     if file_seed is None and num_pipelines > 1:
         file_seed = _SHARED_FILE_SEED
@@ -531,26 +524,6 @@ def _pipeline_dataset(
         max_parallel_shards=_MAX_PARALLEL_SHARDS,
     )
     return _batched(config, records, batch_size, multi_device, deterministic=None)
-
-
-def _epoch_order(config: _Config) -> EpochOrder:
-    """The training split's epoch order: shards, lanes and the permuted window, from the config."""
-    seed = _DEFAULT_ORDER_SEED if config.seed is None else config.seed
-    return EpochOrder(
-        counts=tuple(s.num_examples for s in config.shards),
-        seed=seed,
-        lanes=config.shards_at_once,
-        window=config.shuffle_records,
-    )
-
-
-def _check_no_start_step(config: _Config) -> None:
-    """start_step needs the epoch order, which needs every shard's record count."""
-    if config.training and not (isinstance(config.start_step, int) and config.start_step == 0):
-        raise ValueError(
-            f"start_step: {config.data_dir}'s dataset_info.json lacks shards' num_examples, so "
-            "training cannot resume mid-epoch; re-run the conversion"
-        )
 
 
 def _batched(

@@ -13,7 +13,7 @@ import tensorflow as tf
 from pipeline.reader.epoch_order import EpochOrder, pipeline_mask
 from pipeline.reader.shares import traced_as_written
 
-__all__ = ["StartStep", "ordered_records", "read_start_step"]
+__all__ = ["StartStep", "check_no_start_step", "epoch_order", "ordered_records", "read_start_step"]
 
 # What `make_dataset(start_step=...)` takes: a step, or something holding one that is read
 # when iteration starts (a restored optimizer's `iterations`, a callable).
@@ -38,6 +38,26 @@ def read_start_step(start_step: StartStep) -> int:
     if step < 0:
         raise ValueError(f"start_step must be >= 0 (global steps already taken), got {step}")
     return step
+
+
+def epoch_order(config, default_seed: int) -> EpochOrder:
+    """The training split's epoch order from the reader's config (`default_seed` for seed=None:
+    every worker and every restart must draw the same order)."""
+    return EpochOrder(
+        counts=tuple(s.num_examples for s in config.shards),
+        seed=default_seed if config.seed is None else config.seed,
+        lanes=config.shards_at_once,
+        window=config.shuffle_records,
+    )
+
+
+def check_no_start_step(config) -> None:
+    """start_step needs the epoch order, which needs every shard's record count."""
+    if config.training and not (isinstance(config.start_step, int) and config.start_step == 0):
+        raise ValueError(
+            f"start_step: {config.data_dir}'s dataset_info.json lacks shards' num_examples, so "
+            "training cannot resume mid-epoch; re-run the conversion"
+        )
 
 
 def _start_tensor(start_step: StartStep, steps: int, repeat: bool) -> tf.Tensor:
