@@ -34,6 +34,7 @@ __all__ = [
     "VALUE_OFFSET",
     "GROUP",
     "DICOM_KEYS",
+    "GEO_KEYS",
     "OPTIONAL_FEATURES",
     "STORE_MODES",
     "COMPRESSIONS",
@@ -110,6 +111,16 @@ DICOM_KEYS = {
         "SOPInstanceUID",
     )
 }
+# GeoTIFF georeferencing (transforms/images/tiff.py): the CRS ("EPSG:32633"), its EPSG code (0:
+# none or user-defined), GDAL's geotransform and every GeoKey as JSON (strings keep the doubles
+# exact), and whether pixels are areas or points.
+GEO_KEYS = {
+    "crs": ("geo/crs", "string", ""),
+    "epsg": ("geo/epsg", "int64", 0),
+    "transform": ("geo/transform", "string", ""),
+    "raster_type": ("geo/raster_type", "string", ""),
+    "keys": ("geo/keys", "string", ""),
+}
 # The dtype of each DICOM key's feature; a string otherwise.
 _DICOM_TYPES = {
     "BitsStored": "int64",
@@ -139,6 +150,7 @@ OPTIONAL_FEATURES: tuple[tuple[str, str, tuple[int, ...], Any], ...] = (
         )
         for name, key in DICOM_KEYS.items()
     ),
+    *((key, dtype, (), default) for key, dtype, default in GEO_KEYS.values()),
 )
 
 # (key, dtype) of every feature each record has (a scalar FixedLenFeature).

@@ -213,6 +213,19 @@ class _Corpus:
         reasons = ",".join(["decoded_pixels", *filter(None, png.transcode.split(","))])
         return Expected("written", case, "png", reasons, "png16")
 
+    def written_tiff(self, case: str, size, animated: bool = False) -> Expected:
+        """A TIFF (transforms/images/tiff.py): decoded to pixels under every --transcode, its
+        first page stored (a PNG; a JPEG with --transcode jpeg)."""
+        if animated and self.opts.animated == "reject":
+            return Expected("animated", case)
+        first = ["animated_first_frame"] if animated else []
+        stored = self.written(case, "png", "tiff", reasons=first, size=size)
+        if stored.outcome != "written":
+            return stored
+        fmt = "jpeg" if self.opts.transcode == "jpeg" else "png"
+        reasons = ",".join(["decoded_pixels", *filter(None, stored.transcode.split(","))])
+        return Expected("written", case, fmt, reasons, "tiff")
+
     def _kept_as(self, fmt: str) -> tuple[str, list[str]]:
         """(stored format, transcode reasons) of a non-JPEG/PNG/GIF source that is kept."""
         if fmt in ("bmp", "webp") and self.opts.transcode != "jpeg":
@@ -709,6 +722,9 @@ def _other_formats(c: _Corpus) -> None:
     for name, data, fmt in simple:
         size = (48, 48) if fmt == "ico" else im.size
         as_is = fmt == "webp" and not webp_has_alpha(data)
+        if fmt == "tiff":
+            c.add(name, data, c.written_tiff(f"TIFF {name}", size))
+            continue
         c.add(name, data, c.unsupported(f"{fmt.upper()} {name}", fmt, size, as_is=as_is))
     c.add(
         "figure.eps",
@@ -719,7 +735,7 @@ def _other_formats(c: _Corpus) -> None:
     c.add(
         "float.tiff",
         encode(Image.fromarray(np.zeros((20, 30), np.float32)), "TIFF"),
-        c.unsupported("32-bit float TIFF", "tiff", (30, 20), decodable=False),
+        c.written_tiff("32-bit float TIFF", (30, 20)),
     )
     seq = [im, im.rotate(90), im.rotate(180)]
     c.add(
@@ -730,7 +746,7 @@ def _other_formats(c: _Corpus) -> None:
     c.add(
         "pages.tiff",
         encode(seq[0], "TIFF", save_all=True, append_images=seq[1:]),
-        c.unsupported("3-page TIFF", "tiff", im.size, animated=True),
+        c.written_tiff("3-page TIFF", im.size, animated=True),
     )
     bmp = encode(im, "BMP")
     c.add(
@@ -823,10 +839,7 @@ def _bombs(c: _Corpus) -> None:
     c.add(
         "bomb.tiff",
         bytes(big),
-        # A TIFF is only parsed when --transcode png|jpeg asks for TIFFs; else no plugin runs.
-        Expected("too_many_pixels", "TIFF 60000x60000 IFD")
-        if c.opts.transcode in ("png", "jpeg")
-        else Expected("unsupported_format", "TIFF 60000x60000 IFD"),
+        Expected("too_many_pixels", "TIFF 60000x60000 IFD"),
     )
     prog = encode(photo(c.rng, 64, 64), "JPEG", progressive=True)
     eoi = prog.rindex(b"\xff\xd9")

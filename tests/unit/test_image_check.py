@@ -712,14 +712,14 @@ def test_transcodes_keep_a_matching_icc_profile_and_drop_a_mismatched_one(fmt):
 
 @pytest.mark.parametrize("fmt", ["TIFF", "WEBP"])
 def test_exif_orientation_of_transcoded_formats(fmt):
-    """Pillow turns TIFFs upright by itself on load; WebP is turned here. Either way, once."""
+    """TIFFs are turned by their Orientation tag (tiff.py); WebP by EXIF. Either way, once."""
     im = _rgb(7, 60, 40)
     data = encode(im, fmt, exif=_exif(6), **({"lossless": True} if fmt == "WEBP" else {}))
     opts = CheckOptions(transcode="png")
     info = check_image(data, opts)
     assert (info.width, info.height) == (40, 60)
     # A still WebP without alpha is stored as is: only the rotation makes it a PNG.
-    want = "exif_orientation" if fmt == "WEBP" else "unsupported_format,exif_orientation"
+    want = "exif_orientation" if fmt == "WEBP" else "decoded_pixels,exif_orientation"
     assert info.transcode == want
     got = tf.io.decode_image(encode_for_storage(data, info, opts), channels=3).numpy()
     assert np.array_equal(got, np.asarray(im.transpose(Image.Transpose.ROTATE_270)))

@@ -41,7 +41,11 @@ __all__ = [
 ]
 
 # Format name (as sniff.py names it) -> the module whose decode_arrays() reads it.
-ARRAY_FORMATS = {"dicom": "transforms.images.dicom", "png16": "transforms.images.png16"}
+ARRAY_FORMATS = {
+    "dicom": "transforms.images.dicom",
+    "png16": "transforms.images.png16",
+    "tiff": "transforms.images.tiff",
+}
 # Formats decoded in the calling process: libpng through TensorFlow, the decoder every PNG already
 # goes through there (decode_worker.py: the common path pays no subprocess).
 IN_PROCESS_FORMATS = frozenset({"png16"})
@@ -265,7 +269,12 @@ def stored_frames(image: ArrayImage, request: ArrayRequest, quality: int = 0, pi
         features = dict(image.features)
         features[schema.FRAME] = index
         features[schema.DTYPE] = stored.dtype
-        if request.bit_depth == 16 or (stored.format == schema.RAW_FORMAT and not viewed):
+        rescaled = (image.value_scale, image.value_offset) != (1.0, 0.0)  # e.g. TIFF's ranges
+        if (
+            request.bit_depth == 16
+            or rescaled
+            or (stored.format == schema.RAW_FORMAT and not viewed)
+        ):
             features[schema.VALUE_SCALE] = image.value_scale
             features[schema.VALUE_OFFSET] = image.value_offset
         yield stored, features, viewed

@@ -149,9 +149,11 @@ def array_format(data: bytes) -> str | None:
 
     DICOM first: its 128-byte preamble may hold another format's header (DICOM-TIFF files).
     """
-    from transforms.images import dicom  # its rules, pydicom imported only to decode
+    from transforms.images import dicom, tiff  # their rules; decoders imported only to decode
 
-    return "dicom" if dicom.looks_like_dicom(data) else None
+    if dicom.looks_like_dicom(data):
+        return "dicom"
+    return "tiff" if tiff.looks_like_tiff(data) else None
 
 
 def sniff_container(data: bytes) -> str | None:

@@ -16,22 +16,14 @@ import struct
 
 import numpy as np
 
+from core import schema
 from core.rejects import Rejected
-from transforms.images.limits import DEFAULT_MAX_PIXELS
+from transforms.images.arrays import ArrayImage, ArrayRequest, check_declared
 
-__all__ = [
-    "BIT_DEPTHS",
-    "FRAME_MODES",
-    "TiffFrame",
-    "TiffImage",
-    "TiffOptions",
-    "decode_tiff",
-]
+__all__ = ["decode_arrays", "looks_like_tiff"]
 
-# --bit_depth: 8 (what a viewer shows, PNG) or 16 (the full range kept, 16-bit PNG).
-BIT_DEPTHS = (8, 16)
-# --frames: the first page, or one record per full-resolution page.
-FRAME_MODES = ("first", "all")
+# Little- and big-endian classic TIFF, then BigTIFF.
+_SIGNATURES = (b"II*\x00", b"MM\x00*", b"II+\x00", b"MM\x00+")
 
 # Decoded bytes one page may take, per --max_pixels pixel: a 4-band 16-bit image at the pixel
 # limit. A hyperspectral cube of 200 bands trades pixels for bands within the same memory.
@@ -41,7 +33,7 @@ _BYTES_PER_PIXEL = 8
 # crafted IFD chain may declare millions.
 _MAX_PAGES = 10_000
 
-# Band counts a PNG holds (gray, gray+alpha, RGB, RGBA); more are stored as raw samples.
+# Band counts a PNG holds (gray, gray + alpha, RGB, RGBA); more are stored as raw samples.
 _PNG_BANDS = 4
 
 # Raw sample types the reader's tf.io.decode_raw reads, and how other decoded types map to them
@@ -85,76 +77,51 @@ _REDUCED, _MASK = 1, 4
 _JPEG_COMPRESSIONS = (6, 7, 33007, 34892)
 
 
-@dataclasses.dataclass(frozen=True)
-class TiffOptions:
-    """How TIFF pages are stored (each field is the convert option of the same name)."""
-
-    bit_depth: int = 8
-    keep_float: bool = False
-    frames: str = "first"
-    max_pixels: int = DEFAULT_MAX_PIXELS
-
-    def __post_init__(self) -> None:
-        if self.bit_depth not in BIT_DEPTHS:
-            raise ValueError(f"--bit_depth must be 8 or 16, got {self.bit_depth}")
-        if self.frames not in FRAME_MODES:
-            raise ValueError(f"--frames must be first or all, got {self.frames!r}")
+def looks_like_tiff(data: bytes) -> bool:
+    """Whether `data` starts with a TIFF or BigTIFF header."""
+    return data[:4] in _SIGNATURES
 
 
 @dataclasses.dataclass(frozen=True)
-class TiffFrame:
-    """One page as it is stored.
+class _Page:
+    """One page turned into pixels (colour applied, upright), before the depth rule."""
 
-    `pixels` is [H, W, C]: uint8 or uint16 for up to 4 bands (PNG), any of _RAW_DTYPES' values
-    for more bands or kept floats (raw). `value_range` is (low, high) of the source samples: with
-    `scaled`, stored = round((v - low) / (high - low) * dtype max); else the pixels are the
-    source values and the range is what they may span.
-    """
-
-    pixels: np.ndarray
-    value_range: tuple[float, float]
-    scaled: bool
-    source: str  # the page's layout, e.g. "16-bit uint MINISBLACK 13 bands LZW tiled"
-
-    @property
-    def raw(self) -> bool:
-        """Stored as raw samples (more bands than PNG holds, or floats kept)."""
-        return self.pixels.shape[2] > _PNG_BANDS or self.pixels.dtype.kind == "f"
+    pixels: np.ndarray  # [H, W, C]
+    bits: int  # significant bits per sample
+    value_range: tuple[float, float]  # what the samples are declared to span
+    oriented: bool  # the Orientation tag turned the pixels
 
 
-@dataclasses.dataclass(frozen=True)
-class TiffImage:
-    """A decoded TIFF: the stored frames, whether it has several full-resolution pages,
-    GeoTIFF keys."""
+def decode_arrays(data: bytes, request: ArrayRequest) -> ArrayImage:
+    """A TIFF's first page (every full-resolution page with --frames all) as stored frames.
 
-    frames: tuple[TiffFrame, ...]
-    multi_page: bool
-    geo: dict[str, int | str]
-
-
-def decode_tiff(data: bytes, options: TiffOptions = TiffOptions()) -> TiffImage:
-    """Decode a TIFF's first page (or every page with frames="all") for storage.
+    Up to 4 bands: uint8 (8-bit sources as they are, others scaled from their declared range),
+    uint16 with --bit_depth 16 (up to 16-bit unsigned samples as they are, others scaled), and
+    floats kept as float32 with --bit_depth 16. More bands: every band, in its own type.
+    value_scale/value_offset map stored values back to the source's (source = stored * scale +
+    offset); GeoTIFF georeferencing comes as geo/... features.
 
     Raises:
-        Rejected: corrupt, truncated, too_many_pixels or unsupported_format, naming the page and
-            what was missing.
+        Rejected: corrupt, truncated, too_many_pixels, too_small or unsupported_format, naming
+            the page and what was missing.
     """
     import tifffile  # Deferred: only the decoder processes that meet a TIFF pay for it.
 
     try:
         with tifffile.TiffFile(io.BytesIO(data)) as tif:
-            # --frames first reads two pages: enough to tell a multi-page file.
-            pages = _main_pages(tif, _MAX_PAGES + 1 if options.frames == "all" else 2)
-            chosen = pages if options.frames == "all" else pages[:1]
-            frames = tuple(_frame(page, i, data, options) for i, page in enumerate(chosen))
-            geo = _geo_keys(pages[0], frames[0].pixels.shape)
+            pages = _main_pages(tif, refuse_more=request.frames == "all")
+            chosen = pages if request.frames == "all" else pages[:1]
+            decoded = [_page(page, i, len(data), request) for i, page in enumerate(chosen)]
+            geo = _geo_keys(pages[0], request.apply_exif_orientation)
     except Rejected:
         raise
     except MemoryError as e:
         raise Rejected("too_many_pixels", f"TIFF: out of memory decoding ({e})") from e
     except _DECODE_ERRORS as e:
         raise Rejected("corrupt", f"TIFF: {_message(e)}") from e
-    return TiffImage(frames, len(pages) > 1, geo)
+    frames, scale, offset = _stored(decoded, request.bit_depth)
+    reasons = ["exif_orientation"] if decoded[0].oriented else []
+    return ArrayImage(frames, len(pages), geo, scale, offset, reasons)
 
 
 def _message(e: BaseException) -> str:
@@ -162,9 +129,9 @@ def _message(e: BaseException) -> str:
     return f"{type(e).__name__}: {text[0] if text else ''}"[:200]
 
 
-def _main_pages(tif, wanted: int) -> list:
-    """Up to `wanted` full-resolution pages, in file order (overviews, thumbnails and masks
-    left out); one more than _MAX_PAGES is refused."""
+def _main_pages(tif, refuse_more: bool) -> list:
+    """The full-resolution pages, in file order (overviews, thumbnails and masks left out), up
+    to _MAX_PAGES; with `refuse_more`, a file with more is refused."""
     pages, offsets = [], set()
     for page in tif.pages:
         if page.offset in offsets:  # a crafted IFD chain that points back: the chain ends
@@ -172,26 +139,30 @@ def _main_pages(tif, wanted: int) -> list:
         offsets.add(page.offset)
         if not int(page.subfiletype) & (_REDUCED | _MASK):
             pages.append(page)
-        if len(pages) >= wanted:
+        if len(pages) > _MAX_PAGES:
             break
     if not pages:
         raise Rejected("corrupt", "the TIFF has no image page (no IFD with image data)")
-    if len(pages) > _MAX_PAGES:
+    if len(pages) > _MAX_PAGES and refuse_more:
         raise Rejected(
             "too_many_pixels",
             f"the TIFF has more than {_MAX_PAGES} pages; --frames all stores at most that many",
         )
-    return pages
+    return pages[:_MAX_PAGES]
 
 
-def _frame(page, index: int, data: bytes, options: TiffOptions) -> TiffFrame:
-    """One page decoded and converted to its stored form."""
-    source = _describe(page)
-    _check_page(page, index, len(data), options)
-    samples = _samples(page, index)
-    pixels, value_range, scaled = _to_stored(page, samples, options)
-    pixels = _orient(pixels, _tag_int(page, _ORIENTATION, 1))
-    return TiffFrame(np.ascontiguousarray(pixels), value_range, scaled, source)
+def _page(page, index: int, size: int, request: ArrayRequest) -> _Page:
+    """One page decoded, its colour turned into pixels, upright."""
+    _check_page(page, index, size, request)
+    pixels, bits = _colour(page, _samples(page, index))
+    if pixels.dtype == np.float16:
+        pixels = pixels.astype(np.float32)
+    if pixels.dtype.kind == "b":
+        pixels, bits = pixels.astype(np.uint8), 1
+    value_range = _declared_range(page, pixels, bits)
+    orientation = _tag_int(page, _ORIENTATION, 1) if request.apply_exif_orientation else 1
+    oriented = _orient(pixels, orientation)
+    return _Page(oriented, bits, value_range, oriented is not pixels)
 
 
 def _tag_int(page, code: int, default: int) -> int:
@@ -209,45 +180,26 @@ def _tag_numbers(page, code: int) -> tuple[float, ...]:
     return tuple(float(v) for v in values)
 
 
-def _describe(page) -> str:
-    kind = {1: "uint", 2: "int", 3: "float"}.get(int(page.sampleformat), "other")
-    layout = "tiled" if page.is_tiled else "striped"
-    planar = " planar" if int(page.planarconfig) == 2 else ""
-    photometric = getattr(page.photometric, "name", str(page.photometric))
-    compression = getattr(page.compression, "name", str(page.compression))
-    return (
-        f"{page.bitspersample}-bit {kind} {photometric} {page.samplesperpixel} bands "
-        f"{compression} {layout}{planar}"
-    )
-
-
-def _check_page(page, index: int, size: int, options: TiffOptions) -> None:
+def _check_page(page, index: int, size: int, request: ArrayRequest) -> None:
     """Refuse what cannot be decoded, before any pixel buffer exists."""
     import tifffile
 
     what = f"TIFF page {index}"
     height, width = int(page.imagelength), int(page.imagewidth)
-    if height <= 0 or width <= 0:
-        raise Rejected("corrupt", f"{what} declares a {width}x{height} image")
-    if height * width > options.max_pixels:
-        raise Rejected(
-            "too_many_pixels",
-            f"{what} declares {width}x{height} = {width * height} pixels "
-            f"> --max_pixels {options.max_pixels}",
-        )
-    decoded = int(np.prod(page.shape, dtype=np.int64)) * np.dtype(page.dtype or "u1").itemsize
-    if decoded > options.max_pixels * _BYTES_PER_PIXEL:
-        raise Rejected(
-            "too_many_pixels",
-            f"{what} ({width}x{height}, {page.samplesperpixel} bands) decodes to {decoded} "
-            f"bytes > {_BYTES_PER_PIXEL} bytes per --max_pixels pixel "
-            f"({options.max_pixels * _BYTES_PER_PIXEL}); raise --max_pixels to keep it",
-        )
+    check_declared(width, height, request, f"{what} header")
     if page.dtype is None:
         raise Rejected(
             "unsupported_format",
             f"{what}: {page.bitspersample}-bit samples of format "
             f"{int(page.sampleformat)} have no numpy type",
+        )
+    decoded = int(np.prod(page.shape, dtype=np.int64)) * np.dtype(page.dtype).itemsize
+    if decoded > request.max_pixels * _BYTES_PER_PIXEL:
+        raise Rejected(
+            "too_many_pixels",
+            f"{what} ({width}x{height}, {page.samplesperpixel} bands) decodes to {decoded} "
+            f"bytes > {_BYTES_PER_PIXEL} bytes per --max_pixels pixel "
+            f"({request.max_pixels * _BYTES_PER_PIXEL}); raise --max_pixels to keep it",
         )
     offsets, counts = page.dataoffsets, page.databytecounts
     if not offsets or not any(counts):
@@ -282,42 +234,36 @@ def _samples(page, index: int) -> np.ndarray:
         raise Rejected("unsupported_format", f"TIFF page {index}: sample axes {axes!r}")
     if "S" not in axes:
         array, axes = array[..., None], axes + "S"
-    return np.moveaxis(array, [axes.index(a) for a in "YXS"], [0, 1, 2])
+    array = np.moveaxis(array, [axes.index(a) for a in "YXS"], [0, 1, 2])
+    return array.astype(array.dtype.newbyteorder("="), copy=False)  # big-endian files too
 
 
-def _to_stored(page, samples: np.ndarray, options: TiffOptions):
-    """(pixels, value_range, scaled): colour turned into pixels, then the depth rule."""
-    pixels, bits = _colour(page, samples)
-    if pixels.dtype == np.float16:
-        pixels = pixels.astype(np.float32)
-    if pixels.dtype.kind == "b":
-        pixels, bits = pixels.astype(np.uint8), 1
-    if pixels.shape[2] > _PNG_BANDS:
-        return _raw_bands(pixels, _declared_range(page, pixels, bits))
-    if pixels.dtype.kind == "f" and options.keep_float:
-        return pixels.astype(np.float32), _declared_range(page, pixels, bits), False
-    value_range = _declared_range(page, pixels, bits)
-    unsigned = pixels.dtype.kind == "u"
-    if unsigned and bits == 8 and pixels.dtype == np.uint8:
-        return pixels, value_range, False
-    if unsigned and bits <= 16 and options.bit_depth == 16 and pixels.dtype.itemsize <= 2:
-        if bits <= 8:  # 1-, 2- and 4-bit samples: 8 bits hold them, scaled
-            return _scale(pixels, value_range, np.uint8), value_range, True
-        return pixels.astype(np.uint16), value_range, False
-    target = np.uint16 if options.bit_depth == 16 and bits > 8 else np.uint8
-    return _scale(pixels, value_range, target), value_range, True
-
-
-def _raw_bands(pixels: np.ndarray, value_range: tuple[float, float]):
-    """More bands than a PNG holds: every band and bit kept, as a type the reader reads."""
-    name = _RAW_DTYPES.get(pixels.dtype.name)
-    if name is None:
-        raise Rejected(
-            "unsupported_format",
-            f"TIFF: {pixels.shape[2]} bands of {pixels.dtype.name} samples (the reader reads "
-            f"{', '.join(sorted(set(_RAW_DTYPES.values())))})",
-        )
-    return pixels.astype(name, copy=False), value_range, False
+def _stored(pages: list[_Page], bit_depth: int) -> tuple[list[np.ndarray], float, float]:
+    """(frames, value_scale, value_offset): the pages at their stored depth, one rule for all
+    pages of a file (a multi-page file shares one range: the union of its pages')."""
+    first = pages[0]
+    pixels, bits = first.pixels, first.bits
+    lo = min(p.value_range[0] for p in pages)
+    hi = max(p.value_range[1] for p in pages)
+    kind = pixels.dtype.kind
+    if pixels.shape[2] > _PNG_BANDS:  # every band and bit kept, as a type the reader reads
+        name = _RAW_DTYPES.get(pixels.dtype.name)
+        if name is None:
+            raise Rejected(
+                "unsupported_format",
+                f"TIFF: {pixels.shape[2]} bands of {pixels.dtype.name} samples (the reader "
+                f"reads {', '.join(sorted(set(_RAW_DTYPES.values())))})",
+            )
+        return [p.pixels.astype(name, copy=False) for p in pages], 1.0, 0.0
+    if kind == "f" and bit_depth == 16:
+        return [p.pixels.astype(np.float32, copy=False) for p in pages], 1.0, 0.0
+    if kind == "u" and bits == 8 and pixels.dtype == np.uint8:
+        return [p.pixels for p in pages], 1.0, 0.0
+    if kind == "u" and 8 < bits <= 16 and bit_depth == 16 and pixels.dtype.itemsize <= 2:
+        return [p.pixels.astype(np.uint16, copy=False) for p in pages], 1.0, 0.0
+    target = np.uint16 if bit_depth == 16 and bits > 8 else np.uint8
+    frames = [_scale(p.pixels, (lo, hi), target) for p in pages]
+    return frames, (hi - lo) / np.iinfo(target).max, lo
 
 
 def _declared_range(page, pixels: np.ndarray, bits: int) -> tuple[float, float]:
@@ -493,7 +439,7 @@ _ORIENT_AFFINE = {
 
 
 # ----------------------------------------------------------------------------- GeoTIFF
-def _geo_keys(page, stored_shape: tuple[int, ...]) -> dict[str, int | str]:
+def _geo_keys(page, apply_orientation: bool) -> dict[str, int | str]:
     """GeoTIFF georeferencing as Example values (empty for a TIFF without GeoTIFF tags).
 
     geo/crs ("EPSG:32633", or the citation), geo/epsg (0 when user-defined), geo/transform
@@ -512,18 +458,19 @@ def _geo_keys(page, stored_shape: tuple[int, ...]) -> dict[str, int | str]:
     keys = {str(k): _plain(v) for k, v in tags.items()}
     epsg = _epsg(keys)
     citation = keys.get("PCSCitationGeoKey") or keys.get("GTCitationGeoKey") or ""
-    geo: dict[str, int | str] = {
-        "geo/crs": f"EPSG:{epsg}" if epsg else str(citation),
-        "geo/epsg": epsg,
-        "geo/raster_type": {1: "area", 2: "point"}.get(keys.get("GTRasterTypeGeoKey"), ""),
-        "geo/keys": json.dumps(keys, sort_keys=True),
+    raster_type = {1: "area", 2: "point"}.get(keys.get("GTRasterTypeGeoKey"), "")
+    values: dict[str, int | str] = {
+        "crs": f"EPSG:{epsg}" if epsg else str(citation),
+        "epsg": epsg,
+        "raster_type": raster_type,
+        "keys": json.dumps(keys, sort_keys=True),
     }
     transform = _geotransform(keys)
     if transform is not None:
-        orientation = _tag_int(page, _ORIENTATION, 1)
+        orientation = _tag_int(page, _ORIENTATION, 1) if apply_orientation else 1
         transform = _reoriented(transform, orientation, page.imagewidth, page.imagelength)
-        geo["geo/transform"] = json.dumps(transform)
-    return geo
+        values["transform"] = json.dumps(transform)
+    return {schema.GEO_KEYS[name][0]: value for name, value in values.items()}
 
 
 def _plain(value):
