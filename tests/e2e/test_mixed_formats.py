@@ -63,8 +63,9 @@ def _folder(root: str) -> dict[str, tuple[str, str]]:
     for name, data in webp_variants(_photo(rng, 33, 21)):
         kept_as = "png" if ("alpha" in name or "animated" in name) else "webp"
         add("dog", f"web_{name}.webp", data, "written", kept_as)
+    # TIFF is decoded to pixels (transforms/images/tiff.py) and stored as PNG by default.
+    add("cat", "scan.tiff", _encode(_photo(rng, 30, 20), "TIFF"), "written", "png")
     # Not decoded by TensorFlow: rejected by default (never parsed).
-    add("cat", "scan.tiff", _encode(_photo(rng, 30, 20), "TIFF"), "rejected", "unsupported_format")
     with open(os.path.join(REGRESSIONS, "psd_layer_block_too_short.psd"), "rb") as f:
         add("dog", "layers.psd", f.read(), "rejected", "unsupported_format")
     # Damaged.
