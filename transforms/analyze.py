@@ -475,7 +475,7 @@ def export_to_scratch(
 ) -> tuple[beam.PCollection, beam.PCollection]:
     """TFT's analysis of `train` (InspectedImage), exported to `export_dir`, nothing published.
 
-    `AnalyzeDataset` and the analysis process beside a local run (pipeline/analysis_process.py)
+    `AnalyzeDataset` and the analysis process beside a local run (pipeline/launch/analysis_process.py)
     share it; building it traces the preprocessing_fn. Returns (one None once the export is
     written, the size-quantiles dict)."""
     import tensorflow_transform.beam as tft_beam

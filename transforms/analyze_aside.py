@@ -1,7 +1,7 @@
 """Analyze aside: hand the training items' statistics to the analysis process, publish its export.
 
 A local conversion starts tensorflow-transform in a process of its own as the command starts
-(pipeline/analysis_process.py): TFT's import (with TensorFlow's and Keras 2's), the tracing of
+(pipeline/launch/analysis_process.py): TFT's import (with TensorFlow's and Keras 2's), the tracing of
 the preprocessing_fn and the Beam stages of its analysis then run beside the conversion, on the
 other core, instead of before its first image (import, tracing) and after its last (analysis,
 export). This transform is the job's side of it. It writes the per-image rows TFT's analyzers

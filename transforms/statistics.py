@@ -2,7 +2,7 @@
 
 `read_statistics` loads the exported transform and asks it for the analyzer results baked into it,
 so the JSON and the normalisation applied in training and serving cannot disagree. The analysis
-process (pipeline/analysis_process.py) answers the job without that reload when it can prove the
+process (pipeline/launch/analysis_process.py) answers the job without that reload when it can prove the
 same numbers (`exact_statistics`): every analyzer input is an integer (pixel sums and counts),
 so while the totals stay below 2**53 every float64 addition TFT makes is exact, in any order, and
 the totals are the integer sums; mean and std then come from those totals through the same

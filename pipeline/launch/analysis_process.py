@@ -3,7 +3,7 @@
 `imgrec convert` forks it (`start`) as soon as Beam and TensorFlow are imported, once the
 options have parsed and before the preflight, when the command line asks for a local run with
 analysis; the job's `transforms.analyze_aside.AnalyzeAside` hands it the training rows. Until
-then it imports TFT (without Keras 2, `_tft_without_keras`) and builds its small pipeline
+then it imports TFT (without Keras 2, `_import_tft_without_keras`) and builds its small pipeline
 (tracing the preprocessing_fn), on the core the job is not yet using; then it waits for the
 request, runs the analysis and export (`transforms.analyze.export_to_scratch`) and answers with
 the statistics summed exactly (transforms/statistics.py), or asks the job to read them back from

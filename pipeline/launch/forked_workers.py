@@ -7,7 +7,7 @@ modules again, seconds of CPU per worker paid while the launcher waits for its w
 
 `imgrec convert` instead forks a *zygote* (`start`) at the point where it forks the analysis
 process: Beam, TensorFlow and the stages are imported and TensorFlow has run nothing. Beam still
-starts its worker command (`command()`, given to `beam_compat.DirectRunner`), but that command
+starts its worker command (`command()`, given to `direct_runner.DirectRunner`), but that command
 is `fork_client.py`, a bare interpreter that hands the zygote its environment and its standard
 streams over a Unix socket; the zygote forks a worker that runs Beam's own
 `sdk_worker_main.main` with them, and reports the worker's exit status back, which the client
