@@ -34,7 +34,7 @@ def _inspect(argv: list[str]) -> int:
 
     from core import schema, storage
     from core.versions import VersionError, resolve_dataset_dir
-    from pipeline.report.summary import format_summary
+    from pipeline.report.summary import format_summary, stored_forms
 
     if len(argv) != 1:
         print("usage: imgrec inspect DIR", file=sys.stderr)
@@ -51,6 +51,11 @@ def _inspect(argv: list[str]) -> int:
     info = json.loads(storage.read_bytes(path))
     elapsed = info.get("provenance", {})
     print(format_summary(info, data_dir, 0.0).split("\n", 1)[1])
+    formats, layouts = stored_forms(info)
+    if formats:
+        print(f"  formats     {formats}")
+    if layouts:
+        print(f"  layouts     {layouts}   (records per dtype x channels)")
     print(
         f"  converted   {elapsed.get('finished', '?')} by imgrec "
         f"{elapsed.get('versions', {}).get('imgrec', '?')}"

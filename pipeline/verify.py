@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import collections
 import dataclasses
 import hashlib
 import io
@@ -13,6 +14,8 @@ __all__ = ["verify_dataset", "main", "VerifyReport"]
 
 # Longest problem line printed (see Report.problem).
 _MAX_PROBLEM_CHARS = 300
+# A PNG record's bits per sample for its image/dtype (records of images decoded to arrays).
+_PNG_DEPTHS = {"uint8": 8, "uint16": 16}
 
 
 class VerifyReport:
@@ -75,17 +78,23 @@ def _count_lines(path: str) -> int | None:
 
 
 def _raw_problem(example: dict, size: int) -> str | None:
-    """What is wrong with a raw-pixel record's stated shape, or None."""
+    """What is wrong with a raw-pixel record's stated shape, or None.
+
+    Raw records hold little-endian samples of image/dtype (core/raw_pixels.py's RAW_DTYPES; ""
+    is the uint8 of --store pixels) in height x width x channels order, any band count.
+    """
     from core import schema
-    from core.raw_pixels import RAW_DTYPES
+    from core.raw_pixels import RAW_CHANNELS, RAW_DTYPES
 
     h, w, c = (int(example[k].numpy()) for k in (schema.HEIGHT, schema.WIDTH, schema.CHANNELS))
     dtype = example[schema.DTYPE].numpy().decode()
     if dtype not in RAW_DTYPES:
-        return f"raw pixels of unknown image/dtype {dtype!r}"
-    # --store pixels records are uint8 RGB; raw records of arrays (image/dtype set) any bands.
-    if h < 1 or w < 1 or c < 1 or (not dtype and c != 3):
-        return f"raw pixels with shape {h}x{w}x{c}; expected height, width >= 1 and 3 channels"
+        known = ", ".join(sorted(d for d in RAW_DTYPES if d))
+        return f"raw pixels of unknown image/dtype {dtype!r} (known: {known})"
+    if h < 1 or w < 1 or c < 1:
+        return f"raw pixels with shape {h}x{w}x{c}; expected height, width and channels >= 1"
+    if not dtype and c != RAW_CHANNELS:  # --store pixels of a photo: RGB, as the reader reads it
+        return f"raw pixels without image/dtype in {c} channels; --store pixels records hold 3"
     item = RAW_DTYPES[dtype].size
     if size != h * w * c * item:
         return (
@@ -127,6 +136,7 @@ def verify_dataset(data_dir: str, decode: bool = True) -> VerifyReport:
         jpeg_only=info.get("transcode") == "jpeg",
         decode=decode,
         group_splits={},
+        layouts={},
     )
     for split, entry in info["splits"].items():
         split_records = 0
@@ -138,6 +148,7 @@ def verify_dataset(data_dir: str, decode: bool = True) -> VerifyReport:
                 f"split {split}: {split_records} records, dataset_info says {entry['num_examples']}"
             )
     _check_groups(report, info, checks.group_splits)
+    _check_layouts(report, info, checks.layouts)
     _check_totals(report, data_dir, info)
     return report
 
@@ -157,6 +168,23 @@ def _check_groups(report: VerifyReport, info: dict, group_splits: dict) -> None:
             )
 
 
+def _check_layouts(report: VerifyReport, info: dict, layouts: dict) -> None:
+    """Each split's pixel_layouts (records per dtype x channels, what the reader's dtype and
+    bands arguments work from) as the records say; older datasets do not record them."""
+    for split, entry in info["splits"].items():
+        want = entry.get("pixel_layouts")
+        found = dict(layouts.get(split, {}))
+        if want is not None and found != want:
+            report.problem(
+                f"split {split}: pixel layouts {_layouts_text(found)} in the records, "
+                f"dataset_info says {_layouts_text(want)}"
+            )
+
+
+def _layouts_text(layouts: dict) -> str:
+    return ", ".join(f"{k} {v}" for k, v in sorted(layouts.items())) or "none"
+
+
 @dataclasses.dataclass(frozen=True)
 class _RecordChecks:
     """What every record of a dataset is checked against."""
@@ -166,6 +194,7 @@ class _RecordChecks:
     jpeg_only: bool
     decode: bool
     group_splits: dict  # image/group -> the splits its records are in (filled while checking)
+    layouts: dict  # split -> Counter of "uint16x13" pixel layouts (filled while checking)
 
 
 def _check_shard(report: VerifyReport, data_dir: str, shard: dict, checks: _RecordChecks) -> int:
@@ -193,8 +222,9 @@ def _check_shard(report: VerifyReport, data_dir: str, shard: dict, checks: _Reco
             data = _gunzip(data, rel)
         for index, record in enumerate(_records(data, rel)):
             count += 1
-            _check_record(report, f"{rel}: record {index}", record, checks)
-            _note_group(record, rel.split("/", 1)[0], checks)
+            split = rel.split("/", 1)[0]
+            _check_record(report, f"{rel}: record {index}", split, record, checks)
+            _note_group(record, split, checks)
     except ValueError as e:  # CRC or framing damage: the rest of the shard is unreadable.
         report.problem(str(e))
     if count != shard["num_examples"]:
@@ -202,8 +232,10 @@ def _check_shard(report: VerifyReport, data_dir: str, shard: dict, checks: _Reco
     return count
 
 
-def _check_record(report: VerifyReport, where: str, record: bytes, checks: _RecordChecks) -> None:
-    """Check one record: a valid Example, its sha256, label, format and image."""
+def _check_record(
+    report: VerifyReport, where: str, split: str, record: bytes, checks: _RecordChecks
+) -> None:
+    """Check one record: a valid Example, its sha256, label, format and image; count its layout."""
     import tensorflow as tf
 
     from core import schema
@@ -221,16 +253,19 @@ def _check_record(report: VerifyReport, where: str, record: bytes, checks: _Reco
     label_names = checks.label_names
     if label_names and (not 0 <= label < len(label_names) or label_names[label] != text):
         report.problem(f"{where}: label {label} / {text!r} not in label_names")
-    if checks.jpeg_only and (
-        ex[schema.FORMAT].numpy() != b"jpeg" or not encoded.startswith(b"\xff\xd8")
-    ):
+    dtype = ex[schema.DTYPE].numpy().decode()
+    layout = f"{dtype or 'uint8'}x{int(ex[schema.CHANNELS].numpy())}"  # as pixel_layouts counts
+    checks.layouts.setdefault(split, collections.Counter())[layout] += 1
+    image_format = ex[schema.FORMAT].numpy().decode()
+    if checks.jpeg_only and not _jpeg_only_holds(image_format, dtype, encoded):
         report.problem(
-            f"{where}: {ex[schema.FORMAT].numpy().decode()!r} record in a "
+            f"{where}: {image_format!r} record in a "
             "--transcode jpeg dataset (JPEG-only readers fail on it)"
         )
         return
-    if ex[schema.FORMAT].numpy() == schema.RAW_FORMAT.encode():
-        # Raw pixels (--store pixels|smart): no decoder; the size is the check.
+    if image_format == schema.RAW_FORMAT:
+        # Raw pixels (--store pixels|smart, or more bands or bits than PNG holds): no decoder;
+        # the size is the check.
         problem = _raw_problem(ex, len(encoded))
     elif checks.decode:
         problem = _decode_problem(ex, encoded)
@@ -238,6 +273,16 @@ def _check_record(report: VerifyReport, where: str, record: bytes, checks: _Reco
         problem = None
     if problem:
         report.problem(f"{where}: {problem}")
+
+
+def _jpeg_only_holds(image_format: str, dtype: str, encoded: bytes) -> bool:
+    """Whether a record belongs in a --transcode jpeg dataset: a JPEG, or raw samples of a depth
+    no JPEG holds (16-bit or float bands, which that run keeps raw rather than cut to 8 bits)."""
+    from core import schema
+
+    if image_format == "jpeg":
+        return encoded.startswith(b"\xff\xd8")
+    return image_format == schema.RAW_FORMAT and dtype not in ("", "uint8")
 
 
 def _note_group(record: bytes, split: str, checks: _RecordChecks) -> None:
@@ -256,20 +301,35 @@ def _note_group(record: bytes, split: str, checks: _RecordChecks) -> None:
 
 
 def _decode_problem(example: dict, encoded: bytes) -> str | None:
-    """What is wrong with decoding an encoded record's image with TensorFlow, or None."""
+    """What is wrong with decoding an encoded record's image with TensorFlow, or None.
+
+    Records of images decoded to arrays (image/dtype set: DICOM, TIFF, 16-bit PNG) are decoded
+    with their own channel count, checked against image/channels, and a PNG's bit depth against
+    image/dtype (what the reader's dtype= returns depends on it); photos as the reader decodes
+    them, in 3 channels.
+    """
     import tensorflow as tf
 
     from core import schema
+    from transforms.images.headers import probe_png
 
+    dtype = example[schema.DTYPE].numpy().decode()
+    image_format = example[schema.FORMAT].numpy()
     try:
-        img = tf.io.decode_image(encoded, channels=3, expand_animations=False)
-        if example[schema.FORMAT].numpy() == b"jpeg":
+        img = tf.io.decode_image(encoded, channels=0 if dtype else 3, expand_animations=False)
+        if image_format == b"jpeg":
             tf.io.decode_jpeg(encoded, channels=3)
     except (tf.errors.InvalidArgumentError, tf.errors.UnknownError) as e:
         return f"image does not decode ({e.message[:200]})"
     shape = (int(example[schema.HEIGHT].numpy()), int(example[schema.WIDTH].numpy()))
     if tuple(img.shape[:2]) != shape:
         return f"decoded {tuple(img.shape[:2])}, Example says {shape}"
+    channels = int(example[schema.CHANNELS].numpy())
+    if dtype and img.shape[2] != channels:
+        return f"decoded {img.shape[2]} channels, image/channels says {channels}"
+    depth = probe_png(encoded).bit_depth
+    if image_format == b"png" and _PNG_DEPTHS.get(dtype, depth) != depth:
+        return f"a {depth}-bit PNG, image/dtype says {dtype}"
     return None
 
 

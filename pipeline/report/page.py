@@ -28,7 +28,7 @@ from apache_beam.io.filesystems import FileSystems
 
 from core import names as file_names
 from core import schema, storage
-from pipeline.report import charts
+from pipeline.report import charts, thumbs
 from pipeline.report.scan import (
     SCAN_KEYS,
     exact_label_counts,
@@ -37,7 +37,7 @@ from pipeline.report.scan import (
     read_records,
     scan_dataset,
 )
-from pipeline.report.summary import non_jpeg_warning
+from pipeline.report.summary import non_jpeg_warning, stored_forms
 
 __all__ = [
     "REPORT_FILE",
@@ -72,24 +72,6 @@ def _thumb(image) -> str:
     buf = io.BytesIO()
     image.save(buf, "JPEG", quality=80)
     return _data_uri(buf.getvalue(), "image/jpeg")
-
-
-def _open_stored(encoded: bytes, fields: dict):
-    """Decode one record's stored image (encoded file bytes, or raw pixels) with Pillow."""
-    from PIL import Image
-
-    if fields.get(schema.FORMAT) == b"raw":
-        h, w = fields[schema.HEIGHT], fields[schema.WIDTH]
-        c = fields.get(schema.CHANNELS) or len(encoded) // max(1, h * w)
-        mode = {1: "L", 3: "RGB", 4: "RGBA"}.get(c, "RGB")
-        return Image.frombytes(mode, (w, h), encoded)
-    image = Image.open(io.BytesIO(encoded))
-    image.seek(0)
-    # A JPEG decoded by libjpeg at the smallest DCT scale still twice the thumbnail's side
-    # (Image.thumbnail's reducing_gap, which _thumb's convert("RGB") would defeat): large photos
-    # decode several times faster; small ones are decoded whole.
-    image.draft(None, (2 * THUMB_PX, 2 * THUMB_PX))
-    return image
 
 
 def _open_any(path: str):
@@ -129,7 +111,9 @@ def _eval_crops(info: dict, records: list[bytes]) -> list[str | None]:
     """The reader's evaluation output for each of `records`, as data URIs (None if unavailable).
 
     `pipeline.reader.dataset.evaluation_images` decodes them as `make_dataset(training=False)` would, from
-    the records already read here: datasets in any store work, and nothing else is read.
+    the records already read here: datasets in any store work, and nothing else is read. When
+    the batch fails, each record is tried alone, so one record the reader refuses costs its
+    own crop only.
     """
     if not records:
         return []
@@ -139,14 +123,27 @@ def _eval_crops(info: dict, records: list[bytes]) -> list[str | None]:
         from pipeline.reader.dataset import evaluation_images
     except ImportError:  # a converter-only install: originals only
         return [None] * len(records)
-    from PIL import Image
+
+    def crops(batch: list[bytes]) -> list[str]:
+        images = evaluation_images(batch, info, EVAL_SIZE).numpy()
+        return [_thumb(thumbs.as_8bit_image(image)) for image in images]
 
     try:
-        images = evaluation_images(records, info, EVAL_SIZE).numpy()
+        return crops(records)
     except (tf.errors.OpError, ValueError) as e:  # a record the reader cannot decode
-        print(f"imgrec: report: no eval crops ({str(e).splitlines()[0][:200]})", file=sys.stderr)
-        return [None] * len(records)
-    return [_thumb(Image.fromarray(image)) for image in images]
+        reason = str(e).splitlines()[0][:200]
+        print(
+            f"imgrec: report: eval crops: the reader refused a record ({reason})", file=sys.stderr
+        )
+    if len(records) == 1:
+        return [None]
+    found = []
+    for record in records:
+        try:
+            found += crops([record])
+        except (tf.errors.OpError, ValueError):  # named once above
+            found.append(None)
+    return found
 
 
 def _contact_sheet(data_dir: str, info: dict, split: str) -> dict[str, list[dict]]:
@@ -158,7 +155,7 @@ def _contact_sheet(data_dir: str, info: dict, split: str) -> dict[str, list[dict
     names = info.get("label_names", [])
     wanted = set(names) or {"(no label)"}
     chosen = collections.defaultdict(list)
-    keys = SCAN_KEYS | {schema.ENCODED, schema.SHA256, schema.CHANNELS}
+    keys = SCAN_KEYS | {schema.ENCODED, schema.SHA256, schema.CHANNELS, schema.DTYPE}
     shards = [s for s in info["splits"][split].get("shards", []) if s.get("num_examples")]
     read = 0
     for record in (r for sh in shards for r in read_records(storage.join(data_dir, sh["file"]))):
@@ -171,7 +168,9 @@ def _contact_sheet(data_dir: str, info: dict, split: str) -> dict[str, list[dict
         if len(chosen[name]) >= PER_CLASS:
             continue
         try:
-            original = _thumb(_open_stored(fields[schema.ENCODED], fields))
+            # JPEGs decoded at twice the thumbnail's side (Image.thumbnail's reducing_gap, which
+            # _thumb's convert("RGB") would defeat).
+            original = _thumb(thumbs.open_stored(fields[schema.ENCODED], fields, 2 * THUMB_PX))
         except Exception:  # noqa: BLE001 - shown as missing; `imgrec verify` names the cause
             original = None
         chosen[name].append(
@@ -314,6 +313,7 @@ def _summary_section(data_dir: str, info: dict, scan: dict, all_rows: list[dict]
         f"<tr><th>duplicates</th><td class=n id=num_duplicates>{info['num_duplicates']}</td></tr>"
         f"<tr><th>classes</th><td class=n>{len(info.get('label_names', []))}</td></tr>"
         f"{_groups_row(info)}"
+        f"{_stored_forms_rows(info)}"
         f"<tr><th>converted</th><td>{e(str(prov.get('finished', '?')))} by imgrec "
         f"{e(str(prov.get('versions', {}).get('imgrec', '?')))}</td></tr></table>"
     )
@@ -327,6 +327,18 @@ def _summary_section(data_dir: str, info: dict, scan: dict, all_rows: list[dict]
             f"{len(all_rows)} records ({scan['read_bytes'] / 1e6:.0f} MB read).</p>"
         )
     return out
+
+
+def _stored_forms_rows(info: dict) -> str:
+    """Records per image/format and each split's per pixel layout (dtype x channels)."""
+    formats, layouts = stored_forms(info)
+    rows = f"<tr><th>formats</th><td id=formats>{_escape(formats)}</td></tr>" if formats else ""
+    if layouts:
+        rows += (
+            "<tr><th>pixel layouts<br><span class=muted>dtype x channels</span></th>"
+            f"<td id=pixel-layouts>{_escape(layouts)}</td></tr>"
+        )
+    return rows
 
 
 def _groups_row(info: dict) -> str:
@@ -371,6 +383,12 @@ def _contact_sheet_section(data_dir: str, info: dict) -> list[str]:
         f"what <code>make_dataset(..., training=False, image_size={EVAL_SIZE})</code> "
         "returns (right: the reader's evaluation centre crop).</p>"
     ]
+    if _wide_layouts(info):
+        out.append(
+            "<p class=muted id=wide-note>Images of more than 8 bits or more than 4 bands: the "
+            "stored image shows its first three bands (one band as gray), samples that are not "
+            "8-bit stretched from their minimum to their maximum.</p>"
+        )
     for n, items in _contact_sheet(data_dir, info, split).items():
         out.append(f'<h3 id="class-{e(n)}">{e(n)}</h3><div class=sheet>')
         for c in items:
@@ -381,6 +399,16 @@ def _contact_sheet_section(data_dir: str, info: dict) -> list[str]:
             )
         out.append("</div>")
     return out
+
+
+def _wide_layouts(info: dict) -> bool:
+    """Whether a split records pixel layouts other than 8-bit samples in up to 4 channels."""
+    for entry in info["splits"].values():
+        for layout in entry.get("pixel_layouts") or {}:
+            dtype, _, channels = layout.rpartition("x")
+            if dtype != "uint8" or not channels.isdigit() or int(channels) > 4:
+                return True
+    return False
 
 
 def _rejects_section(data_dir: str, info: dict) -> list[str]:
@@ -475,7 +503,7 @@ def _pixel_statistics_section(info: dict) -> list[str]:
     out.append(
         f"<p>From {stats.get('num_stats_images', '?')} images of the "
         f"{_escape(str(stats.get('train_split', 'train')))} split (0-255 scale).</p><table>"
-        "<tr><th></th><th>R</th><th>G</th><th>B</th></tr>"
+        f"<tr><th></th>{''.join(f'<th>{c}</th>' for c in _channel_names(stats))}</tr>"
     )
     for label, key in (("mean", "pixel_mean"), ("std", "pixel_std")):
         out.append(f"<tr><th>{label}</th>")
@@ -483,6 +511,12 @@ def _pixel_statistics_section(info: dict) -> list[str]:
         out.append("</tr>")
     out.append("</table>")
     return out
+
+
+def _channel_names(stats: dict) -> list[str]:
+    """R, G, B for three statistics per channel, else the band numbers."""
+    count = len(stats.get("pixel_mean") or [])
+    return ["R", "G", "B"] if count == 3 else [f"band {i}" for i in range(count)]
 
 
 def write_report(data_dir: str, out: str | None = None) -> str:

@@ -7,7 +7,7 @@ import posixpath
 
 from core import schema
 
-__all__ = ["format_summary", "non_jpeg_warning"]
+__all__ = ["format_summary", "non_jpeg_warning", "stored_forms"]
 
 
 def _join(base: str, name: str) -> str:
@@ -36,6 +36,23 @@ def non_jpeg_warning(info: dict) -> str:
         f"on {them} with 'Invalid JPEG data'; imgrec's reader reads {them}. Convert with "
         "--transcode jpeg to store every image as a JPEG (docs/reader.md)."
     )
+
+
+def stored_forms(info: dict) -> tuple[str, str]:
+    """How the records store their images, from dataset_info.json: records per image/format
+    ("jpeg 1, png 2, raw 1") and each split's records per pixel layout, dtype x channels
+    ("train uint16x13 2, uint8x3 10; validation uint8x3 3"); "" for what an older dataset does
+    not record."""
+    formats = info.get("formats_written") or {}
+    formats_text = ", ".join(f"{f} {n}" for f, n in sorted(formats.items()) if n)
+    per_split = []
+    for split, s in info.get("splits", {}).items():
+        layouts = s.get("pixel_layouts")
+        if layouts:
+            per_split.append(
+                f"{split} " + ", ".join(f"{k} {n}" for k, n in sorted(layouts.items()))
+            )
+    return formats_text, "; ".join(per_split)
 
 
 def format_summary(info: dict, output: str, seconds: float) -> str:
