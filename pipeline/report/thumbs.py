@@ -12,6 +12,9 @@ from core import schema
 __all__ = ["as_8bit_image", "open_stored", "stored_array"]
 
 _PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+_IHDR_AT = 12  # after the signature and the chunk's length
+_BIT_DEPTH_AT = 24  # after IHDR's width and height
+_MAX_8BIT = 255
 # Pillow reads 16-bit PNGs of more than one channel as 8 bits (each sample's high byte);
 # TensorFlow's decoder keeps all 16.
 _WIDE_PNG_DEPTH = 16
@@ -60,7 +63,11 @@ def stored_array(encoded: bytes, fields: dict) -> np.ndarray:
         return tf.io.decode_png(encoded, dtype=tf.uint16).numpy()
     height, width = int(fields[schema.HEIGHT]), int(fields[schema.WIDTH])
     channels = int(fields.get(schema.CHANNELS) or 0) or _RGB
-    dtype = np.dtype((fields.get(schema.DTYPE) or b"uint8").decode()).newbyteorder("<")
+    name = (fields.get(schema.DTYPE) or b"uint8").decode()
+    try:
+        dtype = np.dtype(name).newbyteorder("<")
+    except TypeError as e:
+        raise ValueError(f"raw pixels of unknown image/dtype {name!r}") from e
     samples = np.frombuffer(encoded, dtype=dtype)
     return samples.reshape(height, width, channels)
 
@@ -77,8 +84,6 @@ def as_8bit_image(array: np.ndarray):
     """
     from PIL import Image
 
-    from transforms.images.arrays import scaled_to_8bit
-
     if array.ndim == 2:
         array = array[:, :, None]
     shown = array[:, :, :_RGB] if array.shape[2] >= _RGB else array[:, :, :1]
@@ -87,14 +92,20 @@ def as_8bit_image(array: np.ndarray):
         finite = np.isfinite(values)
         low, high = (values[finite].min(), values[finite].max()) if finite.any() else (0.0, 1.0)
         values = np.where(finite, values, np.where(values > 0, high, low))
-        shown = scaled_to_8bit(values, low, high)
+        span = high - low if high > low else 1.0
+        shown = np.clip(np.rint((values - low) * (_MAX_8BIT / span)), 0, _MAX_8BIT).astype(np.uint8)
     if shown.shape[2] == 1:
-        return Image.fromarray(np.ascontiguousarray(shown[:, :, 0]), "L")
-    return Image.fromarray(np.ascontiguousarray(shown), "RGB")
+        return Image.fromarray(np.ascontiguousarray(shown[:, :, 0]))  # L
+    return Image.fromarray(np.ascontiguousarray(shown))  # RGB
 
 
 def _is_wide_png(encoded: bytes) -> bool:
     """A PNG of 16-bit samples (its IHDR says), which Pillow would cut to 8 bits."""
-    from transforms.images.headers import probe_png
-
-    return encoded.startswith(_PNG_SIGNATURE) and probe_png(encoded).bit_depth == _WIDE_PNG_DEPTH
+    # The PNG header as transforms/images/headers.py's probe_png reads it (the report's room
+    # does not import the converter's): the signature, IHDR first, its bit depth byte.
+    return (
+        encoded.startswith(_PNG_SIGNATURE)
+        and encoded[_IHDR_AT : _IHDR_AT + 4] == b"IHDR"
+        and len(encoded) > _BIT_DEPTH_AT
+        and encoded[_BIT_DEPTH_AT] == _WIDE_PNG_DEPTH
+    )

@@ -88,3 +88,5 @@ def test_a_raw_record_of_the_wrong_size_raises():
     cube = np.zeros((4, 4, 13), np.uint16)
     with pytest.raises(ValueError):
         thumbs.open_stored(cube.tobytes()[:-2], _fields(cube))
+    with pytest.raises(ValueError, match="unknown image/dtype 'uint12'"):
+        thumbs.open_stored(cube.tobytes(), _fields(cube, dtype="uint12"))
