@@ -15,8 +15,17 @@ pools (all cores; `--threads K` pins every tf.data pipeline to K private threads
                           1/2-scale decode+resize
   reader @max_side 256    the reader on shards converted with --max_side 256 (or "pending" when
                           the converter stores images larger than 256)
+  reader * pixels         the reader on shards converted with --store pixels --max_side 256:
+                          raw uint8 RGB records, no decoder (docs/storage_modes.md)
 Pipelines are timed round-robin, `--repeats` rounds, the median reported; each pass reads every
 image once. A warm-up pass per pipeline is not timed.
+
+    python bench/read.py --reader_tree /tmp/before   # the same, another commit's reader
+
+`--reader_tree DIR` imports the reader (pipeline/, core/) from DIR, e.g. a `git worktree` of an
+earlier commit, while the shards stay this checkout's conversions: run it alternately with a
+run without, and compare each run's `× idfd` (idfd is the same code in both: it absorbs the
+host's load).
 
     python bench/read.py --multiworker         # images/s per worker, clusters of 1 and 2
 
@@ -112,7 +121,14 @@ def main(argv=None) -> int:
     ap.add_argument("--steps", type=int, default=20, help="--multiworker: timed global batches")
     ap.add_argument("--warmup_steps", type=int, default=5, help="--multiworker: untimed")
     ap.add_argument("--json", default="")
+    ap.add_argument(
+        "--reader_tree",
+        default="",
+        help="a checkout (git worktree) whose reader to time instead of this one's",
+    )
     args = ap.parse_args(argv)
+    if args.reader_tree:  # before the first import of pipeline/core in this process
+        sys.path.insert(0, os.path.abspath(args.reader_tree))
 
     n = args.num_images
     cdir, summary = corpus(n, args.seed)
@@ -127,6 +143,9 @@ def main(argv=None) -> int:
     healthy_dir = clean_view(cdir, summary)
     small_dir = _converted(cdir, n, ["--workers", "2", "--max_side", "256"], "maxside256")
     small_side = _largest_side(small_dir, "train")
+    pixels_dir = _converted(
+        cdir, n, ["--workers", "2", "--store", "pixels", "--max_side", "256"], "pixels256"
+    )
     size = (args.size, args.size)
     blobs = [open(p, "rb").read() for p in healthy_files(cdir, summary)]
     AUTO = tf.data.AUTOTUNE
@@ -188,6 +207,8 @@ def main(argv=None) -> int:
     pipelines = {
         "reader eval": reader(data_dir, False),
         "reader train": reader(data_dir, True),
+        "reader eval pixels": reader(pixels_dir, False),
+        "reader train pixels": reader(pixels_dir, True),
         "idfd": idfd,
         "ceiling full decode+resize": ceiling("full"),
         "ceiling crop-decode+resize": ceiling("crop"),
@@ -217,7 +238,10 @@ def main(argv=None) -> int:
 
     cpu = [0.0]
 
-    print(f"corpus {n} images; {load_average()}", flush=True)
+    import pipeline
+
+    tree = os.path.dirname(os.path.dirname(os.path.abspath(pipeline.__file__)))
+    print(f"corpus {n} images; reader from {tree}; {load_average()}", flush=True)
     built = {}
     for name, make in pipelines.items():  # build + warm-up pass (not timed)
         built[name] = make()
@@ -268,7 +292,8 @@ def main(argv=None) -> int:
     table = print_table(
         f"Read, {n}-image corpus, {args.size}², batch {args.batch}, "
         f"{'threads ' + str(args.threads) if args.threads else 'all cores'}; median of "
-        f"{args.repeats} ({load_average()})",
+        f"{args.repeats} ({load_average()})"
+        + (f"; reader of {args.reader_tree}" if args.reader_tree else ""),
         [
             "pipeline",
             "images/pass",

@@ -124,7 +124,7 @@ def ordered_records(
         first = begin // order.window
         wanted = -(-(steps * batch) // order.window) - first
 
-        def part(window: tf.Tensor, records: tf.Tensor) -> tf.data.Dataset:
+        def part(window: tf.Tensor, records: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
             size = tf.shape(records, out_type=tf.int64)[0]
             start = window * order.window
             mine = pipeline_mask(
@@ -132,12 +132,14 @@ def ordered_records(
             )
             chosen = tf.boolean_mask(order.window_permutation(index, window, size), mine)
             seeds = tf.boolean_mask(crops.crop_seeds(index, window, size), mine)
-            return tf.data.Dataset.from_tensor_slices((tf.gather(records, chosen), seeds))
+            return tf.gather(records, chosen), seeds
 
         numbered = tf.data.Dataset.zip(
             tf.data.Dataset.range(first, _FOREVER), windows(index, first).take(wanted)
         )
-        return numbered.flat_map(traced_as_written(part))
+        # The one copy of each record is the gather: unbatch moves the slices of a tensor only
+        # this map holds (from_tensor_slices would copy every record a second time).
+        return numbered.map(traced_as_written(part)).unbatch()
 
     def from_step(step: tf.Tensor) -> tf.data.Dataset:
         first_epoch, begin = step // steps, (step % steps) * batch
