@@ -8,7 +8,7 @@ import sys
 import tempfile
 import warnings
 
-__all__ = ["build_model", "fit", "main", "multi_worker_strategy"]
+__all__ = ["build_model", "fit", "label_logger", "main", "multi_worker_strategy"]
 
 # Runnable as `.venv/bin/python examples/train_mirrored.py` from the repository root (the .venv
 # that ./run_local.sh sets up), without installing imgrec itself.
@@ -66,6 +66,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--backup_every", type=int, default=_BACKUP_EVERY_STEPS, help="steps")
     parser.add_argument(
+        "--log_labels",
+        default="",
+        help="append each training step's labels to this file (JSON lines: step, replica, "
+        "labels) to check what a run trained on; off by default",
+    )
+    parser.add_argument(
         "--collective_timeout",
         type=float,
         default=_COLLECTIVE_TIMEOUT_S,
@@ -120,6 +126,7 @@ def main(argv: list[str] | None = None) -> int:
         seed=args.seed,
         backup_dir=args.backup_dir,
         backup_every=args.backup_every,
+        log_labels=args.log_labels,
     )
     return 0
 
@@ -146,6 +153,7 @@ def fit(
     seed: int = 0,
     backup_dir: str = "",
     backup_every: int = _BACKUP_EVERY_STEPS,
+    log_labels: str = "",
 ):
     """Build the input pipelines and the model under `strategy`, fit; returns Keras' History.
 
@@ -197,18 +205,50 @@ def fit(
         # Keras 3: no validation_steps, with it Keras keeps one iterator across epochs and the
         # finite evaluation split runs dry after the first epoch; without, each epoch reads it.
 
+    loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
     with strategy.scope():
         model = build_model(size, num_classes, keras)
-        model.compile(
-            optimizer=keras.optimizers.Adam(1e-3),
-            loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-            metrics=["accuracy"],
-        )
+        optimizer = keras.optimizers.Adam(1e-3)
+        if log_labels:
+            loss, logger = label_logger(loss, optimizer, log_labels, keras)
+            callbacks.append(logger)
+        model.compile(optimizer=optimizer, loss=loss, metrics=["accuracy"])
     # Keras 3 says so when the finite evaluation split ends, which it should, every epoch.
     warnings.filterwarnings("ignore", message="Your input ran out of data")
     return model.fit(
         train, epochs=epochs, steps_per_epoch=train_steps, callbacks=callbacks, **fit_kwargs
     )
+
+
+def label_logger(loss, optimizer, path: str, keras):
+    """(`loss` that also appends each training step's labels to `path`, the callback that tells
+    it the step): one JSON line per step and replica, {"step", "part", "ids"}."""
+    import json
+
+    import tensorflow as tf
+
+    step = [None]  # the global step being trained; None while evaluating
+    log = open(path, "a")  # noqa: SIM115 - open for the whole run
+
+    def write(replica, labels):
+        if step[0] is not None:
+            row = {"step": step[0], "part": int(replica), "ids": labels.numpy().tolist()}
+            log.write(json.dumps(row) + "\n")
+            log.flush()
+
+    def logged(y, logits):
+        context = tf.distribute.get_replica_context()
+        replica = context.replica_id_in_sync_group if context else 0
+        tf.py_function(write, [replica, tf.reshape(y, [-1])], [])
+        return loss(y, logits)
+
+    def begin(*_, **__):
+        step[0] = int(optimizer.iterations.numpy())
+
+    callback = keras.callbacks.LambdaCallback(
+        on_train_batch_begin=begin, on_test_begin=lambda *_, **__: step.__setitem__(0, None)
+    )
+    return logged, callback
 
 
 if __name__ == "__main__":

@@ -214,10 +214,12 @@ def _run(data_dir: str, tmp: Path, run: str, strategy: str, kill_at: int, keras=
     assert codes == [expected] * workers, output[-4000:]
 
 
-def _trained(tmp: Path, runs: list[list[str]]) -> list[list[int]]:
+def _trained(
+    tmp: Path, runs: list[list[str]], total_steps: int = EPOCHS * STEPS
+) -> list[list[int]]:
     """Each global step's ids as trained, from the logs of the runs in order: a step that a
     later run logs again replaces the earlier run's (its update was lost with the kill). `runs`:
-    each run's logs (one per worker)."""
+    each run's logs (one per worker); `total_steps`: the steps of the whole training."""
     steps: dict[int, tuple[int, dict[int, list[int]]]] = {}
     for run, name in ((run, name) for run, logs in enumerate(runs) for name in logs):
         for line in (tmp / name).read_text().splitlines():
@@ -225,16 +227,23 @@ def _trained(tmp: Path, runs: list[list[str]]) -> list[list[int]]:
             if row["step"] not in steps or steps[row["step"]][0] < run:
                 steps[row["step"]] = (run, {})
             steps[row["step"]][1][row["part"]] = row["ids"]
-    assert sorted(steps) == list(range(EPOCHS * STEPS))
+    assert sorted(steps) == list(range(total_steps))
     return [[v for p in sorted(parts) for v in parts[p]] for _, (_, parts) in sorted(steps.items())]
 
 
-def _check(trained: list[list[int]], uninterrupted: list[list[int]]) -> None:
-    for epoch in range(EPOCHS):
-        seen = [v for step in trained[epoch * STEPS : (epoch + 1) * STEPS] for v in step]
-        assert len(seen) == len(set(seen)) == STEPS * GLOBAL_BATCH, f"epoch {epoch}"
+def _check(
+    trained: list[list[int]],
+    uninterrupted: list[list[int]],
+    steps: int = STEPS,
+    batch: int = GLOBAL_BATCH,
+) -> None:
+    """Every epoch holds `steps * batch` distinct ids, in the uninterrupted run's steps; the
+    second epoch is another permutation than the first."""
+    for epoch in range(len(trained) // steps):
+        seen = [v for step in trained[epoch * steps : (epoch + 1) * steps] for v in step]
+        assert len(seen) == len(set(seen)) == steps * batch, f"epoch {epoch}"
     assert trained == uninterrupted
-    assert sorted(trained[0]) != sorted(trained[STEPS]), "the next epoch is a new permutation"
+    assert sorted(trained[0]) != sorted(trained[steps]), "the next epoch is a new permutation"
 
 
 @pytest.mark.parametrize("strategy", ["none", "mirrored", "multiworker"])
