@@ -7,7 +7,7 @@ import struct
 
 import tensorflow as tf
 
-from core import versions
+from core import dali_index, versions
 from core.dali_index import RECORD_OVERHEAD
 
 __all__ = ["read_shard"]
@@ -117,9 +117,15 @@ def _records_after(path: tf.Tensor, compression: tf.Tensor, skip: tf.Tensor) -> 
 
 
 def _byte_offset(path: tf.Tensor, skip: tf.Tensor) -> int:
-    """Byte offset of record `skip` of an uncompressed shard: each frame's 8-byte length read,
-    the data jumped over (frame = length + its crc + data + data crc)."""
+    """Byte offset of record `skip` of an uncompressed shard: from its DALI index when the
+    converter wrote one (`--dali_index`: one small read, nothing of the shard), else each
+    frame's 8-byte length read, the data jumped over (frame = length + its crc + data + data
+    crc). On a bucket that walk goes through TensorFlow's read buffer, so it fetches the
+    skipped part of this one shard."""
     name = path.numpy().decode()
+    indexed = _indexed_offset(name, int(skip))
+    if indexed is not None:
+        return indexed
     offset = 0
     with tf.io.gfile.GFile(name, "rb") as f:
         for _ in range(int(skip)):
@@ -129,6 +135,21 @@ def _byte_offset(path: tf.Tensor, skip: tf.Tensor) -> int:
                 raise ValueError(f"imgrec reader: shard {name} ends before record {int(skip)}")
             offset += struct.unpack("<Q", head)[0] + RECORD_OVERHEAD
     return offset
+
+
+def _indexed_offset(name: str, skip: int) -> int | None:
+    """Record `skip`'s offset from `<shard>.idx` (core/dali_index.py), or None without one."""
+    index = dali_index.index_name(name)
+    if skip == 0 or not tf.io.gfile.exists(index):
+        return None
+    with tf.io.gfile.GFile(index, "rb") as f:
+        lines = f.read().splitlines()
+    if skip > len(lines):
+        raise ValueError(f"imgrec reader: {index} lists {len(lines)} records, not {skip + 1}")
+    if skip == len(lines):  # the end of the shard
+        offset, size = lines[-1].split()
+        return int(offset) + int(size)
+    return int(lines[skip].split()[0])
 
 
 def _unreadable_shard_advice(data_dir: str) -> str:

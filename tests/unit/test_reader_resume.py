@@ -218,3 +218,22 @@ def test_a_truncated_shard_read_from_record_k_fails_naming_it(tmp_path):
     os.truncate(path, 5 * 117 + 30)
     with pytest.raises(tf.errors.InvalidArgumentError, match="s.tfrecord is corrupt"):
         _read_from(path, "", 10, 3)
+
+
+def test_a_seek_with_a_dali_index_reads_none_of_the_skipped_records(tmp_path):
+    """With `<shard>.idx` (--dali_index) the offset comes from the index: skipped frames whose
+    length fields are garbage (a walk through them would fail) are never read."""
+    from core import dali_index
+
+    path = tmp_path / "s.tfrecord"
+    with tf.io.TFRecordWriter(str(path)) as writer:
+        for i in range(10):
+            writer.write(bytes([i]) * (50 + i))
+    data = path.read_bytes()
+    (tmp_path / "s.tfrecord.idx").write_bytes(dali_index.index_of_shard(data))
+    whole = [r.numpy() for r in tf.data.TFRecordDataset(str(path))]
+    broken = bytearray(data)
+    broken[: 8 * 4] = b"\xff" * 32  # record 0's length and crc, and into its data
+    path.write_bytes(bytes(broken))
+    for skip in (1, 6, 10):
+        assert _read_from(str(path), "", 10, skip) == whole[skip:]
