@@ -13,6 +13,8 @@ from core import schema
 __all__ = [
     "RAW_CHANNELS",
     "RAW_DTYPES",
+    "as_photo",
+    "three_bands",
     "decode_raw_array",
     "decode_raw_image",
     "is_raw",
@@ -80,3 +82,16 @@ def decode_raw_array(
         [tf.cast(height, tf.int32), tf.cast(width, tf.int32), tf.cast(channels, tf.int32)]
     )
     return tf.reshape(pixels, shape)
+
+
+def three_bands(image: tf.Tensor) -> tf.Tensor:
+    """The 3 bands the reader returns by default from [..., C] bands: gray repeated (C < 3:
+    gray, gray + alpha), else the first three (RGB of RGBA, a multi-band image's first three)."""
+    have = tf.shape(image)[-1]
+    return tf.gather(image, tf.where(have < 3, [0, 0, 0], [0, 1, 2]), axis=-1)
+
+
+def as_photo(pixels: tf.Tensor) -> tf.Tensor:
+    """An array image of any dtype and band count as the reader's default output shows it:
+    uint8 (converted as tf.image.convert_image_dtype converts) and `three_bands`."""
+    return three_bands(tf.image.convert_image_dtype(pixels, tf.uint8, saturate=True))

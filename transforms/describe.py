@@ -63,6 +63,11 @@ def _split_entry(shards: list[ShardInfo]) -> dict:
         for s in shards:
             labels.update(s.label_counts)
         entry["label_counts"] = dict(sorted(labels.items()))
+    if all(s.layouts is not None for s in shards):  # what the reader's dtype/bands work from
+        layouts = collections.Counter()
+        for s in shards:
+            layouts.update(s.layouts)
+        entry["pixel_layouts"] = dict(sorted(layouts.items()))
     if any(s.groups is not None for s in shards):  # --group_by: distinct groups in the split
         entry["num_groups"] = len(set().union(*(s.groups or () for s in shards)))
     return entry
@@ -169,7 +174,7 @@ class _DescribeFn(beam.DoFn):
             storage.write_bytes_atomic(storage.join(c.output, idx_rel), b"")
             index_entry = {"file": idx_rel, **empty}
         return ShardInfo(
-            split, index, relname, num_examples=0, **empty, formats={}, label_counts={},
+            split, index, relname, num_examples=0, **empty, formats={}, label_counts={}, layouts={},
             dali_index=index_entry,
         )  # fmt: skip
 

@@ -138,6 +138,7 @@ class ShardInfo:
     dali_index: dict | None = None  # {"file", "num_bytes", "sha256"} with --dali_index
     num_files: int | None = None  # files written (--frames all: fewer than num_examples)
     groups: list | None = None  # --group_by: the sorted image/group hashes of its records
+    layouts: dict | None = None  # records per pixel layout, "uint16x13" (dtype x channels)
 
     @classmethod
     def from_dict(cls, d: dict) -> ShardInfo:

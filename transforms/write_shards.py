@@ -216,6 +216,24 @@ def _example(entry: WriterEntry, data: bytes, stored: StoredImage, label_id: int
     return example, transcode
 
 
+def _layout(stored: StoredImage) -> str:
+    """A record's pixel layout, "uint16x13": what the reader's dtype, channels and bands
+    arguments work from (dataset_info.json's pixel_layouts)."""
+    dtype = (stored.features or {}).get(schema.DTYPE) or "uint8"
+    return f"{dtype}x{stored.channels}"
+
+
+def _spliced_layout(splice) -> str:
+    """The layout of a record spliced from the previous version (a photo: 8-bit samples)."""
+    from tensorflow.core.example import example_pb2  # as splice_records' relabel reads one
+
+    example = splice.example
+    if example is None:  # a TFRecord frame: 12 bytes of length and CRC, the Example, a CRC
+        example = splice.framed[12:-4]
+    channels = example_pb2.Example.FromString(example).features.feature[schema.CHANNELS]
+    return f"uint8x{channels.int64_list.value[0]}"
+
+
 def _framed(example: bytes) -> bytes:
     """`example` as one TFRecord frame."""
     frame = io.BytesIO()
@@ -234,6 +252,7 @@ class _ShardContents:
         self.transcoded = collections.Counter()
         self.formats = collections.Counter()  # records per image/format (the summary's warning)
         self.labels = collections.Counter()  # examples per label text: exact class counts
+        self.layouts = collections.Counter()  # records per pixel layout (dtype x channels)
         self.idx_lines = []  # --dali_index: one line per record, at its offset in the shard
         self.located = []  # each record's RecordLocation: where the next run finds it
 
@@ -435,6 +454,7 @@ class _WriteShardFn(beam.DoFn):
                     contents.add(
                         entry, label_id, out.num_bytes, len(frame), splice.format, splice.transcode
                     )
+                    contents.layouts[_spliced_layout(splice)] += 1
                     contents.num_files += 1
                     sink.write(frame)
                     continue
@@ -448,6 +468,7 @@ class _WriteShardFn(beam.DoFn):
                     example, why = _example(entry, data, stored, label_id)
                     frame_length = len(example) + dali_index.RECORD_OVERHEAD
                     contents.add(entry, label_id, out.num_bytes, frame_length, stored.format, why)
+                    contents.layouts[_layout(stored)] += 1
                     write_record(sink, example)
         except BaseException:
             _discard(sink, out, tmp)
@@ -485,6 +506,7 @@ class _WriteShardFn(beam.DoFn):
             transcoded=dict(contents.transcoded),
             formats=dict(sorted(contents.formats.items())),
             label_counts=dict(sorted(contents.labels.items())),
+            layouts=dict(sorted(contents.layouts.items())),
             dali_index=written_index,
         )
 

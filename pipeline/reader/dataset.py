@@ -16,6 +16,7 @@ from typing import Literal
 import tensorflow as tf
 
 from core import leases, raw_pixels, schema, shard_cache, versions
+from pipeline.reader.bands import PixelOutput, pixel_output, pixel_output_of_info
 from pipeline.reader.batches import batched as _batched
 from pipeline.reader.crops import DEFAULT_CROP_FRACTION as _DEFAULT_CROP_FRACTION
 from pipeline.reader.decode import decode_batch_eagerly as _decode_batch_eagerly
@@ -95,6 +96,7 @@ class _Config:
     # Training: global steps already taken (an int, or read when iteration starts).
     start_step: StartStep = 0
     shards_at_once: int = _SHARDS_AT_ONCE  # training: shards read at once
+    pixels: PixelOutput = PixelOutput()  # output dtype and bands (pipeline/reader/bands.py)
 
     def __post_init__(self) -> None:
         if self.global_batch_size <= 0:
@@ -138,6 +140,9 @@ def make_dataset(
     lease: bool = True,
     start_step: StartStep = 0,
     shards_at_once: int = _SHARDS_AT_ONCE,
+    dtype: tf.DType = tf.uint8,
+    channels: int | None = 3,
+    bands: Sequence[int] | None = None,
 ) -> tf.data.Dataset | tf.distribute.DistributedDataset:
     """The input pipeline of a converted split, batched per replica and prefetched.
 
@@ -209,11 +214,17 @@ def make_dataset(
         shards_at_once: training: shards read at once (8 MB of read buffer each); more mixes
             shards of few classes better. Keep it, `seed`, `global_batch_size` and
             `shuffle_buffer_mb` when resuming: they make the epoch order.
+        dtype: tf.uint8 (photos), tf.uint16 (16-bit data exactly; 8-bit scaled by 257) or
+            tf.float32 (the stored values, unscaled). uint8 from 16-bit keeps the high byte.
+        channels: 3 (gray repeated, alpha dropped, a multi-band image's first three bands) or
+            None: every band as stored ([B, H, W, C]; the split's images must agree on C).
+        bands: band indices to return, in order (e.g. [3, 2, 1]: a satellite scene's RGB);
+            the output has len(bands) channels.
 
     Returns:
-        A `tf.data.Dataset` of `(images uint8 [B, H, W, 3], labels int64 [B])` with `B` the
-        global batch (or the per-replica batch with `input_context`), or, with `strategy`, a
-        distributed dataset of per-replica batches.
+        A `tf.data.Dataset` of `(images [B, H, W, C], labels int64 [B])` (uint8 and C = 3 by
+        default) with `B` the global batch (or the per-replica batch with `input_context`), or,
+        with `strategy`, a distributed dataset of per-replica batches.
 
     Raises:
         schema.DatasetInfoError: `data_dir` has no readable dataset_info.json.
@@ -255,6 +266,7 @@ def make_dataset(
             postprocess=postprocess,
             normalize=normalize,
             cache_dir=cache_dir,
+            pixels=(dtype, channels, bands),
         )
         config = dataclasses.replace(config, start_step=start_step, shards_at_once=shards_at_once)
         return _distribute(config, held, strategy, input_context)
@@ -284,9 +296,16 @@ def _make_config(
     postprocess: Callable | None,
     normalize: bool,
     cache_dir: str | None,
+    pixels: tuple,
 ) -> _Config:
     """`make_dataset`'s arguments, resolved against the split's dataset_info.json and validated."""
     info, split_info, shards = _load_split(data_dir, split, store)
+    output = pixel_output(split_info, f"split {split!r} of {data_dir}", *pixels)
+    if normalize and (output.dtype != tf.uint8 or output.channels != 3):
+        raise ValueError(
+            "normalize=True applies the RGB statistics of the transform: it needs the default "
+            "dtype=tf.uint8 and 3 channels; normalise other bands in your model"
+        )
     local_copies = _local_copies(store, data_dir, split, split_info, cache_dir)
     num_examples = int(split_info.get("num_examples", sum(s.num_examples for s in shards)))
     num_bytes = int(split_info.get("num_bytes", 0))
@@ -295,6 +314,8 @@ def _make_config(
     _check_batch_divides(global_batch_size, replicas)
     avg_record = max(1, num_bytes // max(1, num_examples))
     store_mode = raw_pixels.store_mode(info)
+    if output.general:  # JPEGs there decode whole, like every other format
+        jpeg_dct_scaling = False
     if jpeg_dct_scaling is None:
         jpeg_dct_scaling = store_mode != "pixels" and (
             _typical_min_side(info, shards[0], local_copies) >= _DCT_MIN_SCALE * max(image_size)
@@ -319,6 +340,7 @@ def _make_config(
         local_copies=local_copies,
         store=store_mode,
         data_dir=data_dir,
+        pixels=output,
     )
 
 
@@ -439,9 +461,10 @@ def evaluation_images(
         image_size: (height, width) of the output.
 
     Returns:
-        uint8 [len(records), height, width, 3].
+        uint8 [len(records), height, width, 3] (a multi-band image's first three bands).
     """
     store_mode = raw_pixels.store_mode(info)
+    pixels = pixel_output_of_info(info)
     stats = info.get("statistics") or {}
     height = (stats.get("height_quantiles") or {}).get("p50")
     width = (stats.get("width_quantiles") or {}).get("p50")
@@ -463,10 +486,13 @@ def evaluation_images(
         cache=False,
         shuffle_records=_MIN_SHUFFLE_RECORDS,
         crop_fraction=_DEFAULT_CROP_FRACTION,
-        dct_scaling=store_mode != "pixels" and min_side >= _DCT_MIN_SCALE * max(image_size),
+        dct_scaling=not pixels.general
+        and store_mode != "pixels"
+        and min_side >= _DCT_MIN_SCALE * max(image_size),
         extra_features=(),
         postprocess=None,
         store=store_mode,
+        pixels=pixels,
     )
     images, _ = _decode_batch_eagerly(config, batch)
     return images

@@ -9,6 +9,7 @@ from typing import Protocol
 import tensorflow as tf
 
 from core import raw_pixels, schema
+from pipeline.reader.bands import GENERAL_KEYS, PixelOutput, decode_any
 from pipeline.reader.crops import crop_window, decode_and_crop_scaled
 
 __all__ = [
@@ -32,6 +33,7 @@ class DecodeSettings(Protocol):
     extra_features: tuple[str, ...]
     postprocess: Callable | None
     store: str
+    pixels: PixelOutput
 
 
 # Images of one batch decoded at once inside the batch's map call (tf.map_fn iterations).
@@ -90,7 +92,8 @@ def decode_batch_eagerly(config: DecodeSettings, records: tf.Tensor):
         for i, (encoded, window) in enumerate(zip(features[schema.ENCODED], windows, strict=True))
     ]  # fmt: skip
     height, width = config.image_size
-    stacked = tf.stack(images) if images else tf.zeros((0, height, width, 3), tf.uint8)
+    empty = tf.zeros((0, height, width, config.pixels.channels), config.pixels.dtype)
+    stacked = tf.stack(images) if images else empty
     return _with_extras(config, stacked, features)
 
 
@@ -116,7 +119,9 @@ def decode_batch(config: DecodeSettings, records: tf.Tensor, seeds: tf.Tensor | 
         return tf.map_fn(
             fn,
             elems,
-            fn_output_signature=tf.TensorSpec((height, width, 3), tf.uint8),
+            fn_output_signature=tf.TensorSpec(
+                (height, width, config.pixels.channels), config.pixels.dtype
+            ),
             # A few images of the batch in flight: a little faster than one at a time, and more
             # gain nothing.
             parallel_iterations=_DECODE_PARALLEL_ITERATIONS,
@@ -153,13 +158,18 @@ def decode_example(config: DecodeSettings, record: tf.Tensor, seed: tf.Tensor | 
 
 def _raw_keys(config: DecodeSettings) -> tuple[str, ...]:
     """Features the raw-pixel path reads besides the encoded bytes (none for encoded datasets)."""
+    if config.pixels.general:
+        return GENERAL_KEYS
     if config.store == "encoded":
         return ()
     return (schema.HEIGHT, schema.WIDTH) + ((schema.FORMAT,) if config.store == "smart" else ())
 
 
 def _raw_elems(config: DecodeSettings, features: dict) -> tuple:
-    """(height, width[, is_raw]) for _decode_image's `raw`; () for encoded datasets."""
+    """(height, width[, is_raw]) for _decode_image's `raw`; () for encoded datasets; the
+    general path's parts (bands.decode_any)."""
+    if config.pixels.general:
+        return tuple(features[key] for key in GENERAL_KEYS)
     if config.store == "encoded":
         return ()
     sides = (features[schema.HEIGHT], features[schema.WIDTH])
@@ -181,8 +191,11 @@ def decode_image(
     `window` (top, left, height, width), when known, is the crop; else it is computed from the
     image's own header (random-resized in training, centre otherwise). `raw` is (height, width)
     of raw-pixel records (--store pixels), plus a bool "this one is raw" for --store smart.
+    Other depths and band counts go through bands.decode_any (`config.pixels.general`).
     `resize=False` when the caller knows the crop already has the output's size.
     """
+    if config.pixels.general:
+        return decode_any(config, encoded, seed, window, raw, resize)
     height, width = config.image_size
 
     def raw_crop() -> tf.Tensor:

@@ -164,7 +164,11 @@ def _check_arrays(fmt: str, data: bytes, opts: CheckOptions, compute_stats: bool
     reasons = array_reasons(image, opts)
     stored = arrays.encode_frame(image.frames[0], arrays.jpeg_quality(opts))
     stats = None
-    if stored.format != "raw":
+    if stored.format == "raw" and compute_stats:  # what the reader's default returns of it
+        from core import raw_pixels  # TensorFlow, loaded only where needed (as load_tf does)
+
+        stats = _channel_stats(raw_pixels.as_photo(image.frames[0]).numpy())
+    elif stored.format != "raw":
         tf = load_tf()
         try:
             decoded = tf_decode(stored.format, stored.data)
