@@ -30,7 +30,7 @@ BUCKETS = [
     ("PIL header (Image.open)", ("PIL/",)),
     ("sha256", ("sha256", "hexdigest")),
     ("Example build", ("make_example", "_bytes_feature", "_int64_feature")),
-    ("TFRecord write + crc", ("write_record", "_HashingWriter", "_masked_crc32c")),
+    ("TFRecord write + crc", ("write_record", "HashingWriter", "_masked_crc32c")),
     ("file read (FileSystems)", ("read_bytes", "filesystems.py", "localfilesystem.py")),
     (
         "TF eager dispatch / tensor",

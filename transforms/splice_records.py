@@ -115,6 +115,14 @@ class Spliced:
     format: str
     transcode: str  # image/transcode_reason (the source's reasons and the --store one)
 
+    def layout(self) -> str:
+        """Its pixel layout (a photo's: 8-bit samples; array images are never spliced)."""
+        from tensorflow.core.example import example_pb2  # as _relabel reads one
+
+        example = self.example if self.example is not None else self.framed[12:-4]
+        feature = example_pb2.Example.FromString(example).features.feature
+        return f"uint8x{feature[schema.CHANNELS].int64_list.value[0]}"
+
 
 class PreviousRecords:
     """The previous version's record locations, loaded once per worker on first use."""

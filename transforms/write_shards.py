@@ -15,7 +15,6 @@ import json
 import logging
 import os
 import shutil
-import zlib
 
 import apache_beam as beam
 from apache_beam import pvalue
@@ -30,6 +29,7 @@ from transforms.images.arrays import ARRAY_FORMATS
 from transforms.images.check import ImageInfo
 from transforms.images.store_modes import PIXELS_REASON, StoredImage, store_records
 from transforms.keys import int_hash
+from transforms.shard_sinks import GzipSink, HashingWriter, discard
 from transforms.splice_records import (
     RECORDS_KEY,
     SETTINGS_KEY,
@@ -120,48 +120,6 @@ def read_shard_info(path: str) -> dict | None:
         return None
 
 
-class _HashingWriter:
-    """A write-only file that opens its target on the first write, and counts and sha256-hashes
-    what passes through. A shard with no record therefore never starts an upload (Beam's S3
-    writer cannot create an empty object through a multipart upload)."""
-
-    def __init__(self, path: str):
-        self._path = path
-        self._f = None
-        self.sha256 = hashlib.sha256()
-        self.num_bytes = 0
-
-    def write(self, data: bytes) -> None:
-        if self._f is None:
-            self._f = FileSystems.create(self._path, compression_type="uncompressed")
-        self._f.write(data)
-        self.sha256.update(data)
-        self.num_bytes += len(data)
-
-    @property
-    def opened(self) -> bool:
-        return self._f is not None
-
-    def close(self) -> None:
-        if self._f is not None:
-            self._f.close()
-
-
-def _discard(sink, out: _HashingWriter, tmp: str) -> None:
-    """After a shard write failed (a full disk, a store outage): close what is open and delete
-    the partial temp file, so a full disk keeps no partial shard filling it, without masking the
-    error that got here (closing may fail the same way)."""
-    try:
-        sink.close()
-    except Exception:  # noqa: BLE001 - the write's own error is the one to report
-        pass
-    if out.opened:
-        try:
-            storage.delete_quietly([tmp])
-        except Exception:  # noqa: BLE001 - as above; --resume deletes what is left (describe)
-            _log.warning("imgrec: could not delete the partial shard %s", tmp)
-
-
 @dataclasses.dataclass(frozen=True)
 class _Shard:
     """One planned shard: where it goes and the digest of what it will hold."""
@@ -214,24 +172,6 @@ def _example(entry: WriterEntry, data: bytes, stored: StoredImage, label_id: int
         extra={**(stored.features or {}), **({schema.GROUP: entry.group} if entry.group else {})},
     )
     return example, transcode
-
-
-def _layout(stored: StoredImage) -> str:
-    """A record's pixel layout, "uint16x13": what the reader's dtype, channels and bands
-    arguments work from (dataset_info.json's pixel_layouts)."""
-    dtype = (stored.features or {}).get(schema.DTYPE) or "uint8"
-    return f"{dtype}x{stored.channels}"
-
-
-def _spliced_layout(splice) -> str:
-    """The layout of a record spliced from the previous version (a photo: 8-bit samples)."""
-    from tensorflow.core.example import example_pb2  # as splice_records' relabel reads one
-
-    example = splice.example
-    if example is None:  # a TFRecord frame: 12 bytes of length and CRC, the Example, a CRC
-        example = splice.framed[12:-4]
-    channels = example_pb2.Example.FromString(example).features.feature[schema.CHANNELS]
-    return f"uint8x{channels.int64_list.value[0]}"
 
 
 def _framed(example: bytes) -> bytes:
@@ -441,7 +381,7 @@ class _WriteShardFn(beam.DoFn):
         """Write `shard` from its files (a generator: yields the REJECTED outputs of files that
         fail now); returns (its ShardInfo, its RecordLocations)."""
         tmp = storage.temp_sibling(shard.final)
-        out = _HashingWriter(tmp)
+        out = HashingWriter(tmp)
         sink = GzipSink(out) if self._compression == "gzip" else out
         contents = _ShardContents(self._dali_index)
         try:
@@ -454,7 +394,7 @@ class _WriteShardFn(beam.DoFn):
                     contents.add(
                         entry, label_id, out.num_bytes, len(frame), splice.format, splice.transcode
                     )
-                    contents.layouts[_spliced_layout(splice)] += 1
+                    contents.layouts[splice.layout()] += 1
                     contents.num_files += 1
                     sink.write(frame)
                     continue
@@ -468,10 +408,10 @@ class _WriteShardFn(beam.DoFn):
                     example, why = _example(entry, data, stored, label_id)
                     frame_length = len(example) + dali_index.RECORD_OVERHEAD
                     contents.add(entry, label_id, out.num_bytes, frame_length, stored.format, why)
-                    contents.layouts[_layout(stored)] += 1
+                    contents.layouts[stored.layout()] += 1
                     write_record(sink, example)
         except BaseException:
-            _discard(sink, out, tmp)
+            discard(sink, out, tmp)
             raise
         sink.close()
         return self._finish(shard, tmp, out, contents), contents.located
@@ -595,28 +535,3 @@ class WriteShards(beam.PTransform):
             label_names=pvalue.AsSingleton(self._label_names),
         ).with_outputs(_WriteShardFn.REJECTED, main="shards")
         return {"shards": out.shards, "rejected": out[_WriteShardFn.REJECTED]}
-
-
-# zlib level of --compression gzip: 6 is gzip's own default (9 costs far more CPU for barely
-# smaller raw-pixel shards).
-_GZIP_LEVEL = 6
-# wbits 16 + 15: a gzip container (what TFRecordDataset(compression_type="GZIP") reads) with a
-# 32 KB window; zlib writes a fixed header (mtime 0), so shards stay byte-identical run to run.
-_GZIP_WBITS = 16 + zlib.MAX_WBITS
-
-
-class GzipSink:
-    """A write-only file that gzips what it is given into `sink` (any object with write/close)."""
-
-    def __init__(self, sink):
-        self._sink = sink
-        self._z = zlib.compressobj(_GZIP_LEVEL, zlib.DEFLATED, _GZIP_WBITS)
-
-    def write(self, data: bytes) -> None:
-        chunk = self._z.compress(data)
-        if chunk:
-            self._sink.write(chunk)
-
-    def close(self) -> None:
-        self._sink.write(self._z.flush())
-        self._sink.close()

@@ -48,6 +48,12 @@ class StoredImage:
     # images decoded to arrays carry their frame, dtype, value mapping and format tags.
     features: dict | None = None
 
+    def layout(self) -> str:
+        """Its pixel layout, "uint16x13": what the reader's dtype, channels and bands arguments
+        work from (dataset_info.json's pixel_layouts)."""
+        dtype = (self.features or {}).get(schema.DTYPE) or "uint8"
+        return f"{dtype}x{self.channels}"
+
 
 def prefers_raw(height: int, width: int) -> bool:
     """--store smart: whether an image stored at height x width goes in as raw pixels."""
