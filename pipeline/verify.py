@@ -257,7 +257,7 @@ def _check_record(
     layout = f"{dtype or 'uint8'}x{int(ex[schema.CHANNELS].numpy())}"  # as pixel_layouts counts
     checks.layouts.setdefault(split, collections.Counter())[layout] += 1
     image_format = ex[schema.FORMAT].numpy().decode()
-    if checks.jpeg_only and not _jpeg_only_holds(image_format, dtype, encoded):
+    if checks.jpeg_only and not _jpeg_only_holds(image_format, layout, encoded):
         report.problem(
             f"{where}: {image_format!r} record in a "
             "--transcode jpeg dataset (JPEG-only readers fail on it)"
@@ -275,14 +275,15 @@ def _check_record(
         report.problem(f"{where}: {problem}")
 
 
-def _jpeg_only_holds(image_format: str, dtype: str, encoded: bytes) -> bool:
-    """Whether a record belongs in a --transcode jpeg dataset: a JPEG, or raw samples of a depth
-    no JPEG holds (16-bit or float bands, which that run keeps raw rather than cut to 8 bits)."""
+def _jpeg_only_holds(image_format: str, layout: str, encoded: bytes) -> bool:
+    """Whether a record belongs in a --transcode jpeg dataset: a JPEG, or raw samples no JPEG
+    holds (16-bit or float bands, more than 4 bands: that run keeps them rather than cut them)."""
     from core import schema
 
     if image_format == "jpeg":
         return encoded.startswith(b"\xff\xd8")
-    return image_format == schema.RAW_FORMAT and dtype not in ("", "uint8")
+    dtype, _, channels = layout.rpartition("x")
+    return image_format == schema.RAW_FORMAT and (dtype != "uint8" or int(channels) > 4)
 
 
 def _note_group(record: bytes, split: str, checks: _RecordChecks) -> None:

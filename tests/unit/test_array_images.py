@@ -249,3 +249,13 @@ def test_store_pixels_or_smart_with_bit_depth_16_is_refused(store):
             store=store,
             check=CheckOptions(bit_depth=16, max_side=64),
         )
+
+
+def test_transcode_jpeg_keeps_more_than_four_bands_raw():
+    """--transcode jpeg: a JPEG holds 1 or 3 bands; an 8-bit image of more stays whole, raw."""
+    bands = np.random.default_rng(6).integers(0, 256, (5, 7, 6), dtype=np.uint8)
+    stored = arrays.encode_frame(bands, jpeg_quality=90)
+    assert (stored.format, stored.channels, stored.dtype) == ("raw", 6, "uint8")
+    assert np.frombuffer(stored.data, np.uint8).reshape(5, 7, 6).tolist() == bands.tolist()
+    rgb = arrays.encode_frame(bands[:, :, :3], jpeg_quality=90)
+    assert (rgb.format, rgb.channels) == ("jpeg", 3)

@@ -172,6 +172,7 @@ def test_a_transcode_jpeg_dataset_keeps_bands_jpeg_cannot_hold_raw(tmp_path):
         _raw(_RNG.integers(0, 10000, (7, 4, 13), dtype=np.uint16)),  # no JPEG holds it
         _raw(rgb),  # 8-bit: that run would have written a JPEG
         _record(_png(rgb), "png", rgb.shape, "uint8"),
+        _raw(_RNG.integers(0, 256, (7, 4, 6), dtype=np.uint8)),  # 6 bands: no JPEG holds them
     ]
     problems = verify_dataset(_write(tmp_path, records, transcode="jpeg")).problems
     assert problems == [

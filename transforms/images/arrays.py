@@ -206,10 +206,11 @@ def scaled_to_8bit(values: np.ndarray, low: float, high: float) -> np.ndarray:
 def encode_frame(frame: np.ndarray, jpeg_quality: int = 0) -> StoredFrame:
     """One H x W x C frame as stored: PNG (uint8/uint16, 1-4 channels; what tf.io.decode_image
     reads), else raw little-endian samples in H x W x C order. `jpeg_quality` (--transcode jpeg)
-    stores a uint8 frame as a gray or RGB JPEG instead."""
+    stores a uint8 frame of 1-4 channels as a gray or RGB JPEG instead (more bands stay raw:
+    every band is kept)."""
     height, width, channels = frame.shape
     dtype = frame.dtype.name
-    if jpeg_quality and frame.dtype == np.uint8:
+    if jpeg_quality and frame.dtype == np.uint8 and channels <= _PNG_MAX_CHANNELS:
         return _jpeg(frame, jpeg_quality)
     if frame.dtype.type in _PNG_DTYPES and channels <= _PNG_MAX_CHANNELS:
         import tensorflow as tf
