@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
+from typing import Protocol
 
 import tensorflow as tf
 
@@ -139,7 +140,7 @@ def _raw_dtypes(layouts: list[tuple[str, int]] | None) -> tuple[str, ...]:
     return tuple(sorted({"uint8"} | {d for d, _ in layouts}))
 
 
-class AnySettings(CropSettings):
+class AnySettings(CropSettings, Protocol):
     """What the general path reads from the reader's config."""
 
     pixels: PixelOutput
