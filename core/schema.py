@@ -40,6 +40,8 @@ __all__ = [
     "COMPRESSIONS",
     "FEATURE_SPEC_JSON",
     "feature_spec",
+    "pixel_layout",
+    "pixel_layout_parts",
     "shard_name",
     "shard_suffix",
     "make_example",
@@ -203,6 +205,18 @@ def feature_spec(keys: tuple[str, ...] | None = None) -> dict:
             value = [default] * shape[0] if shape else default
             spec[key] = tf.io.FixedLenFeature(list(shape), dtypes[dtype], default_value=value)
     return spec
+
+
+def pixel_layout(dtype: str, channels: int) -> str:
+    """A record's key in dataset_info.json's per-split pixel_layouts: "uint16x13" (image/dtype,
+    "" being uint8, by image/channels)."""
+    return f"{dtype or 'uint8'}x{int(channels)}"
+
+
+def pixel_layout_parts(layout: str) -> tuple[str, int]:
+    """("uint16", 13) of the pixel layout "uint16x13"."""
+    dtype, _, channels = layout.rpartition("x")
+    return dtype, int(channels)
 
 
 def shard_name(split: str, index: int, num_shards: int, suffix: str = "") -> str:

@@ -254,7 +254,7 @@ def _check_record(
     if label_names and (not 0 <= label < len(label_names) or label_names[label] != text):
         report.problem(f"{where}: label {label} / {text!r} not in label_names")
     dtype = ex[schema.DTYPE].numpy().decode()
-    layout = f"{dtype or 'uint8'}x{int(ex[schema.CHANNELS].numpy())}"  # as pixel_layouts counts
+    layout = schema.pixel_layout(dtype, ex[schema.CHANNELS].numpy())
     checks.layouts.setdefault(split, collections.Counter())[layout] += 1
     image_format = ex[schema.FORMAT].numpy().decode()
     if checks.jpeg_only and not _jpeg_only_holds(image_format, layout, encoded):
@@ -282,8 +282,8 @@ def _jpeg_only_holds(image_format: str, layout: str, encoded: bytes) -> bool:
 
     if image_format == "jpeg":
         return encoded.startswith(b"\xff\xd8")
-    dtype, _, channels = layout.rpartition("x")
-    return image_format == schema.RAW_FORMAT and (dtype != "uint8" or int(channels) > 4)
+    dtype, channels = schema.pixel_layout_parts(layout)
+    return image_format == schema.RAW_FORMAT and (dtype != "uint8" or channels > 4)
 
 
 def _note_group(record: bytes, split: str, checks: _RecordChecks) -> None:

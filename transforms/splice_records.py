@@ -119,9 +119,9 @@ class Spliced:
         """Its pixel layout (a photo's: 8-bit samples; array images are never spliced)."""
         from tensorflow.core.example import example_pb2  # as _relabel reads one
 
-        example = self.example if self.example is not None else self.framed[12:-4]
+        example = self.example if self.example is not None else _payload(self.framed)
         feature = example_pb2.Example.FromString(example).features.feature
-        return f"uint8x{feature[schema.CHANNELS].int64_list.value[0]}"
+        return schema.pixel_layout("", feature[schema.CHANNELS].int64_list.value[0])
 
 
 class PreviousRecords:
@@ -206,7 +206,7 @@ class PreviousRecords:
                     found[i] = Spliced(framed, None, entry.format, entry.stored_transcode)
                     self._spliced.inc()
                 else:  # the label (or its id) is the run's: rebuild from the image bytes
-                    example = _relabel(framed[12:-4], record.label, label_id)
+                    example = _relabel(_payload(framed), record.label, label_id)
                     found[i] = Spliced(None, example, entry.format, entry.stored_transcode)
                     self._rebuilt.inc()
         return found
@@ -264,6 +264,12 @@ def _check_frame(frame: bytes, offset: int) -> None:
         raise ValueError(f"the record at byte {offset}: {str(e).partition(':')[0]}") from None
     if data is None or len(data) + _FRAME_OVERHEAD != len(frame):
         raise ValueError(f"the {len(frame)} bytes at byte {offset} are not one whole record")
+
+
+def _payload(frame: bytes) -> bytes:
+    """The serialized Example of a TFRecord frame: after its length and the length's CRC, before
+    its own CRC."""
+    return frame[12:-4]
 
 
 def _relabel(data: bytes, label_text: str, label_id: int) -> bytes:

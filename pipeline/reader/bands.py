@@ -44,11 +44,7 @@ def _layouts(split_info: dict) -> list[tuple[str, int]] | None:
     layouts = split_info.get("pixel_layouts")
     if layouts is None:
         return None
-    pairs = []
-    for key in layouts:
-        dtype, _, channels = key.rpartition("x")
-        pairs.append((dtype, int(channels)))
-    return pairs
+    return [schema.pixel_layout_parts(key) for key in layouts]
 
 
 def pixel_output(

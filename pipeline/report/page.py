@@ -405,8 +405,11 @@ def _wide_layouts(info: dict) -> bool:
     """Whether a split records pixel layouts other than 8-bit samples in up to 4 channels."""
     for entry in info["splits"].values():
         for layout in entry.get("pixel_layouts") or {}:
-            dtype, _, channels = layout.rpartition("x")
-            if dtype != "uint8" or not channels.isdigit() or int(channels) > 4:
+            try:
+                dtype, channels = schema.pixel_layout_parts(layout)
+            except ValueError:  # not a layout this imgrec writes: say the data is unusual
+                return True
+            if dtype != "uint8" or channels > 4:
                 return True
     return False
 

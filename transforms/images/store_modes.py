@@ -51,8 +51,7 @@ class StoredImage:
     def layout(self) -> str:
         """Its pixel layout, "uint16x13": what the reader's dtype, channels and bands arguments
         work from (dataset_info.json's pixel_layouts)."""
-        dtype = (self.features or {}).get(schema.DTYPE) or "uint8"
-        return f"{dtype}x{self.channels}"
+        return schema.pixel_layout((self.features or {}).get(schema.DTYPE, ""), self.channels)
 
 
 def prefers_raw(height: int, width: int) -> bool:
