@@ -24,6 +24,7 @@ __all__ = [
     "cli",
     "cli_env",
     "in_process",
+    "kill_running",
     "ok",
     "output_digests",
     "read_records",
@@ -78,6 +79,15 @@ def script_facts(script: str, *args: str, timeout: float = 600, **env: str) -> d
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def kill_running(procs: list[subprocess.Popen]) -> None:
+    """Kill the processes of a test's cluster still running (a timeout or a failed start), so
+    none outlives the test."""
+    for proc in procs:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=30)
 
 
 def ok(proc: subprocess.CompletedProcess) -> subprocess.CompletedProcess:

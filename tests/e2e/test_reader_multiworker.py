@@ -31,7 +31,7 @@ import pytest
 
 from core import schema
 from pipeline.demo import build_corpus
-from tests.runs import ROOT, cli_env, in_process, tf_script
+from tests.runs import ROOT, cli_env, in_process, kill_running, tf_script
 from tests.servers import free_port, put_corpus
 
 pytestmark = pytest.mark.e2e
@@ -178,10 +178,7 @@ class Cluster:
         return json.loads(self.outputs[i].read_text())
 
     def stop(self) -> None:
-        for proc in self.procs:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait(timeout=30)
+        kill_running(self.procs)
 
     def __enter__(self) -> Cluster:
         return self
@@ -446,10 +443,7 @@ def test_the_example_runs_as_one_worker_of_a_cluster(converted, tmp_path):
                 )
         codes = [proc.wait(timeout=CLUSTER_TIMEOUT_S) for proc in procs]
     finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait(timeout=30)
+        kill_running(procs)
     outputs = [log.read_text(errors="replace") for log in logs]
     assert codes == [0, 0], f"exit {codes}\n{outputs[0][-3000:]}\n{outputs[1][-3000:]}"
     for output in outputs:

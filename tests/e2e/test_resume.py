@@ -28,7 +28,7 @@ import tensorflow as tf
 from PIL import Image
 
 from core import schema
-from tests.runs import ROOT, TF_PRELUDE, cli_env
+from tests.runs import ROOT, TF_PRELUDE, cli_env, kill_running
 from tests.servers import free_port
 
 pytestmark = pytest.mark.e2e
@@ -205,10 +205,7 @@ def _run(data_dir: str, tmp: Path, run: str, strategy: str, kill_at: int, keras=
     try:
         codes = [proc.wait(timeout=TIMEOUT_S) for proc in procs]
     finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait(timeout=30)
+        kill_running(procs)
     output = (tmp / f"{run}0.out").read_text(errors="replace")
     expected = -signal.SIGKILL if kill_at >= 0 else 0
     assert codes == [expected] * workers, output[-4000:]

@@ -22,7 +22,7 @@ import pytest
 from PIL import Image
 
 from tests.e2e.test_resume import _check, _trained
-from tests.runs import ROOT, cli
+from tests.runs import ROOT, cli, kill_running
 
 pytestmark = pytest.mark.e2e
 
@@ -88,9 +88,7 @@ def _run_example(root: str, tmp: Path, run: str, kill_at: int | None, epochs: in
                 time.sleep(0.05)
             code = proc.wait(timeout=30)
         finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait(timeout=30)
+            kill_running([proc])
     output = (tmp / f"{run}.out").read_text(errors="replace")
     assert code == (-signal.SIGKILL if kill_at is not None else 0), output[-4000:]
     return output
