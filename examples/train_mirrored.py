@@ -162,7 +162,13 @@ def fit(
     With `backup_dir`, a run killed mid-epoch and started again resumes at the last backup's
     step: the rest of that epoch is read once, in the order the run would have read it.
     """
-    from pipeline.reader import dataset_info, make_dataset, resume_callback, steps_per_epoch
+    from pipeline.reader import (
+        backup_and_restore,
+        dataset_info,
+        make_dataset,
+        resume_callback,
+        steps_per_epoch,
+    )
 
     # dataset_info follows a versioned root's LATEST, as make_dataset does.
     num_classes = len(dataset_info(data_dir)["label_names"])
@@ -176,10 +182,8 @@ def fit(
         # BackupAndRestore restores the step inside fit; the reader reads it when fit starts
         # iterating, and the resume callback ends the restored epoch where its data ends.
         resume = resume_callback(train_steps, keras)
-        callbacks = [
-            keras.callbacks.BackupAndRestore(backup_dir, save_freq=backup_every),
-            resume,
-        ]
+        # backup_and_restore: Keras' BackupAndRestore, whole even when a kill lands mid-write.
+        callbacks = [backup_and_restore(backup_dir, backup_every, keras), resume]
         start_step = resume.start_step
     train = make_dataset(
         data_dir,

@@ -3,12 +3,18 @@
 dataset.py assembles it (`make_dataset`), files.py finds a split's shards (`steps_per_epoch`),
 shares.py splits the records between input pipelines, decode.py turns records into images,
 crops.py holds the crop windows; epoch_order.py and resumable.py the training epoch order and
-`start_step`, keras_resume.py the callback for Keras `fit` (imports Keras when called).
+`start_step`, keras_resume.py the callbacks for Keras `fit` (import Keras when called).
 TensorFlow and the core only, never Beam.
 """
 
 from pipeline.reader.dataset import make_dataset
 from pipeline.reader.files import dataset_info, steps_per_epoch
-from pipeline.reader.keras_resume import resume_callback
+from pipeline.reader.keras_resume import backup_and_restore, resume_callback
 
-__all__ = ["dataset_info", "make_dataset", "resume_callback", "steps_per_epoch"]
+__all__ = [
+    "backup_and_restore",
+    "dataset_info",
+    "make_dataset",
+    "resume_callback",
+    "steps_per_epoch",
+]

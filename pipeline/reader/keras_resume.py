@@ -1,8 +1,65 @@
-"""Keras `fit` resumed mid-epoch: the callback that ends the restored epoch where its data ends."""
+"""Keras `fit` resumed mid-epoch: a backup that survives a kill while it is written, and the
+callback that ends the restored epoch where its data ends."""
 
 from __future__ import annotations
 
-__all__ = ["resume_callback"]
+import json
+import os
+import shutil
+
+__all__ = ["backup_and_restore", "resume_callback"]
+
+# Keras 3's BackupAndRestore files; with `double_checkpoint` each has a ".bkp" previous copy.
+_WEIGHTS = "latest.weights.h5"
+_METADATA = "training_metadata.json"
+_PREVIOUS = ".bkp"
+
+
+def backup_and_restore(backup_dir: str, save_freq: int, keras=None):
+    """`keras.callbacks.BackupAndRestore(backup_dir, save_freq)` that a kill mid-write cannot break.
+
+    Keras 3 writes a backup in place: a job killed while writing it leaves a torn file, and the
+    next start fails to open it. This keeps the previous backup (`double_checkpoint`) and, before
+    `fit` reads them, puts back the last whole one (or none, if the first was torn).
+    Keras 2 (`tf_keras`) writes TensorFlow checkpoints, whole or not at all: returned as is.
+    """
+    if keras is None:
+        import keras
+    if keras.__version__.startswith("2."):
+        return keras.callbacks.BackupAndRestore(backup_dir, save_freq=save_freq)
+    _keep_whole_backup(backup_dir)
+    return keras.callbacks.BackupAndRestore(backup_dir, save_freq=save_freq, double_checkpoint=True)
+
+
+def _keep_whole_backup(backup_dir: str) -> None:
+    """If the latest backup is torn, the previous one replaces it; if both are, neither is kept."""
+    latest = [os.path.join(backup_dir, name) for name in (_WEIGHTS, _METADATA)]
+    if not os.path.exists(latest[0]) or _is_whole(*latest):
+        return
+    previous = [path + _PREVIOUS for path in latest]
+    if _is_whole(*previous):
+        for source, target in zip(previous, latest, strict=True):
+            shutil.copyfile(source, target)
+    else:
+        shutil.rmtree(backup_dir)  # no whole backup yet: the run starts from the beginning
+
+
+def _is_whole(weights: str, metadata: str) -> bool:
+    """Whether the weights file reads to its end and the metadata parses."""
+    import h5py
+
+    def read(_name, item) -> None:
+        if isinstance(item, h5py.Dataset):
+            item[()]
+
+    try:
+        with h5py.File(weights, "r") as f:
+            f.visititems(read)
+        with open(metadata) as f:
+            json.load(f)
+    except (OSError, ValueError):  # h5py raises OSError for a torn file; json, ValueError
+        return False
+    return True
 
 
 def resume_callback(steps_per_epoch: int, keras=None):
