@@ -108,11 +108,6 @@ def test_the_example_killed_mid_epoch_resumes_each_example_once(root, uninterrup
         assert not found, found
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="TensorFlow 2.21 logs 'failed call to cuInit' (absl, before its log settings apply) "
-    "on importing on a machine without a GPU; the example does not hide it yet",
-)
 def test_the_example_prints_no_cuinit_error_without_a_gpu(root, tmp_path):
     output = _run_example_once(root, tmp_path)
     assert CUDA_LINE not in output, [ln for ln in output.splitlines() if CUDA_LINE in ln]
