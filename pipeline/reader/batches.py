@@ -23,24 +23,30 @@ def batched(
     batch_size: int,
     multi_device: bool,
     deterministic: bool | None,
+    prebatched: bool = False,
 ) -> tf.data.Dataset:
-    """Records (training: with crop seeds) -> decoded batches, prefetched. `deterministic`
-    True keeps the batches in the order of their records whatever the options say."""
+    """Records (training: with crop seeds) -> decoded batches, prefetched. `prebatched`: the
+    records come in batches of `batch_size` already. `deterministic` True keeps the batches in
+    the order of their records whatever the options say."""
     if config.postprocess is None:
         # Batch the serialized records, then parse and decode a whole batch per call: a tf.data
         # function call per image, and parse_single_example, cost more than parsing a batch.
-        batches = records.batch(
-            batch_size,
-            drop_remainder=config.training,
-            num_parallel_calls=AUTOTUNE,
-            deterministic=deterministic,
-        ).map(
+        if not prebatched:
+            records = records.batch(
+                batch_size,
+                drop_remainder=config.training,
+                num_parallel_calls=AUTOTUNE,
+                deterministic=deterministic,
+            )
+        batches = records.map(
             traced_as_written(lambda *batch: _decode_batch(config, *batch)),
             num_parallel_calls=AUTOTUNE,
             deterministic=deterministic,
         )
     else:
         # The user's hook runs per example, so decode per example too.
+        if prebatched:
+            records = records.unbatch()
         examples = records.map(
             traced_as_written(lambda record, seed=None: _decode_example(config, record, seed)),
             num_parallel_calls=AUTOTUNE,

@@ -42,8 +42,8 @@ _MAX_PARALLEL_SHARDS = 16
 # few classes better than the reader before it (16 interleaved + a shuffle buffer), at one
 # read buffer each (docs/training.md, "Shuffle quality").
 _SHARDS_AT_ONCE = 32
-# Default RAM for the shuffle buffer of serialized records, per input pipeline: a few thousand
-# photos, enough to mix shards whose order is already shuffled and which are interleaved.
+# Default RAM for the shuffle buffer of serialized records, per input pipeline (shards without
+# record counts): a few thousand photos, enough to mix interleaved shards of shuffled order.
 _DEFAULT_SHUFFLE_MB = 256
 # Never shuffle fewer records than this, even for huge records: below ~1k the buffer barely mixes
 # neighbouring records of one shard (which share a source folder order).
@@ -93,6 +93,8 @@ class _Config:
     store: str = "encoded"
     # The dataset (a versioned root's version folder) the shards belong to, for error messages.
     data_dir: str = ""
+    # Training's epoch order: records permuted together (rounded up to whole global batches).
+    window_records: int = 1
     # Training: global steps already taken (an int, or read when iteration starts).
     start_step: StartStep = 0
     shards_at_once: int = _SHARDS_AT_ONCE  # training: shards read at once
@@ -129,7 +131,7 @@ def make_dataset(
     repeat: bool | None = None,
     deterministic: bool | None = None,
     cache: bool | Literal["auto"] = False,
-    shuffle_buffer_mb: float = _DEFAULT_SHUFFLE_MB,
+    shuffle_buffer_mb: float | None = None,
     crop_fraction: float = _DEFAULT_CROP_FRACTION,
     jpeg_dct_scaling: bool | None = None,
     extra_features: Sequence[str] = (),
@@ -149,7 +151,7 @@ def make_dataset(
     Files come from dataset_info.json. In training, which records make up each global step is a
     pure function of (seed, epoch) (pipeline/reader/epoch_order.py): shards in a new random
     order each epoch, `shards_at_once` of them read at once and merged at random, then
-    permuted in windows of `shuffle_buffer_mb`; each input pipeline (worker) reads its part of
+    permuted global batch by global batch; each input pipeline (worker) reads its part of
     every global batch, so any number of workers or replicas reads each record once per
     epoch, and `start_step` resumes mid-epoch (docs/training.md). Records are decoded with a
     random-resized crop and a random flip. In evaluation the order is fixed and images get a
@@ -179,9 +181,10 @@ def make_dataset(
             batches always follow the epoch order, whatever this says.
         cache: True keeps the split's serialized records in RAM after the first epoch (an error
             if they exceed a quarter of physical memory); "auto" does so only when they fit.
-        shuffle_buffer_mb: RAM for the shuffle buffer of serialized records, per input pipeline;
-            the record count is derived from the split's average record size (training: the
-            window of records permuted together; two are in RAM at a time).
+        shuffle_buffer_mb: training: RAM for a window of serialized records permuted together
+            (the count derived from the split's average record size, rounded up to whole global
+            batches); default one global batch, which mixes as well (docs/training.md). Shards
+            without record counts (old conversions): the shuffle buffer, default 256 MB.
         crop_fraction: evaluation centre crop, as a fraction of the largest window of the
             output's aspect ratio.
         jpeg_dct_scaling: decode large JPEGs at 1/2, 1/4 or 1/8 scale when the crop stays at
@@ -289,7 +292,7 @@ def _make_config(
     repeat: bool | None,
     deterministic: bool | None,
     cache: bool | str,
-    shuffle_buffer_mb: float,
+    shuffle_buffer_mb: float | None,
     crop_fraction: float,
     jpeg_dct_scaling: bool | None,
     extra_features: Sequence[str],
@@ -313,6 +316,8 @@ def _make_config(
         image_size = (image_size, image_size)
     _check_batch_divides(global_batch_size, replicas)
     avg_record = max(1, num_bytes // max(1, num_examples))
+    buffer_mb = _DEFAULT_SHUFFLE_MB if shuffle_buffer_mb is None else shuffle_buffer_mb
+    buffer_records = int(buffer_mb * 2**20 / avg_record)
     store_mode = raw_pixels.store_mode(info)
     if output.general:  # JPEGs there decode whole, like every other format
         jpeg_dct_scaling = False
@@ -331,7 +336,10 @@ def _make_config(
         repeat=training if repeat is None else repeat,
         deterministic=(not training) if deterministic is None else deterministic,
         cache=_want_cache(cache, split, num_bytes),
-        shuffle_records=max(_MIN_SHUFFLE_RECORDS, int(shuffle_buffer_mb * 2**20 / avg_record)),
+        shuffle_records=max(_MIN_SHUFFLE_RECORDS, buffer_records),
+        # Training's default window, one global batch, mixes as well as larger ones and copies
+        # less (docs/training.md, "Shuffle quality").
+        window_records=global_batch_size if shuffle_buffer_mb is None else buffer_records,
         crop_fraction=crop_fraction,
         dct_scaling=bool(jpeg_dct_scaling),
         extra_features=tuple(extra_features),
@@ -522,13 +530,16 @@ def _pipeline_dataset(
             epoch_order(config, _DEFAULT_ORDER_SEED),
             num_pipelines,
             pipeline_id,
+            batch_size,
             read_part=lambda path, compression, expected, skip: _read_shard(
                 path, compression, expected, True, config.data_dir, skip
             ),
             start_step=config.start_step,
             crop_seed=_sub_seed(config.seed, 2),
         )
-        return _batched(config, records, batch_size, multi_device, deterministic=True)
+        return _batched(
+            config, records, batch_size, multi_device, deterministic=True, prebatched=True
+        )
     check_no_start_step(config)
     file_seed = config.seed
     if file_seed is None and num_pipelines > 1:

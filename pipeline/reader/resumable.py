@@ -43,11 +43,13 @@ def read_start_step(start_step: StartStep) -> int:
 def epoch_order(config, default_seed: int) -> EpochOrder:
     """The training split's epoch order from the reader's config (`default_seed` for seed=None:
     every worker and every restart must draw the same order)."""
+    # Windows of whole global batches: no batch straddles two windows (ordered_records).
+    batch = config.global_batch_size
     return EpochOrder(
         counts=tuple(s.num_examples for s in config.shards),
         seed=default_seed if config.seed is None else config.seed,
         lanes=config.shards_at_once,
-        window=config.shuffle_records,
+        window=max(1, -(-config.window_records // batch)) * batch,
     )
 
 
@@ -86,25 +88,28 @@ def ordered_records(
     order: EpochOrder,
     num_pipelines: int,
     pipeline_id: int,
+    batch_size: int,
     *,
     read_part: Callable[..., tf.data.Dataset],
     start_step: StartStep,
     crop_seed: int | None,
 ) -> tf.data.Dataset:
-    """`(record, [2] crop seed)` pairs of one input pipeline, from global step `start_step` on.
+    """`([batch_size] records, [batch_size, 2] crop seeds)` of one input pipeline, from global
+    step `start_step` on.
 
     Args:
         config: the reader's configuration (pipeline/reader/dataset.py `_Config`).
         order: the split's epoch order.
         num_pipelines: input pipelines sharing each global batch (workers).
         pipeline_id: this pipeline's index.
+        batch_size: records per element (the pipeline's part of a global batch, or a replica's).
         read_part: `(path, compression, records in the shard, records to skip) -> records`.
         start_step: global steps already taken (int, or read at iteration start).
         crop_seed: seeds the crop and flip of every position (None: fresh each run).
 
     Returns:
-        This pipeline's records: its part of each global batch, in order, `steps * B / P` per
-        epoch; epochs on forever when `config.repeat`, else to the end of the start epoch.
+        This pipeline's part of each global batch, in order, `steps * B / P` records per epoch;
+        epochs on forever when `config.repeat`, else to the end of the start epoch.
     """
     batch = config.global_batch_size
     steps = order.steps(batch)
@@ -132,14 +137,19 @@ def ordered_records(
             )
             chosen = tf.boolean_mask(order.window_permutation(index, window, size), mine)
             seeds = tf.boolean_mask(crops.crop_seeds(index, window, size), mine)
-            return tf.gather(records, chosen), seeds
+            # Whole batches: a window holds whole global batches, and `mine` whole parts of them.
+            batches = tf.reshape(tf.gather(records, chosen), [-1, batch_size])
+            return batches, tf.reshape(seeds, [-1, batch_size, 2])
 
         numbered = tf.data.Dataset.zip(
             tf.data.Dataset.range(first, _FOREVER), windows(index, first).take(wanted)
         )
-        # The one copy of each record is the gather: unbatch moves the slices of a tensor only
-        # this map holds (from_tensor_slices would copy every record a second time).
-        return numbered.map(traced_as_written(part)).unbatch()
+        # The one copy of each record is the gather (batch and unbatch move the strings of a
+        # tensor only they hold), done off the merge's thread, in order.
+        parts = numbered.map(
+            traced_as_written(part), num_parallel_calls=tf.data.AUTOTUNE, deterministic=True
+        )
+        return parts.unbatch()
 
     def from_step(step: tf.Tensor) -> tf.data.Dataset:
         first_epoch, begin = step // steps, (step % steps) * batch
