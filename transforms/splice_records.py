@@ -9,21 +9,18 @@ import io
 import json
 import logging
 import threading
-from typing import NamedTuple
 
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 
 from core import schema, storage
+from core.shard_markers import RECORDS_KEY, SETTINGS_KEY, SHARD_KEY, RecordLocation
 from core.tfrecord import read_record
 from transforms.elements import WriterEntry
 
 __all__ = [
-    "RECORDS_KEY",
-    "SETTINGS_KEY",
     "FALLBACK_REASONS",
     "PreviousRecords",
-    "RecordLocation",
     "STATS_FALLBACK",
     "Spliced",
     "index_entry",
@@ -34,13 +31,6 @@ __all__ = [
 
 _log = logging.getLogger(__name__)
 
-# A shard marker (.imgrec/shards/<shard>.json) lists where each record of its shard sits under
-# this key, one RecordLocation (a JSON list) per record in shard order, and under SETTINGS_KEY
-# the digest of what decides a record's bytes besides its file (record_settings). The marker is
-# written after the shard is renamed into place and is itself written atomically, so a listed
-# offset always points into a complete shard.
-RECORDS_KEY = "records"
-SETTINGS_KEY = "record_settings"
 
 # Two wanted records of one previous shard closer than this are fetched by one read (the bytes
 # between them read and dropped): on a bucket a GET's latency costs more than 1 MB of
@@ -79,20 +69,6 @@ def record_settings(check_options, store: str, compression: str, software: dict)
     the check options, --store, --compression and the writer's software (writer_software)."""
     settings = (check_options, store, compression, sorted(software.items()))
     return hashlib.sha256(repr(settings).encode()).hexdigest()
-
-
-class RecordLocation(NamedTuple):
-    """One record's line in its shard marker: what it was made from, and where it sits."""
-
-    path: str
-    sha256: str  # of the source file
-    transcode: str  # the source's transcode reasons (inspection's)
-    label: str
-    label_id: int
-    offset: int  # of the record's frame in the (uncompressed) shard
-    length: int  # of the whole frame
-    format: str  # image/format as stored
-    stored_transcode: str  # image/transcode_reason: the source's reasons and the --store one
 
 
 def index_entry(
@@ -162,8 +138,8 @@ class PreviousRecords:
                     continue
                 usable = (
                     marker.get(SETTINGS_KEY) == self._settings
-                    and marker["shard"].get("file") == shard["file"]
-                    and marker["shard"].get("sha256") == shard["sha256"]
+                    and marker[SHARD_KEY].get("file") == shard["file"]
+                    and marker[SHARD_KEY].get("sha256") == shard["sha256"]
                 )
                 for rec in map(RecordLocation._make, marker[RECORDS_KEY]):
                     if usable:

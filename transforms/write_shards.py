@@ -23,6 +23,7 @@ from apache_beam.metrics import Metrics
 
 from core import dali_index, names, schema, storage
 from core.rejects import Rejected, decoder_error, make_reject
+from core.shard_markers import RECORDS_KEY, SETTINGS_KEY, SHARD_KEY, marker_name
 from core.tfrecord import write_record
 from transforms.elements import ShardInfo, WriterEntry
 from transforms.images.arrays import ARRAY_FORMATS
@@ -30,21 +31,11 @@ from transforms.images.check import ImageInfo
 from transforms.images.store_modes import PIXELS_REASON, StoredImage, store_records
 from transforms.keys import int_hash
 from transforms.shard_sinks import GzipSink, HashingWriter, discard
-from transforms.splice_records import (
-    RECORDS_KEY,
-    SETTINGS_KEY,
-    PreviousRecords,
-    index_entry,
-    record_settings,
-)
+from transforms.splice_records import PreviousRecords, index_entry, record_settings
 
 __all__ = ["GzipSink", "WriteShards", "plan_marker_path", "read_shard_info", "writer_software"]
 
 _log = logging.getLogger(__name__)
-
-# Shards of a resumable run record their plan here: a finished shard is reused only if the same
-# files, in the same order, with the same transcode settings, would be written again.
-MARKER_DIR = ".imgrec"
 
 # Bump whenever the bytes this writer produces for one plan change (record layout, what an
 # Example holds, how a file is stored): a shard written under another value is never copied
@@ -105,9 +96,9 @@ def _copy_file(src: str, dst: str) -> None:
 
 
 def plan_marker_path(output: str, split: str, index: int, num_shards: int) -> str:
-    return storage.join(
-        output, MARKER_DIR, "shards", f"{split}-{index:05d}-of-{num_shards:05d}.json"
-    )
+    """The shard's marker (core/shard_markers.py): a resumable run reuses a finished shard
+    only if the same files, in the same order, with the same settings would be written again."""
+    return storage.join(output, *marker_name(split, index, num_shards).split("/"))
 
 
 def read_shard_info(path: str) -> dict | None:
@@ -296,7 +287,7 @@ class _WriteShardFn(beam.DoFn):
             and storage.exists(shard.final)
             and (not self._dali_index or storage.exists(dali_index.index_name(shard.final)))
         ):
-            return ShardInfo.from_dict(previous["shard"])
+            return ShardInfo.from_dict(previous[SHARD_KEY])
         return None
 
     def _recorded_shards(self) -> dict:
@@ -325,7 +316,7 @@ class _WriteShardFn(beam.DoFn):
             or previous.get("software") != self._software
         ):
             return None
-        info = ShardInfo.from_dict(previous["shard"])
+        info = ShardInfo.from_dict(previous[SHARD_KEY])
         recorded = self._recorded_shards().get(shard.relname)
         fields = ("file", "num_examples", "num_bytes", "sha256")
         if self._dali_index:
@@ -510,7 +501,7 @@ class _WriteShardFn(beam.DoFn):
     def _write_marker(self, shard: _Shard, info: ShardInfo, records: list | None) -> None:
         body = {
             "plan_digest": shard.plan_digest,
-            "shard": info.to_dict(),
+            SHARD_KEY: info.to_dict(),
             "software": self._software,
         }
         if records is not None:

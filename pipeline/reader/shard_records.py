@@ -3,11 +3,12 @@ that turns out corrupt, missing or unreadable. TensorFlow + core only."""
 
 from __future__ import annotations
 
+import json
 import struct
 
 import tensorflow as tf
 
-from core import dali_index, versions
+from core import dali_index, shard_markers, versions
 from core.dali_index import RECORD_OVERHEAD
 
 __all__ = ["read_shard"]
@@ -117,30 +118,49 @@ def _records_after(path: tf.Tensor, compression: tf.Tensor, skip: tf.Tensor) -> 
 
 
 def _byte_offset(path: tf.Tensor, skip: tf.Tensor) -> int:
-    """Byte offset of record `skip` of an uncompressed shard: from its DALI index when the
-    converter wrote one (`--dali_index`: one small read, nothing of the shard), else each
-    frame's 8-byte length read, the data jumped over (frame = length + its crc + data + data
-    crc). On a bucket that walk goes through TensorFlow's read buffer, so it fetches the
-    skipped part of this one shard."""
+    """Byte offset of record `skip` of an uncompressed shard, from one small read: its shard
+    marker (core/shard_markers.py) or its DALI index (`--dali_index`). Without either (shards
+    copied without them), each frame's 8-byte length is read and the data jumped over; on a
+    bucket that walk fetches the skipped part of this one shard."""
     name = path.numpy().decode()
-    indexed = _indexed_offset(name, int(skip))
-    if indexed is not None:
-        return indexed
+    if int(skip) == 0:
+        return 0
+    for listed in (_marker_offset, _indexed_offset):
+        offset = listed(name, int(skip))
+        if offset is not None:
+            return offset
+    return _walked_offset(name, int(skip))
+
+
+def _walked_offset(name: str, skip: int) -> int:
+    """Record `skip`'s offset found frame by frame (frame = length + its crc + data + data crc)."""
     offset = 0
     with tf.io.gfile.GFile(name, "rb") as f:
-        for _ in range(int(skip)):
+        for _ in range(skip):
             f.seek(offset)
             head = f.read(8)
             if len(head) != 8:
-                raise ValueError(f"imgrec reader: shard {name} ends before record {int(skip)}")
+                raise ValueError(f"imgrec reader: shard {name} ends before record {skip}")
             offset += struct.unpack("<Q", head)[0] + RECORD_OVERHEAD
     return offset
+
+
+def _marker_offset(name: str, skip: int) -> int | None:
+    """Record `skip`'s offset from the shard's marker, or None without one that describes it."""
+    marker = shard_markers.marker_of_shard(name)
+    try:
+        with tf.io.gfile.GFile(marker, "rb") as f:
+            body = json.loads(f.read())
+        size = tf.io.gfile.stat(name).length
+    except (tf.errors.OpError, ValueError):  # no marker, or not one this reader understands
+        return None
+    return shard_markers.record_offset(body, name, size, skip) if isinstance(body, dict) else None
 
 
 def _indexed_offset(name: str, skip: int) -> int | None:
     """Record `skip`'s offset from `<shard>.idx` (core/dali_index.py), or None without one."""
     index = dali_index.index_name(name)
-    if skip == 0 or not tf.io.gfile.exists(index):
+    if not tf.io.gfile.exists(index):
         return None
     with tf.io.gfile.GFile(index, "rb") as f:
         lines = f.read().splitlines()

@@ -116,3 +116,18 @@ def test_the_example_prints_no_cuinit_error_without_a_gpu(root, tmp_path):
 def _run_example_once(root: str, tmp: Path) -> str:
     """One epoch of the example, to its end."""
     return _run_example(root, tmp, "once", None, epochs=1)
+
+
+def test_the_converters_markers_hold_every_records_offset(root):
+    """A seek reads the shard's marker (core/shard_markers.py) as the converter wrote it: every
+    record's offset there is where a walk through the frames finds it."""
+    from pipeline.reader import dataset_info
+    from pipeline.reader.shard_records import _marker_offset, _walked_offset
+
+    version = os.path.join(root, (Path(root) / "LATEST").read_text().strip())
+    shards = dataset_info(root)["splits"]["train"]["shards"]
+    assert shards
+    for shard in shards:
+        path = os.path.join(version, shard["file"])
+        for k in range(shard["num_examples"] + 1):
+            assert _marker_offset(path, k) == _walked_offset(path, k), (path, k)

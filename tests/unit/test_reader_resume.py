@@ -16,6 +16,7 @@ import tensorflow as tf
 
 from core import schema
 from pipeline.reader import dataset as reader
+from pipeline.reader import dataset_info
 from pipeline.reader.epoch_order import EpochOrder, pipeline_mask
 from pipeline.reader.shard_records import read_shard
 from tests.unit.test_reader_shares import UNEVEN, write_shards
@@ -100,7 +101,7 @@ def test_pipeline_masks_split_every_global_batch():
 
 def test_the_reader_follows_the_epoch_order(full):
     names = full[: 2 * STEPS * BATCH]
-    order = EpochOrder(UNEVEN, seed=5, lanes=16, window=1024)
+    order = EpochOrder(UNEVEN, seed=5, lanes=16, window=BATCH)  # the default: one global batch
     expected = order.epoch_records(0)[: STEPS * BATCH] + order.epoch_records(1)[: STEPS * BATCH]
     assert names == [f"{i:04d}" for i in expected]
 
@@ -111,12 +112,15 @@ def test_a_dataset_started_at_step_n_is_the_rest_of_an_uninterrupted_one(data_di
         assert _names(resumed.take(4 * STEPS - start)) == full[start * BATCH :]
 
 
-def test_small_windows_resume_inside_a_window(tmp_path):
-    """Windows of 1024 records over a split of 1200: step 100 starts inside the second."""
+def test_windows_of_shuffle_buffer_mb_resume_inside_a_window(tmp_path):
+    """Windows of ~500 records (`shuffle_buffer_mb`) over a split of 1200: step 70 starts
+    inside the second."""
     data_dir = write_shards(str(tmp_path), (300, 250, 350, 300))
-    kwargs = {"global_batch_size": 10, "shuffle_buffer_mb": 0.0, "shards_at_once": 2}
-    full = _names(_dataset(data_dir, **kwargs).skip(100).take(30))
-    assert _names(_dataset(data_dir, start_step=100, **kwargs).take(30)) == full
+    record = dataset_info(data_dir)["splits"]["train"]["num_bytes"] / 1200
+    window_mb = 500 * record / 2**20
+    kwargs = {"global_batch_size": 10, "shuffle_buffer_mb": window_mb, "shards_at_once": 2}
+    full = _names(_dataset(data_dir, **kwargs).skip(70).take(30))
+    assert _names(_dataset(data_dir, start_step=70, **kwargs).take(30)) == full
 
 
 @pytest.mark.parametrize("num_pipelines", [4])
@@ -237,3 +241,56 @@ def test_a_seek_with_a_dali_index_reads_none_of_the_skipped_records(tmp_path):
     path.write_bytes(bytes(broken))
     for skip in (1, 6, 10):
         assert _read_from(str(path), "", 10, skip) == whole[skip:]
+
+
+def _split_with_marker(root, num_bytes_delta: int = 0) -> tuple[str, bytes]:
+    """DIR/train/train-00000-of-00001.tfrecord (10 records) and its shard marker as the
+    converter writes it (core/shard_markers.py); with `num_bytes_delta`, the marker of another
+    shard: its size and its offsets off by that much."""
+    import json
+
+    from core import dali_index, shard_markers
+
+    path = root / "train" / "train-00000-of-00001.tfrecord"
+    path.parent.mkdir()
+    with tf.io.TFRecordWriter(str(path)) as writer:
+        for i in range(10):
+            writer.write(bytes([i]) * (60 + 3 * i))
+    data = path.read_bytes()
+    rows = [line.split() for line in dali_index.index_of_shard(data).decode().splitlines()]
+    records = [
+        shard_markers.RecordLocation(
+            f"in/{i}.png", "", "", "a", 0, int(offset) + num_bytes_delta, int(size), "png", ""
+        )
+        for i, (offset, size) in enumerate(rows)
+    ]
+    shard = {
+        "file": "train/train-00000-of-00001.tfrecord",
+        "num_bytes": len(data) + num_bytes_delta,
+    }
+    marker = root / shard_markers.marker_name("train", 0, 1)
+    marker.parent.mkdir(parents=True)
+    body = {shard_markers.SHARD_KEY: shard, shard_markers.RECORDS_KEY: records}
+    marker.write_text(json.dumps(body))
+    return str(path), data
+
+
+def test_a_seek_in_a_converted_shard_reads_its_marker_not_the_skipped_records(tmp_path):
+    """The converter's shard marker lists every record's offset: skipped frames whose length
+    fields are garbage (a walk through them would fail) are never read."""
+    path, data = _split_with_marker(tmp_path)
+    whole = [r.numpy() for r in tf.data.TFRecordDataset(path)]
+    broken = bytearray(data)
+    broken[: 8 * 4] = b"\xff" * 32
+    with open(path, "wb") as f:
+        f.write(bytes(broken))
+    for skip in (1, 6, 10):
+        assert _read_from(path, "", 10, skip) == whole[skip:]
+
+
+def test_a_marker_of_another_size_is_not_trusted(tmp_path):
+    """A shard replaced after its marker was written (another size): the frames are walked."""
+    path, _ = _split_with_marker(tmp_path, num_bytes_delta=3)
+    whole = [r.numpy() for r in tf.data.TFRecordDataset(path)]
+    for skip in (1, 6, 10):
+        assert _read_from(path, "", 10, skip) == whole[skip:]

@@ -1,0 +1,75 @@
+"""Shard markers: `DIR/.imgrec/shards/<shard>.json`, written beside each finished shard.
+
+A marker holds the shard's ShardInfo (under "shard"), the plan it was written for, and, for an
+uncompressed shard, one RecordLocation per record in shard order: the next run splices unchanged
+records from them (transforms/splice_records.py), and the reader seeks to a record with one
+small read instead of walking the shard (pipeline/reader/shard_records.py). The marker is
+written after its shard is in place, atomically, so a listed offset points into a whole shard.
+Imports neither Beam nor TensorFlow.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from typing import NamedTuple
+
+__all__ = [
+    "RECORDS_KEY",
+    "SETTINGS_KEY",
+    "SHARD_KEY",
+    "RecordLocation",
+    "marker_name",
+    "marker_of_shard",
+    "record_offset",
+]
+
+SHARD_KEY = "shard"  # the shard's ShardInfo as a dict
+RECORDS_KEY = "records"  # one RecordLocation (a JSON list) per record
+SETTINGS_KEY = "record_settings"  # digest of what decides a record's bytes besides its file
+
+_FOLDER = ".imgrec/shards"
+
+
+class RecordLocation(NamedTuple):
+    """One record's line in its shard marker: what it was made from, and where it sits."""
+
+    path: str
+    sha256: str  # of the source file
+    transcode: str  # the source's transcode reasons (inspection's)
+    label: str
+    label_id: int
+    offset: int  # of the record's frame in the (uncompressed) shard
+    length: int  # of the whole frame
+    format: str  # image/format as stored
+    stored_transcode: str  # image/transcode_reason: the source's reasons and the --store one
+
+
+def marker_name(split: str, index: int, num_shards: int) -> str:
+    """The marker of shard `index` of `num_shards` of `split`, relative to the dataset folder."""
+    return f"{_FOLDER}/{split}-{index:05d}-of-{num_shards:05d}.json"
+
+
+def marker_of_shard(shard_path: str) -> str:
+    """The marker of the shard at `shard_path` (`DIR/<split>/<name>.tfrecord[.gz]`)."""
+    split_dir, name = posixpath.split(shard_path)
+    stem = name.partition(".tfrecord")[0]
+    return posixpath.join(posixpath.dirname(split_dir), _FOLDER, stem + ".json")
+
+
+def record_offset(marker: dict, shard_path: str, shard_size: int, index: int) -> int | None:
+    """Byte offset of record `index` of the shard at `shard_path` (`shard_size` bytes; the
+    shard's end for `index` = its record count), or None when `marker` does not describe
+    that shard as it is (another file or size, no record locations)."""
+    shard = marker.get(SHARD_KEY) or {}
+    records = marker.get(RECORDS_KEY)
+    described = (
+        records is not None
+        and shard_path.endswith("/" + str(shard.get("file")))
+        and shard.get("num_bytes") == shard_size
+        and 0 <= index <= len(records)
+    )
+    if not described:
+        return None
+    if index == len(records):
+        return shard_size
+    return int(RecordLocation._make(records[index]).offset)
