@@ -286,8 +286,6 @@ def test_an_in_memory_run_pickles_uncompressed_and_leaves_compression_on(monkeyp
     assert base64.b64decode(cloudpickle_pickler.dumps([1]))[:3] == b"BZh"  # and after the run
 
 
-
-
 def _other_shape(real):
     """What a Beam upgrade might leave under a patched name: a function of another signature."""
 
@@ -342,10 +340,10 @@ def test_the_s3_patch_is_skipped_when_beams_client_module_changed(monkeypatch):
 
 
 def test_in_process_pickles_are_skipped_when_beams_pickler_changed(monkeypatch):
-    from apache_beam.internal import cloudpickle_pickler, pickler
-
     import bz2
     import types
+
+    from apache_beam.internal import cloudpickle_pickler, pickler
 
     changed = types.SimpleNamespace(
         compress=_other_shape(bz2.compress), decompress=_other_shape(bz2.decompress)
