@@ -59,7 +59,7 @@ _SCRIPT = textwrap.dedent(
     else:
         strategy = tf.distribute.get_strategy()
     worker = strategy.cluster_resolver.task_id if kind == "multiworker" else 0
-    from pipeline.reader import make_dataset, resume_callback, steps_per_epoch
+    from pipeline.reader import backup_and_restore, make_dataset, resume_callback, steps_per_epoch
     steps = steps_per_epoch(plan["data_dir"], "train", plan["batch"])
     log = open(plan["log"], "a")
 
@@ -91,7 +91,7 @@ _SCRIPT = textwrap.dedent(
         resume = resume_callback(steps)
         ds = make_dataset(plan["data_dir"], "train", plan["batch"], strategy=strategy, training=True,
                           image_size=8, seed=plan["seed"], start_step=resume.start_step)
-        backup = keras.callbacks.BackupAndRestore(plan["ckpt"], save_freq=plan["save_every"])
+        backup = backup_and_restore(plan["ckpt"], plan["save_every"])
         step_begins = keras.callbacks.LambdaCallback(
             on_train_batch_begin=lambda *_, **__: current.__setitem__(0, int(optimizer.iterations.numpy())))
         model.fit(ds, epochs=plan["epochs"], steps_per_epoch=steps, verbose=0,
