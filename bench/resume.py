@@ -3,19 +3,26 @@ training order's shuffle quality against a uniformly random permutation.
 
     python bench/resume.py                 # both parts
     python bench/resume.py --only quality  # the order only (no TensorFlow pipeline)
+    python bench/resume.py --only seek --store both  # the seek on local disk and on a bucket
 
 Seek: `make_dataset(..., training=True, start_step=N)` on shards written here (`--shards`
-shards of `--records` small JPEGs each, local disk), first batch timed from the call in a
-fresh iterator, `--repeats` rounds alternating step 0 and 90 %, median.
+shards of `--records` small JPEGs each), first batch timed from the call in a fresh iterator,
+`--repeats` rounds alternating step 0 and 90 %, median. `--store gcs` puts the same shards in
+a bucket of the tests' GCS emulator (tests/servers.py: its relay, and the HTTPS front that
+TensorFlow's GCS filesystem reads through, with TensorFlow's default read buffer) and times
+two ways to read them: TensorFlow reading gs:// itself (make_dataset's default), and through
+a fresh shard cache each start (`cache_dir=`). Each start also says what it fetched by its
+first batch: the requests the emulator saw (with the cache: shards and bytes in the cache).
 
 Quality, over one epoch of an ImageNet-like layout (1024 shards of 1251 records, 1000
-classes, global batch 256, windows of 2,384 records: 256 MB of 110 KB photos), for two ways records sit in shards:
+classes, global batch 256), for two ways records sit in shards:
   imgrec's shards   a record's shard is a hash of its key (classes mixed in every shard)
   worst case        each shard holds one class (a dataset sorted by class, then cut)
 and these orders: the reader's epoch order (pipeline/reader/epoch_order.py) with its
-default 32 shards at once, with 16 or 64, with a 4x window; the reader before it (16 shards
-interleaved record by record, then a shuffle buffer of the same records, simulated); a
-uniform random permutation. Figures: distinct classes per global
+defaults (32 shards at once, each global batch permuted), with 16 or 64 at once, with a
+window of 2,384 records (`shuffle_buffer_mb=256` of 110 KB photos) or 4x that; the reader
+before it (16 shards interleaved record by record, then a 2,384-record shuffle buffer,
+simulated); a uniform random permutation. Figures: distinct classes per global
 batch (mean), and how far each shard's records spread over the epoch (the standard deviation
 of their positions / epoch length, mean over shards: 0.289 for a uniform spread).
 """
@@ -23,13 +30,17 @@ of their positions / epoch length, mean over shards: 0.289 for a uniform spread)
 from __future__ import annotations
 
 import argparse
+import contextlib
 import io
 import json
 import os
+import shutil
 import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import numpy as np
 
@@ -40,31 +51,34 @@ _SHARDS, _PER_SHARD, _CLASSES, _BATCH, _LANES, _WINDOW = 1024, 1251, 1000, 256, 
 
 
 def _write_split(root: str, shards: int, records: int) -> str:
-    """`shards` shards of `records` 64x64 JPEGs and their dataset_info.json."""
+    """`shards` shards of `records` 64x64 JPEGs, their markers and dataset_info.json."""
     import tensorflow as tf
     from PIL import Image
 
     from core import schema
+    from core.dali_index import RECORD_OVERHEAD
 
     rng = np.random.default_rng(0)
     os.makedirs(os.path.join(root, "train"), exist_ok=True)
     listed, index = [], 0
     for s in range(shards):
         rel = schema.shard_name("train", s, shards, "")
+        offsets = [0]
         with tf.io.TFRecordWriter(os.path.join(root, rel)) as writer:
             for _ in range(records):
                 out = io.BytesIO()
                 Image.fromarray(rng.integers(0, 255, (64, 64, 3), np.uint8)).save(out, "JPEG")
-                writer.write(
-                    schema.make_example(
-                        encoded=out.getvalue(), image_format="jpeg", height=64, width=64,
-                        channels=3, label=index % 10, label_text=str(index % 10),
-                        filename=f"mem://{index}", sha256="",
-                    )
+                example = schema.make_example(
+                    encoded=out.getvalue(), image_format="jpeg", height=64, width=64,
+                    channels=3, label=index % 10, label_text=str(index % 10),
+                    filename=f"mem://{index}", sha256="",
                 )  # fmt: skip
+                writer.write(example)
+                offsets.append(offsets[-1] + len(example) + RECORD_OVERHEAD)
                 index += 1
-        size = os.path.getsize(os.path.join(root, rel))
-        listed.append({"file": rel, "num_examples": records, "num_bytes": size, "sha256": ""})
+        shard = {"file": rel, "num_examples": records, "num_bytes": offsets[-1], "sha256": ""}
+        listed.append(shard)
+        _write_marker(root, shard, s, shards, offsets[:-1])
     info = {
         "schema_version": schema.SCHEMA_VERSION,
         "label_names": [str(i) for i in range(10)],
@@ -76,21 +90,117 @@ def _write_split(root: str, shards: int, records: int) -> str:
     return root
 
 
-def seek_times(shards: int, records: int, repeats: int, batch: int) -> dict:
-    """Median seconds from make_dataset to the first batch, at step 0 and at 90 %."""
-    from pipeline.reader import make_dataset, steps_per_epoch
+def _write_marker(root: str, shard: dict, index: int, shards: int, offsets: list[int]) -> None:
+    """The shard's marker as the converter writes it: the reader seeks with its offsets."""
+    from core import shard_markers
 
-    root = _write_split(tempfile.mkdtemp(prefix="imgrec-bench-resume-"), shards, records)
-    late = int(0.9 * steps_per_epoch(root, "train", batch))
+    rows = [shard_markers.RecordLocation("", "", "", "", 0, o, 0, "jpeg", "") for o in offsets]
+    path = os.path.join(root, shard_markers.marker_name("train", index, shards))
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
+        json.dump({shard_markers.SHARD_KEY: shard, shard_markers.RECORDS_KEY: rows}, f)
+
+
+def _first_batch(data_dir: str, batch: int, step: int, cache_dir: str | None, **options) -> float:
+    """Seconds from make_dataset to the first batch of a fresh iterator."""
+    from pipeline.reader import make_dataset
+
+    t0 = time.perf_counter()
+    ds = make_dataset(data_dir, "train", batch, training=True, image_size=64, seed=1,
+                      start_step=step, cache_dir=cache_dir, **options)  # fmt: skip
+    next(iter(ds))
+    return time.perf_counter() - t0
+
+
+def seek_times(
+    data_dir: str,
+    repeats: int,
+    batch: int,
+    cached: bool = False,
+    fetched: Callable[[str | None], str] | None = None,
+    settle: Callable[[], None] | None = None,
+    **options,
+) -> dict[str, tuple[float, str]]:
+    """Median seconds from make_dataset to the first batch, at step 0 and at 90 %, each with
+    what the last start fetched (`fetched(cache_dir)`, read at its first batch).
+
+    `cached`: each start gets a fresh, empty `cache_dir`. `settle()` runs before each start,
+    so reads left running behind the last first batch do not land in this one. `options` go
+    to make_dataset.
+    """
+    from pipeline.reader import steps_per_epoch
+
+    late = int(0.9 * steps_per_epoch(data_dir, "train", batch))
     times: dict[str, list[float]] = {"step 0": [], f"step {late} (90 %)": []}
+    notes = dict.fromkeys(times, "")
     for _ in range(repeats):
         for name, step in zip(times, (0, late), strict=True):
-            t0 = time.perf_counter()
-            ds = make_dataset(root, "train", batch, training=True, image_size=64, seed=1,
-                              start_step=step)  # fmt: skip
-            next(iter(ds))
-            times[name].append(time.perf_counter() - t0)
-    return {name: statistics.median(v) for name, v in times.items()}
+            if settle is not None:
+                settle()
+            cache_dir = tempfile.mkdtemp(prefix="imgrec-bench-cache-") if cached else None
+            times[name].append(_first_batch(data_dir, batch, step, cache_dir, **options))
+            notes[name] = fetched(cache_dir) if fetched else ""
+            if cache_dir is not None:
+                shutil.rmtree(cache_dir, ignore_errors=True)
+    return {name: (statistics.median(v), notes[name]) for name, v in times.items()}
+
+
+@contextlib.contextmanager
+def _bucket(root: str) -> Iterator[tuple[str, object]]:
+    """The shards under `root` in a bucket of the tests' GCS emulator, TensorFlow's GCS
+    filesystem pointed at it; yields (the dataset's gs:// URI, the emulator's relay)."""
+    from bench.gcs_convert import _server
+    from tests.servers import GoogleApisFront, put_corpus, tensorflow_gcs_env
+
+    with (
+        tempfile.TemporaryDirectory(prefix="imgrec-bench-gcs-") as tmp,
+        _server(Path(tmp)) as store,
+    ):
+        front = GoogleApisFront(store.relay.port, Path(tmp))
+        try:
+            env = tensorflow_gcs_env.__wrapped__(front)  # the fixture's body, outside pytest
+            # A user's reader has TensorFlow's default read buffer; the tests shrink it.
+            env.pop("GCS_READ_CACHE_BLOCK_SIZE_MB", None)
+            os.environ.update(env)  # before TensorFlow's first gs:// call reads them
+            bucket = store.new_bucket("resume")
+            put_corpus(store, bucket, root, "seek/")
+            yield store.uri(bucket, "seek"), store.relay
+        finally:
+            front.close()
+
+
+def _bucket_seek(
+    root: str, repeats: int, batch: int, **options
+) -> dict[str, dict[str, tuple[float, str]]]:
+    """seek_times on the bucket: TensorFlow reading gs:// itself, and through the shard cache."""
+    with _bucket(root) as (data_dir, relay):
+        seen = [0]
+
+        def requests(cache_dir: str | None) -> str:
+            new, seen[0] = relay.requests[seen[0] :], len(relay.requests)
+            # TensorFlow reads an object's bytes at /BUCKET/OBJECT, metadata at /storage/v1/.
+            reads = sum(not target.startswith("/storage/") for _, target in new)
+            note = f"{len(new)} requests ({reads} object reads)"
+            if cache_dir is not None:
+                shards = [p for p in Path(cache_dir).rglob("*.verified")]
+                size = sum(p.with_suffix("").stat().st_size for p in shards)
+                note += f", {len(shards)} shards / {size / 1e6:.1f} MB in the cache"
+            return note
+
+        def settle() -> None:
+            # Quiet for a second: the last start's background reads have ended.
+            while True:
+                before = len(relay.requests)
+                time.sleep(1.0)
+                if len(relay.requests) == before:
+                    seen[0] = before
+                    return
+
+        common = dict(repeats=repeats, batch=batch, fetched=requests, settle=settle, **options)
+        return {
+            "gs:// (TensorFlow reads)": seek_times(data_dir, **common),
+            "gs:// via cache_dir": seek_times(data_dir, cached=True, **common),
+        }
 
 
 def _old_reader_order(counts: list[int], rng: np.random.Generator, window: int) -> np.ndarray:
@@ -145,22 +255,21 @@ def quality() -> list[list]:
         "imgrec's shards": rng.integers(0, _CLASSES, n),
         "worst case": shard_of * _CLASSES // _SHARDS,
     }
+
+    def new(lanes: int, window: int) -> np.ndarray:
+        return np.array(
+            EpochOrder(tuple(counts), seed=1, lanes=lanes, window=window).epoch_records(0)
+        )
+
     orders = {
-        "new (32 at once)": np.array(
-            EpochOrder(tuple(counts), seed=1, lanes=32, window=_WINDOW).epoch_records(0)
-        ),
+        "new (32 at once)": new(32, _BATCH),
         "reader before": _old_reader_order(counts, rng, _WINDOW),
         # What buys more: shards read at once (shards_at_once=), a larger window
         # (shuffle_buffer_mb=).
-        "new, 16 at once": np.array(
-            EpochOrder(tuple(counts), seed=1, lanes=16, window=_WINDOW).epoch_records(0)
-        ),
-        "new, 64 at once": np.array(
-            EpochOrder(tuple(counts), seed=1, lanes=64, window=_WINDOW).epoch_records(0)
-        ),
-        "new, 4x window": np.array(
-            EpochOrder(tuple(counts), seed=1, lanes=32, window=4 * _WINDOW).epoch_records(0)
-        ),
+        "new, 16 at once": new(16, _BATCH),
+        "new, 64 at once": new(64, _BATCH),
+        "new, 2,384-record window": new(32, _WINDOW),
+        "new, 4x that window": new(32, 4 * _WINDOW),
         "uniform permutation": rng.permutation(n),
     }
     rows = []
@@ -171,6 +280,24 @@ def quality() -> list[list]:
     return rows
 
 
+def _print_seek(args: argparse.Namespace) -> None:
+    root = _write_split(tempfile.mkdtemp(prefix="imgrec-bench-resume-"), args.shards, args.records)
+    options = (
+        {} if args.shuffle_buffer_mb is None else {"shuffle_buffer_mb": args.shuffle_buffer_mb}
+    )
+    results = {}
+    if args.store in ("local", "both"):
+        results["local disk"] = seek_times(root, args.repeats, args.batch, **options)
+    if args.store in ("gcs", "both"):
+        results.update(_bucket_seek(root, args.repeats, args.batch, **options))
+    for store, rows in results.items():
+        (first, _), (late, _) = rows.values()
+        print(f"{store} (90 % / step 0: {late / first:.2f}x)")
+        for name, (secs, note) in rows.items():
+            print(f"  first batch at {name}: {secs:.2f} s" + (f"; {note}" if note else ""))
+    shutil.rmtree(root, ignore_errors=True)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--only", choices=["seek", "quality"], default=None)
@@ -178,10 +305,18 @@ def main(argv=None) -> int:
     ap.add_argument("--records", type=int, default=300)
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument(
+        "--store",
+        choices=["local", "gcs", "both"],
+        default="local",
+        help="seek: where the shards are (gcs: the tests' GCS emulator)",
+    )
+    ap.add_argument("--shuffle_buffer_mb", type=float, default=None,
+                    help="seek: make_dataset's window (default: the reader's, which holds "
+                    "the whole split of these small records: both starts read it all)")  # fmt: skip
     args = ap.parse_args(argv)
     if args.only != "quality":
-        for name, secs in seek_times(args.shards, args.records, args.repeats, args.batch).items():
-            print(f"first batch at {name}: {secs:.2f} s")
+        _print_seek(args)
     if args.only != "seek":
         print(f"{'shards':16} {'order':20} {'classes/batch':>13} {'shard spread':>12}")
         for row in quality():

@@ -86,18 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     multi_worker = bool(os.environ.get("TF_CONFIG"))
-    if args.cpu_replicas > 1 or multi_worker:
-        # On CPU, TF 2.21's oneDNN Conv2D fails on an empty per-replica batch ("input depth must
-        # be evenly divisible by filter depth"), which the last evaluation step hands a replica
-        # (or a worker) when fewer examples than replicas remain. Plain TF kernels handle it;
-        # GPUs never use oneDNN. Must be set before TensorFlow is imported.
-        os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
-
-    # TF's C++ INFO lines drown the progress bar. Without an NVIDIA driver, importing TensorFlow
-    # logs a "failed call to cuInit" ERROR that only means "no GPU": there ERROR lines are hidden
-    # too (a failure still raises in Python).
-    has_driver = os.path.exists("/proc/driver/nvidia")
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1" if has_driver else "3")
+    _set_tensorflow_env(cpu_replicas_or_workers=args.cpu_replicas > 1 or multi_worker)
     import tensorflow as tf
 
     if multi_worker:
@@ -144,6 +133,21 @@ def multi_worker_strategy(collective_timeout_s: float = _COLLECTIVE_TIMEOUT_S):
     return tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
 
 
+def _set_tensorflow_env(cpu_replicas_or_workers: bool) -> None:
+    """What must be set before TensorFlow is imported (a variable the user set wins)."""
+    if cpu_replicas_or_workers:
+        # On CPU, TF 2.21's oneDNN Conv2D fails on an empty per-replica batch ("input depth must
+        # be evenly divisible by filter depth"), which the last evaluation step hands a replica
+        # (or a worker) when fewer examples than replicas remain. Plain TF kernels handle it;
+        # GPUs never use oneDNN.
+        os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
+    # TF's C++ INFO lines drown the progress bar. Without an NVIDIA driver, importing TensorFlow
+    # logs a "failed call to cuInit" ERROR that only means "no GPU": there ERROR lines are hidden
+    # too (a failure still raises in Python).
+    has_driver = os.path.exists("/proc/driver/nvidia")
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1" if has_driver else "3")
+
+
 def fit(
     strategy,
     keras,
@@ -166,13 +170,7 @@ def fit(
     With `backup_dir`, a run killed mid-epoch and started again resumes at the last backup's
     step: the rest of that epoch is read once, in the order the run would have read it.
     """
-    from pipeline.reader import (
-        backup_and_restore,
-        dataset_info,
-        make_dataset,
-        resume_callback,
-        steps_per_epoch,
-    )
+    from pipeline.reader import dataset_info, make_dataset, steps_per_epoch
 
     # dataset_info follows a versioned root's LATEST, as make_dataset does.
     num_classes = len(dataset_info(data_dir)["label_names"])
@@ -183,6 +181,8 @@ def fit(
     callbacks = []
     start_step = 0
     if backup_dir:
+        from pipeline.reader import backup_and_restore, resume_callback
+
         # BackupAndRestore restores the step inside fit; the reader reads it when fit starts
         # iterating, and the resume callback ends the restored epoch where its data ends.
         resume = resume_callback(train_steps, keras)

@@ -112,12 +112,7 @@ def ordered_records(
         epochs on forever when `config.repeat`, else to the end of the start epoch.
     """
     batch = config.global_batch_size
-    steps = order.steps(batch)
-    if steps == 0:
-        raise ValueError(
-            f"training on {order.num_examples} examples with global_batch_size {batch}: "
-            "not one full batch per epoch; lower the batch size"
-        )
+    steps = _steps(order, batch)
     crops = dataclasses.replace(
         order, seed=random.getrandbits(62) if crop_seed is None else crop_seed
     )
@@ -164,6 +159,16 @@ def ordered_records(
         traced_as_written(lambda _: _start_tensor(start_step, steps, config.repeat))
     )
     return starts.flat_map(traced_as_written(from_step))
+
+
+def _steps(order: EpochOrder, batch: int) -> int:
+    """Global steps per epoch; at least one."""
+    if order.steps(batch) == 0:
+        raise ValueError(
+            f"training on {order.num_examples} examples with global_batch_size {batch}: "
+            "not one full batch per epoch; lower the batch size"
+        )
+    return order.steps(batch)
 
 
 def _streamed_windows(config, order: EpochOrder, read_part: Callable) -> Callable:
