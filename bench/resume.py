@@ -19,12 +19,10 @@ classes, global batch 256), for two ways records sit in shards:
   imgrec's shards   a record's shard is a hash of its key (classes mixed in every shard)
   worst case        each shard holds one class (a dataset sorted by class, then cut)
 and these orders: the reader's epoch order (pipeline/reader/epoch_order.py) with its
-defaults (pieces of ~16 MB of shards, 32 read at once, each global batch permuted; the
-reader's pipeline/reader/resumable.py), with 16 or 64 at once, with a
+defaults (32 shards at once, each global batch permuted), with 16 or 64 at once, with a
 window of 2,384 records (`shuffle_buffer_mb=256` of 110 KB photos) or 4x that; the reader
 before it (16 shards interleaved record by record, then a 2,384-record shuffle buffer,
-simulated); a uniform random permutation. The same records in 8 shards sorted by class
-(a few large shards) for the defaults, the reader before and uniform. Figures: distinct classes per global
+simulated); a uniform random permutation. Figures: distinct classes per global
 batch (mean), and how far each shard's records spread over the epoch (the standard deviation
 of their positions / epoch length, mean over shards: 0.289 for a uniform spread).
 """
@@ -43,7 +41,6 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from types import SimpleNamespace
 
 import numpy as np
 
@@ -51,7 +48,6 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 # The ImageNet-like layout of the quality figures (see the docstring).
 _SHARDS, _PER_SHARD, _CLASSES, _BATCH, _LANES, _WINDOW = 1024, 1251, 1000, 256, 16, 2384
-_RECORD_BYTES = 110_000  # the layout's photos: 2,384 of them make the 256 MB window
 
 
 def _write_split(root: str, shards: int, records: int) -> str:
@@ -249,6 +245,8 @@ def _figures(order: np.ndarray, labels: np.ndarray, shard_of: np.ndarray) -> tup
 
 
 def quality() -> list[list]:
+    from pipeline.reader.epoch_order import EpochOrder
+
     counts = [_PER_SHARD] * _SHARDS
     n = sum(counts)
     shard_of = np.repeat(np.arange(_SHARDS), counts)
@@ -259,7 +257,9 @@ def quality() -> list[list]:
     }
 
     def new(lanes: int, window: int) -> np.ndarray:
-        return _new_order(counts, lanes, window)
+        return np.array(
+            EpochOrder(tuple(counts), seed=1, lanes=lanes, window=window).epoch_records(0)
+        )
 
     orders = {
         "new (32 at once)": new(32, _BATCH),
@@ -277,38 +277,7 @@ def quality() -> list[list]:
         for name, order in orders.items():
             classes, spread = _figures(order, labels, shard_of)
             rows.append([layout, name, f"{classes:.1f}", f"{spread:.3f}"])
-    return rows + _few_shards_rows(n, rng)
-
-
-def _few_shards_rows(n: int, rng: np.random.Generator) -> list[list]:
-    """The same records in 8 shards, sorted by class (a split converted with a few large
-    shards, or written by another tool in class order)."""
-    counts = [n // 8] * 8
-    shard_of = np.repeat(np.arange(8), counts)
-    labels = np.arange(n) * _CLASSES // n
-    orders = {
-        "new (32 at once)": _new_order(counts, 32, _BATCH),
-        "reader before": _old_reader_order(counts, rng, _WINDOW),
-        "uniform permutation": rng.permutation(n),
-    }
-    rows = []
-    for name, order in orders.items():
-        classes, spread = _figures(order, labels, shard_of)
-        rows.append(["8 shards, by class", name, f"{classes:.1f}", f"{spread:.3f}"])
     return rows
-
-
-def _new_order(counts: list[int], lanes: int, window: int) -> np.ndarray:
-    """The reader's epoch 0 (pieces of shards dealt to lanes, pipeline/reader/resumable.py)."""
-    from pipeline.reader.epoch_order import EpochOrder
-    from pipeline.reader.resumable import Pieces
-
-    shards = [SimpleNamespace(num_examples=c, compression="") for c in counts]
-    bytes_ = sum(counts) * _RECORD_BYTES
-    split = SimpleNamespace(shards=shards, num_bytes=bytes_, shards_at_once=lanes)
-    pieces = Pieces.of(split)
-    order = EpochOrder(pieces.count, seed=1, lanes=pieces.lanes, window=window)
-    return np.array(order.epoch_records(0))
 
 
 def _print_seek(args: argparse.Namespace) -> None:

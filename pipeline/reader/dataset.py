@@ -149,9 +149,9 @@ def make_dataset(
     """The input pipeline of a converted split, batched per replica and prefetched.
 
     Files come from dataset_info.json. In training, which records make up each global step is a
-    pure function of (seed, epoch) (pipeline/reader/epoch_order.py): pieces of shards (~16
-    MB) in a new random order each epoch, up to `shards_at_once` read at once and merged at
-    random, then permuted global batch by global batch; each input pipeline (worker) reads its part of
+    pure function of (seed, epoch) (pipeline/reader/epoch_order.py): shards in a new random
+    order each epoch, `shards_at_once` of them read at once and merged at random, then
+    permuted global batch by global batch; each input pipeline (worker) reads its part of
     every global batch, so any number of workers or replicas reads each record once per
     epoch, and `start_step` resumes mid-epoch (docs/training.md). Records are decoded with a
     random-resized crop and a random flip. In evaluation the order is fixed and images get a

@@ -24,41 +24,6 @@ StartStep = int | Callable[[], int] | object
 _LANE_AHEAD_MIN, _LANE_AHEAD_MAX = 16, 256
 # Epochs "forever" for a repeating dataset (a Dataset.range bound).
 _FOREVER = 2**62
-# The epoch order deals pieces of shards to the lanes, not whole shards, so that a split of a
-# few shards also gets new neighbours in each global batch every epoch. A piece costs one seek
-# (a shard marker's offset): a couple of read buffers' worth of records each...
-_PIECE_BYTES = 16 * 2**20
-# ... but at least this many pieces per lane when the split is small.
-_PIECES_PER_LANE = 16
-
-
-@dataclasses.dataclass(frozen=True)
-class Pieces:
-    """The training split cut into runs of records, in listed order: piece i is records
-    [first[i], first[i] + count[i]) of listed shard shard[i]. A compressed shard is one piece
-    (reading into it means reading it from its start). `lanes`: pieces read at once, as many
-    as shards (each open lane costs CPU, docs/benchmarks.md), at most `shards_at_once`."""
-
-    shard: tuple[int, ...]
-    first: tuple[int, ...]
-    count: tuple[int, ...]
-    lanes: int
-
-    @classmethod
-    def of(cls, config) -> Pieces:
-        total = sum(s.num_examples for s in config.shards)
-        lanes = max(1, min(config.shards_at_once, len(config.shards)))
-        record_bytes = max(1, config.num_bytes // max(1, total))
-        small_split = total // (lanes * _PIECES_PER_LANE)
-        size = max(1, min(_PIECE_BYTES // record_bytes, small_split))
-        shard, first, count = [], [], []
-        for index, s in enumerate(config.shards):
-            step = s.num_examples if s.compression else size
-            for start in range(0, s.num_examples, max(1, step)) or [0]:
-                shard.append(index)
-                first.append(start)
-                count.append(min(step, s.num_examples - start))
-        return cls(tuple(shard), tuple(first), tuple(count), lanes)
 
 
 def read_start_step(start_step: StartStep) -> int:
@@ -80,11 +45,10 @@ def epoch_order(config, default_seed: int) -> EpochOrder:
     every worker and every restart must draw the same order)."""
     # Windows of whole global batches: no batch straddles two windows (ordered_records).
     batch = config.global_batch_size
-    pieces = Pieces.of(config)
     return EpochOrder(
-        counts=pieces.count,
+        counts=tuple(s.num_examples for s in config.shards),
         seed=default_seed if config.seed is None else config.seed,
-        lanes=pieces.lanes,
+        lanes=config.shards_at_once,
         window=max(1, -(-config.window_records // batch)) * batch,
     )
 
@@ -210,27 +174,25 @@ def _steps(order: EpochOrder, batch: int) -> int:
 def _streamed_windows(config, order: EpochOrder, read_part: Callable) -> Callable:
     """`windows(epoch, first)`: the epoch's merged stream from window `first` on, read from
     the shards lane by lane, one tensor of records per window."""
-    shards, pieces = config.shards, Pieces.of(config)
-    shard_of = tf.constant(pieces.shard, tf.int64)
-    firsts, counts = tf.constant(pieces.first, tf.int64), tf.constant(pieces.count, tf.int64)
-    paths = tf.gather(tf.constant([s.path for s in shards], tf.string), shard_of)
-    compressions = tf.gather(tf.constant([s.compression for s in shards], tf.string), shard_of)
-    expected = tf.gather(tf.constant([s.num_examples for s in shards], tf.int64), shard_of)
+    shards = config.shards
+    paths = tf.constant([s.path for s in shards], tf.string)
+    compressions = tf.constant([s.compression for s in shards], tf.string)
+    expected = tf.constant([s.num_examples for s in shards], tf.int64)
     ahead = max(_LANE_AHEAD_MIN, min(_LANE_AHEAD_MAX, order.window // order.lanes))
     read = read_part
     if config.local_copies is not None:
         read = config.local_copies.after_download(read)
 
-    def lane(piece_indices: tf.Tensor, skip: tf.Tensor) -> tf.data.Dataset:
-        # Only the lane's first piece starts inside.
-        skips = tf.where(tf.range(tf.size(piece_indices, tf.int64)) == 0, skip, 0)
-        # (path, compression, records in the shard, records to skip, records to read)
-        files = tf.data.Dataset.from_tensor_slices((piece_indices, skips)).map(
-            lambda i, s: (paths[i], compressions[i], expected[i], firsts[i] + s, counts[i] - s)
+    def lane(shard_indices: tf.Tensor, skip: tf.Tensor) -> tf.data.Dataset:
+        # Only the lane's first shard starts inside.
+        skips = tf.where(tf.range(tf.size(shard_indices, tf.int64)) == 0, skip, 0)
+        # (path, compression, records in the shard, records to skip)
+        files = tf.data.Dataset.from_tensor_slices((shard_indices, skips)).map(
+            lambda i, s: (paths[i], compressions[i], expected[i], s)
         )
         if config.local_copies is not None:
             files = config.local_copies.localize(files)
-        return files.flat_map(lambda *piece: read(*piece[:4]).take(piece[4])).prefetch(ahead)
+        return files.flat_map(read).prefetch(ahead)
 
     def windows(epoch: tf.Tensor, first: tf.Tensor) -> tf.data.Dataset:
         merged_start = first * order.window

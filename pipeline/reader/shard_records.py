@@ -3,7 +3,6 @@ that turns out corrupt, missing or unreadable. TensorFlow + core only."""
 
 from __future__ import annotations
 
-import functools
 import json
 import struct
 
@@ -148,24 +147,14 @@ def _walked_offset(name: str, skip: int) -> int:
 
 def _marker_offset(name: str, skip: int) -> int | None:
     """Record `skip`'s offset from the shard's marker, or None without one that describes it."""
+    marker = shard_markers.marker_of_shard(name)
     try:
-        offsets = _marker_offsets(name, tf.io.gfile.stat(name).length)
-    except tf.errors.OpError:
-        return None
-    return offsets[skip] if offsets is not None and skip < len(offsets) else None
-
-
-@functools.lru_cache(maxsize=256)
-def _marker_offsets(name: str, size: int) -> tuple[int, ...] | None:
-    """Every record's offset from the marker of the shard `name` of `size` bytes (training
-    opens a shard at several records each epoch: one marker read per shard)."""
-    try:
-        with tf.io.gfile.GFile(shard_markers.marker_of_shard(name), "rb") as f:
+        with tf.io.gfile.GFile(marker, "rb") as f:
             body = json.loads(f.read())
+        size = tf.io.gfile.stat(name).length
     except (tf.errors.OpError, ValueError):  # no marker, or not one this reader understands
         return None
-    offsets = shard_markers.record_offsets(body, name, size) if isinstance(body, dict) else None
-    return None if offsets is None else tuple(offsets)
+    return shard_markers.record_offset(body, name, size, skip) if isinstance(body, dict) else None
 
 
 def _indexed_offset(name: str, skip: int) -> int | None:

@@ -100,9 +100,8 @@ def test_pipeline_masks_split_every_global_batch():
 
 
 def test_the_reader_follows_the_epoch_order(full):
-    """56 records in 8 shards: 8 lanes, pieces of one record each, dealt to lanes like shards."""
     names = full[: 2 * STEPS * BATCH]
-    order = EpochOrder((1,) * sum(UNEVEN), seed=5, lanes=8, window=BATCH)  # the defaults
+    order = EpochOrder(UNEVEN, seed=5, lanes=16, window=BATCH)  # the default: one global batch
     expected = order.epoch_records(0)[: STEPS * BATCH] + order.epoch_records(1)[: STEPS * BATCH]
     assert names == [f"{i:04d}" for i in expected]
 
@@ -295,31 +294,3 @@ def test_a_marker_of_another_size_is_not_trusted(tmp_path):
     whole = [r.numpy() for r in tf.data.TFRecordDataset(path)]
     for skip in (1, 6, 10):
         assert _read_from(path, "", 10, skip) == whole[skip:]
-
-
-def _pieces(counts, num_bytes, compression="", shards_at_once=32):
-    from types import SimpleNamespace
-
-    from pipeline.reader.resumable import Pieces
-
-    shards = [SimpleNamespace(num_examples=n, compression=compression) for n in counts]
-    config = SimpleNamespace(shards=shards, num_bytes=num_bytes, shards_at_once=shards_at_once)
-    return Pieces.of(config)
-
-
-def test_large_shards_are_read_in_pieces_of_about_16_mb():
-    pieces = _pieces((20_000, 20_000), num_bytes=40_000 * 140_000)  # 140 KB records, 2 lanes
-    assert pieces.count[:168] == (119,) * 168 and pieces.count[168] == 20_000 - 168 * 119
-    assert pieces.shard.count(0) == 169 and sum(pieces.count) == 40_000
-    assert pieces.first[169] == 0 and pieces.shard[169] == 1
-
-
-def test_a_small_split_has_several_pieces_per_lane():
-    pieces = _pieces((40, 32), num_bytes=72 * 2_000)
-    assert pieces.lanes == 2  # as many as shards
-    assert pieces.count == (2,) * 36  # 72 // (2 lanes * 16 pieces each)
-
-
-def test_a_compressed_shard_is_one_piece():
-    pieces = _pieces((500, 7), num_bytes=507 * 100_000, compression="GZIP")
-    assert pieces == type(pieces)(shard=(0, 1), first=(0, 0), count=(500, 7), lanes=2)
