@@ -93,8 +93,9 @@ class _Config:
     store: str = "encoded"
     # The dataset (a versioned root's version folder) the shards belong to, for error messages.
     data_dir: str = ""
-    # Training's epoch order: records permuted together (rounded up to whole global batches).
-    window_records: int = 1
+    # Training's epoch order: records permuted together (rounded up to whole global batches);
+    # 0: the default (pipeline/reader/resumable.py `epoch_order`).
+    window_records: int = 0
     # Training: global steps already taken (an int, or read when iteration starts).
     start_step: StartStep = 0
     shards_at_once: int = _SHARDS_AT_ONCE  # training: shards read at once
@@ -151,7 +152,7 @@ def make_dataset(
     Files come from dataset_info.json. In training, which records make up each global step is a
     pure function of (seed, epoch) (pipeline/reader/epoch_order.py): shards in a new random
     order each epoch, `shards_at_once` of them read at once and merged at random, then
-    permuted global batch by global batch; each input pipeline (worker) reads its part of
+    permuted in windows (`shuffle_buffer_mb`); each input pipeline (worker) reads its part of
     every global batch, so any number of workers or replicas reads each record once per
     epoch, and `start_step` resumes mid-epoch (docs/training.md). Records are decoded with a
     random-resized crop and a random flip. In evaluation the order is fixed and images get a
@@ -183,8 +184,8 @@ def make_dataset(
             if they exceed a quarter of physical memory); "auto" does so only when they fit.
         shuffle_buffer_mb: training: RAM for a window of serialized records permuted together
             (the count derived from the split's average record size, rounded up to whole global
-            batches); default one global batch, which mixes as well (docs/training.md). Shards
-            without record counts (old conversions): the shuffle buffer, default 256 MB.
+            batches). Default: one global batch when the split has `shards_at_once` shards or
+            more (reading that many at once mixes as well), else 256 MB (docs/training.md).
         crop_fraction: evaluation centre crop, as a fraction of the largest window of the
             output's aspect ratio.
         jpeg_dct_scaling: decode large JPEGs at 1/2, 1/4 or 1/8 scale when the crop stays at
@@ -337,9 +338,7 @@ def _make_config(
         deterministic=(not training) if deterministic is None else deterministic,
         cache=_want_cache(cache, split, num_bytes),
         shuffle_records=max(_MIN_SHUFFLE_RECORDS, buffer_records),
-        # Training's default window, one global batch, mixes as well as larger ones and copies
-        # less (docs/training.md, "Shuffle quality").
-        window_records=global_batch_size if shuffle_buffer_mb is None else buffer_records,
+        window_records=0 if shuffle_buffer_mb is None else max(1, buffer_records),
         crop_fraction=crop_fraction,
         dct_scaling=bool(jpeg_dct_scaling),
         extra_features=tuple(extra_features),

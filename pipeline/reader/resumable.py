@@ -43,13 +43,20 @@ def read_start_step(start_step: StartStep) -> int:
 def epoch_order(config, default_seed: int) -> EpochOrder:
     """The training split's epoch order from the reader's config (`default_seed` for seed=None:
     every worker and every restart must draw the same order)."""
-    # Windows of whole global batches: no batch straddles two windows (ordered_records).
     batch = config.global_batch_size
+    window = config.window_records
+    if not window:
+        # A global batch drawn from `shards_at_once` shards read at once is well mixed; from
+        # fewer, its records also need permuting over the shuffle buffer's window (copied once
+        # more: slower, docs/benchmarks.md).
+        many = len(config.shards) >= config.shards_at_once
+        window = batch if many else config.shuffle_records
+    # Windows of whole global batches: no batch straddles two windows (ordered_records).
     return EpochOrder(
         counts=tuple(s.num_examples for s in config.shards),
         seed=default_seed if config.seed is None else config.seed,
         lanes=config.shards_at_once,
-        window=max(1, -(-config.window_records // batch)) * batch,
+        window=-(-window // batch) * batch,
     )
 
 

@@ -101,7 +101,8 @@ def test_pipeline_masks_split_every_global_batch():
 
 def test_the_reader_follows_the_epoch_order(full):
     names = full[: 2 * STEPS * BATCH]
-    order = EpochOrder(UNEVEN, seed=5, lanes=16, window=BATCH)  # the default: one global batch
+    # 8 shards, fewer than the 32 read at once: windows of the 256 MB buffer (>= 1024 records).
+    order = EpochOrder(UNEVEN, seed=5, lanes=32, window=1024)
     expected = order.epoch_records(0)[: STEPS * BATCH] + order.epoch_records(1)[: STEPS * BATCH]
     assert names == [f"{i:04d}" for i in expected]
 
@@ -294,3 +295,27 @@ def test_a_marker_of_another_size_is_not_trusted(tmp_path):
     whole = [r.numpy() for r in tf.data.TFRecordDataset(path)]
     for skip in (1, 6, 10):
         assert _read_from(path, "", 10, skip) == whole[skip:]
+
+
+@pytest.mark.parametrize(
+    ("shards", "window_records", "window"),
+    [(32, 0, 64), (31, 0, 2048), (31, 100, 128), (32, 100, 128)],
+)
+def test_the_default_window_is_one_global_batch_only_over_many_shards(
+    shards, window_records, window
+):
+    """32 shards read at once mix a global batch; fewer are also permuted over the shuffle
+    buffer's records (here 2000); `shuffle_buffer_mb` (window_records) decides when given."""
+    from types import SimpleNamespace
+
+    from pipeline.reader.resumable import epoch_order
+
+    config = SimpleNamespace(
+        shards=[SimpleNamespace(num_examples=100)] * shards,
+        global_batch_size=64,
+        window_records=window_records,
+        shuffle_records=2000,
+        shards_at_once=32,
+        seed=1,
+    )
+    assert epoch_order(config, 0).window == window
