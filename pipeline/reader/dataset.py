@@ -42,8 +42,8 @@ _MAX_PARALLEL_SHARDS = 16
 # few classes better than the reader before it (16 interleaved + a shuffle buffer), at one
 # read buffer each (docs/training.md, "Shuffle quality").
 _SHARDS_AT_ONCE = 32
-# Default RAM for the shuffle buffer of serialized records, per input pipeline (shards without
-# record counts): a few thousand photos, enough to mix interleaved shards of shuffled order.
+# Default RAM for the shuffle buffer of serialized records, per input pipeline (training's window
+# over fewer shards than are read at once): a few thousand photos, enough to mix a few shards.
 _DEFAULT_SHUFFLE_MB = 256
 # Never shuffle fewer records than this, even for huge records: below ~1k the buffer barely mixes
 # neighbouring records of one shard (which share a source folder order).
