@@ -25,6 +25,12 @@ before it (16 shards interleaved record by record, then a 2,384-record shuffle b
 simulated); a uniform random permutation. Figures: distinct classes per global
 batch (mean), and how far each shard's records spread over the epoch (the standard deviation
 of their positions / epoch length, mean over shards: 0.289 for a uniform spread).
+
+Then a small split, read in pieces (pipeline/reader/pieces.py): 60,000 records of 110 KB in 8
+shards, 100 classes, classes mixed (imgrec's) or sorted, global batch 256; orders: the default
+(pieces, each global batch permuted), whole shards with the 2,384-record window (a split with
+no shard markers), the reader before, uniform. One more figure: of the record pairs sharing a
+global batch in epoch 0, the share that share one again in epoch 1.
 """
 
 from __future__ import annotations
@@ -48,6 +54,9 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 # The ImageNet-like layout of the quality figures (see the docstring).
 _SHARDS, _PER_SHARD, _CLASSES, _BATCH, _LANES, _WINDOW = 1024, 1251, 1000, 256, 16, 2384
+# The small split's layout: records, classes, shards (fewer than the 32 read at once).
+_SMALL, _SMALL_CLASSES, _SMALL_SHARDS = 60_000, 100, 8
+_RECORD_BYTES = 110_000  # the layouts' photos: 2,384 of them make the 256 MB window
 
 
 def _write_split(root: str, shards: int, records: int) -> str:
@@ -240,7 +249,7 @@ def _figures(order: np.ndarray, labels: np.ndarray, shard_of: np.ndarray) -> tup
     classes = float(np.mean([len(np.unique(b)) for b in batches]))
     position = np.empty(len(order))
     position[order] = np.arange(len(order)) / len(order)
-    spread = float(np.mean([position[shard_of == s].std() for s in range(_SHARDS)]))
+    spread = float(np.mean([position[shard_of == s].std() for s in np.unique(shard_of)]))
     return classes, spread
 
 
@@ -278,6 +287,54 @@ def quality() -> list[list]:
             classes, spread = _figures(order, labels, shard_of)
             rows.append([layout, name, f"{classes:.1f}", f"{spread:.3f}"])
     return rows
+
+
+def small_split_quality() -> list[list]:
+    """The small split's rows (see the docstring): as quality(), plus the share of record
+    pairs batched together in epoch 0 that are batched together again in epoch 1."""
+    from pipeline.reader.epoch_order import EpochOrder
+    from pipeline.reader.pieces import cut_shards
+
+    counts = [_SMALL // _SMALL_SHARDS] * _SMALL_SHARDS
+    shard_of = np.repeat(np.arange(_SMALL_SHARDS), counts)
+    rng = np.random.default_rng(0)
+    layouts = {
+        "imgrec's shards": rng.integers(0, _SMALL_CLASSES, _SMALL),
+        "sorted by class": np.arange(_SMALL) * _SMALL_CLASSES // _SMALL,
+    }
+    offsets = [[r * _RECORD_BYTES for r in range(c)] for c in counts]
+    pieces = cut_shards(counts, offsets, _SMALL * _RECORD_BYTES, _SMALL_SHARDS)
+
+    def epochs(units, window: int) -> list[np.ndarray]:
+        order = EpochOrder(tuple(units), seed=1, lanes=_SMALL_SHARDS, window=window)
+        return [np.array(order.epoch_records(e)) for e in (0, 1)]
+
+    orders = {
+        "pieces (default)": epochs(pieces.count, _BATCH),
+        "whole shards, 2,384-record window": epochs(counts, _WINDOW),
+        "reader before": [_old_reader_order(counts, rng, _WINDOW) for _ in (0, 1)],
+        "uniform permutation": [rng.permutation(_SMALL) for _ in (0, 1)],
+    }
+    rows = []
+    for layout, labels in layouts.items():
+        for name, (first, second) in orders.items():
+            classes, spread = _figures(first, labels, shard_of)
+            again = _pairs_again(first, second)
+            rows.append([layout, name, f"{classes:.1f}", f"{spread:.3f}", f"{again:.1%}"])
+    return rows
+
+
+def _pairs_again(first: np.ndarray, second: np.ndarray) -> float:
+    """Of the record pairs in one global batch of epoch `first`, the share also in one global
+    batch of epoch `second` (a uniform permutation: about batch / records)."""
+    batch_of = np.empty(len(first), np.int64)
+    batch_of[first] = np.arange(len(first)) // _BATCH
+    steps = len(second) // _BATCH
+    again = 0
+    for b in batch_of[second[: steps * _BATCH]].reshape(steps, _BATCH):
+        k = np.bincount(b)
+        again += int((k * (k - 1) // 2).sum())
+    return again / (steps * _BATCH * (_BATCH - 1) // 2)
 
 
 def _print_seek(args: argparse.Namespace) -> None:
@@ -321,6 +378,10 @@ def main(argv=None) -> int:
         print(f"{'shards':16} {'order':20} {'classes/batch':>13} {'shard spread':>12}")
         for row in quality():
             print(f"{row[0]:16} {row[1]:20} {row[2]:>13} {row[3]:>12}")
+        print(f"\n{'small split':16} {'order':34} {'classes/batch':>13} {'shard spread':>12} "
+              f"{'pairs again':>11}")  # fmt: skip
+        for row in small_split_quality():
+            print(f"{row[0]:16} {row[1]:34} {row[2]:>13} {row[3]:>12} {row[4]:>11}")
     return 0
 
 

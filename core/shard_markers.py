@@ -21,6 +21,7 @@ __all__ = [
     "marker_name",
     "marker_of_shard",
     "record_offset",
+    "record_offsets",
 ]
 
 SHARD_KEY = "shard"  # the shard's ShardInfo as a dict
@@ -56,20 +57,24 @@ def marker_of_shard(shard_path: str) -> str:
     return posixpath.join(posixpath.dirname(split_dir), _FOLDER, stem + ".json")
 
 
-def record_offset(marker: dict, shard_path: str, shard_size: int, index: int) -> int | None:
-    """Byte offset of record `index` of the shard at `shard_path` (`shard_size` bytes; the
-    shard's end for `index` = its record count), or None when `marker` does not describe
-    that shard as it is (another file or size, no record locations)."""
+def record_offsets(marker: dict, shard_path: str, shard_size: int) -> list[int] | None:
+    """Byte offset of every record of the shard at `shard_path` (`shard_size` bytes), then the
+    shard's end; None when `marker` does not describe that shard as it is (another file or
+    size, no record locations)."""
     shard = marker.get(SHARD_KEY) or {}
     records = marker.get(RECORDS_KEY)
     described = (
         records is not None
         and shard_path.endswith("/" + str(shard.get("file")))
         and shard.get("num_bytes") == shard_size
-        and 0 <= index <= len(records)
     )
     if not described:
         return None
-    if index == len(records):
-        return shard_size
-    return int(RecordLocation._make(records[index]).offset)
+    return [int(RecordLocation._make(r).offset) for r in records] + [shard_size]
+
+
+def record_offset(marker: dict, shard_path: str, shard_size: int, index: int) -> int | None:
+    """Byte offset of record `index` (the shard's end for `index` = its record count); None as
+    for `record_offsets`, or for an index outside the shard."""
+    offsets = record_offsets(marker, shard_path, shard_size)
+    return offsets[index] if offsets is not None and 0 <= index < len(offsets) else None

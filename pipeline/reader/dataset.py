@@ -25,6 +25,7 @@ from pipeline.reader.files import load_split as _load_split
 from pipeline.reader.files import median_jpeg_min_side as _median_jpeg_min_side
 from pipeline.reader.files import resolve_version as _resolve_version
 from pipeline.reader.files import typical_min_side as _typical_min_side
+from pipeline.reader.pieces import Pieces, split_pieces
 from pipeline.reader.resumable import StartStep, check_no_start_step, epoch_order, ordered_records
 from pipeline.reader.shard_records import read_shard as _read_shard
 from pipeline.reader.shares import pipeline_records
@@ -99,6 +100,8 @@ class _Config:
     # Training: global steps already taken (an int, or read when iteration starts).
     start_step: StartStep = 0
     shards_at_once: int = _SHARDS_AT_ONCE  # training: shards read at once
+    # Training: the units of the epoch order; None without every shard's record count.
+    pieces: Pieces | None = None
     pixels: PixelOutput = PixelOutput()  # output dtype and bands (pipeline/reader/bands.py)
 
     def __post_init__(self) -> None:
@@ -272,7 +275,7 @@ def make_dataset(
             cache_dir=cache_dir,
             pixels=(dtype, channels, bands),
         )
-        config = dataclasses.replace(config, start_step=start_step, shards_at_once=shards_at_once)
+        config = _training_config(config, store, start_step, shards_at_once)
         return _distribute(config, held, strategy, input_context)
     except BaseException:
         if held is not None:
@@ -349,6 +352,18 @@ def _make_config(
         data_dir=data_dir,
         pixels=output,
     )
+
+
+def _training_config(
+    config: _Config, store: shard_cache.Store, start_step: StartStep, shards_at_once: int
+) -> _Config:
+    """`config` with how training reads: from which step, and, when every shard's record count
+    is known (the epoch order needs them), in which pieces (a small split's shard markers)."""
+    config = dataclasses.replace(config, start_step=start_step, shards_at_once=shards_at_once)
+    if config.training and all(s.num_examples >= 0 for s in config.shards):
+        pieces = split_pieces(config.shards, store, config.num_bytes, shards_at_once)
+        config = dataclasses.replace(config, pieces=pieces)
+    return config
 
 
 def _local_copies(
@@ -523,15 +538,15 @@ def _pipeline_dataset(
         if ctx
         else config.global_batch_size
     )
-    if config.training and all(s.num_examples >= 0 for s in config.shards):
+    if config.pieces is not None:
         records = ordered_records(
             config,
             epoch_order(config, _DEFAULT_ORDER_SEED),
             num_pipelines,
             pipeline_id,
             batch_size,
-            read_part=lambda path, compression, expected, skip: _read_shard(
-                path, compression, expected, True, config.data_dir, skip
+            read_part=lambda path, compression, expected, skip, offset: _read_shard(
+                path, compression, expected, True, config.data_dir, skip, offset
             ),
             start_step=config.start_step,
             crop_seed=_sub_seed(config.seed, 2),

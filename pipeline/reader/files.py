@@ -40,6 +40,7 @@ class ShardFile:
     path: str  # absolute path or URI
     compression: str  # "", "GZIP" or "ZLIB", from the file name's suffix
     num_examples: int  # -1 when dataset_info.json does not say
+    num_bytes: int = -1  # likewise
 
 
 def split_files(
@@ -111,6 +112,7 @@ def load_split(
                 path=posixpath.join(data_dir.rstrip("/"), rel),
                 compression=_COMPRESSION_BY_SUFFIX.get(suffix, ""),
                 num_examples=int(entry.get("num_examples", -1)),
+                num_bytes=int(entry.get("num_bytes", -1)),
             )
         )
     _check_shards_exist(data_dir, split, shards, store)

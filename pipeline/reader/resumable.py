@@ -41,21 +41,20 @@ def read_start_step(start_step: StartStep) -> int:
 
 
 def epoch_order(config, default_seed: int) -> EpochOrder:
-    """The training split's epoch order from the reader's config (`default_seed` for seed=None:
-    every worker and every restart must draw the same order)."""
-    batch = config.global_batch_size
+    """The training split's epoch order over its pieces (pipeline/reader/pieces.py) from the
+    reader's config (`default_seed` for seed=None: every worker and every restart must draw
+    the same order)."""
+    batch, pieces = config.global_batch_size, config.pieces
     window = config.window_records
     if not window:
-        # A global batch drawn from `shards_at_once` shards read at once is well mixed; from
-        # fewer, its records also need permuting over the shuffle buffer's window (copied once
-        # more: slower, docs/benchmarks.md).
-        many = len(config.shards) >= config.shards_at_once
-        window = batch if many else config.shuffle_records
+        # Pieces read `lanes` at once mix a global batch well; a few whole shards need their
+        # records permuted over the shuffle buffer's window too (slower, docs/benchmarks.md).
+        window = batch if pieces.cut else config.shuffle_records
     # Windows of whole global batches: no batch straddles two windows (ordered_records).
     return EpochOrder(
-        counts=tuple(s.num_examples for s in config.shards),
+        counts=pieces.count,
         seed=default_seed if config.seed is None else config.seed,
-        lanes=config.shards_at_once,
+        lanes=pieces.lanes,
         window=-(-window // batch) * batch,
     )
 
@@ -110,7 +109,8 @@ def ordered_records(
         num_pipelines: input pipelines sharing each global batch (workers).
         pipeline_id: this pipeline's index.
         batch_size: records per element (the pipeline's part of a global batch, or a replica's).
-        read_part: `(path, compression, records in the shard, records to skip) -> records`.
+        read_part: `(path, compression, records in the shard, first record, its byte offset
+            or -1) -> records` from that record to the shard's end.
         start_step: global steps already taken (int, or read at iteration start).
         crop_seed: seeds the crop and flip of every position (None: fresh each run).
 
@@ -180,26 +180,32 @@ def _steps(order: EpochOrder, batch: int) -> int:
 
 def _streamed_windows(config, order: EpochOrder, read_part: Callable) -> Callable:
     """`windows(epoch, first)`: the epoch's merged stream from window `first` on, read from
-    the shards lane by lane, one tensor of records per window."""
-    shards = config.shards
-    paths = tf.constant([s.path for s in shards], tf.string)
-    compressions = tf.constant([s.compression for s in shards], tf.string)
-    expected = tf.constant([s.num_examples for s in shards], tf.int64)
+    the pieces lane by lane, one tensor of records per window."""
+    shards, pieces = config.shards, config.pieces
+    shard_of = tf.constant(pieces.shard, tf.int64)
+    paths = tf.gather(tf.constant([s.path for s in shards], tf.string), shard_of)
+    compressions = tf.gather(tf.constant([s.compression for s in shards], tf.string), shard_of)
+    in_shard = tf.gather(tf.constant([s.num_examples for s in shards], tf.int64), shard_of)
+    firsts, counts = tf.constant(pieces.first, tf.int64), tf.constant(pieces.count, tf.int64)
+    offsets = tf.constant(pieces.offset, tf.int64)
     ahead = max(_LANE_AHEAD_MIN, min(_LANE_AHEAD_MAX, order.window // order.lanes))
     read = read_part
     if config.local_copies is not None:
         read = config.local_copies.after_download(read)
 
-    def lane(shard_indices: tf.Tensor, skip: tf.Tensor) -> tf.data.Dataset:
-        # Only the lane's first shard starts inside.
-        skips = tf.where(tf.range(tf.size(shard_indices, tf.int64)) == 0, skip, 0)
-        # (path, compression, records in the shard, records to skip)
-        files = tf.data.Dataset.from_tensor_slices((shard_indices, skips)).map(
-            lambda i, s: (paths[i], compressions[i], expected[i], s)
-        )
+    def piece(i: tf.Tensor, skip: tf.Tensor) -> tuple[tf.Tensor, ...]:
+        """read_part's arguments for piece `i` from its record `skip` on (offset -1: find
+        it), and the records to take."""
+        offset = tf.where(skip == 0, offsets[i], -1)
+        return paths[i], compressions[i], in_shard[i], firsts[i] + skip, offset, counts[i] - skip
+
+    def lane(piece_indices: tf.Tensor, skip: tf.Tensor) -> tf.data.Dataset:
+        # Only the lane's first piece starts inside.
+        skips = tf.where(tf.range(tf.size(piece_indices, tf.int64)) == 0, skip, 0)
+        parts = tf.data.Dataset.from_tensor_slices((piece_indices, skips)).map(piece)
         if config.local_copies is not None:
-            files = config.local_copies.localize(files)
-        return files.flat_map(read).prefetch(ahead)
+            parts = config.local_copies.localize(parts)
+        return parts.flat_map(lambda *p: read(*p[:5]).take(p[5])).prefetch(ahead)
 
     def windows(epoch: tf.Tensor, first: tf.Tensor) -> tf.data.Dataset:
         merged_start = first * order.window
@@ -223,6 +229,7 @@ def _cached_windows(config, order: EpochOrder, read_part: Callable) -> Callable:
             [s.path for s in shards],
             [s.compression for s in shards],
             tf.constant([s.num_examples for s in shards], tf.int64),
+            tf.zeros([len(shards)], tf.int64),
             tf.zeros([len(shards)], tf.int64),
         )
     )

@@ -33,6 +33,7 @@ def read_shard(
     check_counts: bool,
     data_dir: str = "",
     skip: tf.Tensor | None = None,
+    offset: tf.Tensor | None = None,
 ) -> tf.data.Dataset:
     """Serialized records of one shard; a shard that is corrupt, missing or unreadable fails
     with its name, after a bounded number of read attempts.
@@ -50,7 +51,7 @@ def read_shard(
     turns into the error naming it.
 
     `skip` records at the shard's start are not read: an uncompressed shard is opened at the
-    byte offset of its record `skip` (found from the frames' length fields, without reading
+    byte offset of its record `skip` (`offset` when it is >= 0, else looked up without reading
     the records between), a compressed one reads past them. The count check then counts the
     rest.
     """
@@ -59,7 +60,7 @@ def read_shard(
             path, compression_type=compression, buffer_size=_READ_BUFFER_BYTES
         )
     else:
-        records = _records_after(path, compression, skip)
+        records = _records_after(path, compression, skip, offset)
         expected = expected - skip
     if not check_counts:
         return records  # no ignore_errors: a read error stops iteration as TensorFlow raised it
@@ -95,26 +96,32 @@ def read_shard(
     return batches.scan(tf.constant(0, tf.int64), count).unbatch()
 
 
-def _records_after(path: tf.Tensor, compression: tf.Tensor, skip: tf.Tensor) -> tf.data.Dataset:
-    """The shard's records from record `skip` on (see read_shard). Call it inside a dataset
-    function only (as the reader does): TensorFlow 2.21 does not serialize the kernel's
-    offsets, so a top-level dataset of it fails when tf.data rewrites the graph."""
+def _records_after(
+    path: tf.Tensor, compression: tf.Tensor, skip: tf.Tensor, offset: tf.Tensor | None
+) -> tf.data.Dataset:
+    """The shard's records from record `skip` (at byte `offset` if >= 0) on, see read_shard.
+    Call it inside a dataset function only (as the reader does): TensorFlow 2.21 does not
+    serialize the kernel's offsets, so a top-level dataset of it fails when tf.data rewrites
+    the graph."""
     skip = tf.cast(skip, tf.int64)
-    seek = tf.logical_and(tf.equal(compression, ""), skip > 0)
-    offset = tf.cond(
-        seek,
+    known = tf.constant(-1, tf.int64) if offset is None else tf.cast(offset, tf.int64)
+    uncompressed = tf.equal(compression, "")
+    look_up = tf.logical_and(uncompressed, tf.logical_and(skip > 0, known < 0))
+    start = tf.cond(
+        look_up,
         lambda: tf.ensure_shape(tf.py_function(_byte_offset, [path, skip], tf.int64), []),
-        lambda: tf.constant(0, tf.int64),
+        lambda: tf.maximum(known, 0),
     )
     # TFRecordDataset's kernel takes a start offset per file; its Python class does not.
     variant = tf.raw_ops.TFRecordDatasetV2(
         filenames=tf.reshape(path, [1]),
         compression_type=compression,
         buffer_size=tf.constant(_READ_BUFFER_BYTES, tf.int64),
-        byte_offsets=tf.reshape(offset, [1]),
+        byte_offsets=tf.reshape(start, [1]),
     )
     records = tf.data.experimental.from_variant(variant, tf.TensorSpec([], tf.string))
-    return records.skip(tf.where(seek, tf.constant(0, tf.int64), skip))
+    seeked = tf.logical_and(uncompressed, tf.logical_or(look_up, known >= 0))
+    return records.skip(tf.where(seeked, tf.constant(0, tf.int64), skip))
 
 
 def _byte_offset(path: tf.Tensor, skip: tf.Tensor) -> int:

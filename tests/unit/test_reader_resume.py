@@ -9,7 +9,9 @@ Keras' BackupAndRestore): tests/e2e/test_resume.py.
 
 from __future__ import annotations
 
+import json
 import os
+from pathlib import Path
 
 import pytest
 import tensorflow as tf
@@ -25,9 +27,36 @@ BATCH = 8
 STEPS = sum(UNEVEN) // BATCH  # 7 steps of the 56 records
 
 
-@pytest.fixture(scope="module")
-def data_dir(tmp_path_factory) -> str:
-    return write_shards(str(tmp_path_factory.mktemp("resume")), UNEVEN)
+@pytest.fixture(scope="module", params=["whole shards", "pieces"])
+def data_dir(request, tmp_path_factory) -> str:
+    """The 8 shards as another tool writes them (read whole), and with the converter's shard
+    markers (cut into pieces of one record: 56 records, 8 lanes of 16 pieces at least)."""
+    root = write_shards(str(tmp_path_factory.mktemp("resume")), UNEVEN)
+    if request.param == "pieces":
+        for index, entry in enumerate(dataset_info(root)["splits"]["train"]["shards"]):
+            _write_marker(Path(root), entry["file"], index, len(UNEVEN))
+    return root
+
+
+def _write_marker(root: Path, rel: str, index: int, num_shards: int, delta: int = 0) -> bytes:
+    """The shard marker the converter writes for shard `rel` (core/shard_markers.py); with
+    `delta`, one of another shard: its size and offsets off by that much. Returns the shard."""
+    from core import dali_index, shard_markers
+
+    data = (root / rel).read_bytes()
+    rows = [line.split() for line in dali_index.index_of_shard(data).decode().splitlines()]
+    records = [
+        shard_markers.RecordLocation(
+            f"in/{i}.png", "", "", "a", 0, int(offset) + delta, int(size), "png", ""
+        )
+        for i, (offset, size) in enumerate(rows)
+    ]
+    marker = root / shard_markers.marker_name("train", index, num_shards)
+    marker.parent.mkdir(parents=True, exist_ok=True)
+    shard = {"file": rel, "num_bytes": len(data) + delta}
+    body = {shard_markers.SHARD_KEY: shard, shard_markers.RECORDS_KEY: records}
+    marker.write_text(json.dumps(body))
+    return data
 
 
 @pytest.fixture(scope="module")
@@ -99,10 +128,12 @@ def test_pipeline_masks_split_every_global_batch():
     assert owners == [0] * 5 + [2] * 3 + [3] * 4 + ([1] * 4 + [2] * 4 + [3] * 4) * 2 + [0] * 4
 
 
-def test_the_reader_follows_the_epoch_order(full):
+def test_the_reader_follows_the_epoch_order(data_dir, full):
     names = full[: 2 * STEPS * BATCH]
-    # 8 shards, fewer than the 32 read at once: windows of the 256 MB buffer (>= 1024 records).
-    order = EpochOrder(UNEVEN, seed=5, lanes=32, window=1024)
+    if os.path.exists(os.path.join(data_dir, ".imgrec")):  # pieces: one global batch mixes
+        order = EpochOrder((1,) * sum(UNEVEN), seed=5, lanes=8, window=BATCH)
+    else:  # 8 whole shards: windows of the 256 MB buffer (>= 1024 records), 8 lanes
+        order = EpochOrder(UNEVEN, seed=5, lanes=8, window=1024)
     expected = order.epoch_records(0)[: STEPS * BATCH] + order.epoch_records(1)[: STEPS * BATCH]
     assert names == [f"{i:04d}" for i in expected]
 
@@ -245,34 +276,14 @@ def test_a_seek_with_a_dali_index_reads_none_of_the_skipped_records(tmp_path):
 
 
 def _split_with_marker(root, num_bytes_delta: int = 0) -> tuple[str, bytes]:
-    """DIR/train/train-00000-of-00001.tfrecord (10 records) and its shard marker as the
-    converter writes it (core/shard_markers.py); with `num_bytes_delta`, the marker of another
-    shard: its size and its offsets off by that much."""
-    import json
-
-    from core import dali_index, shard_markers
-
+    """DIR/train/train-00000-of-00001.tfrecord (10 records) and its shard marker (with
+    `num_bytes_delta`, another shard's: see _write_marker)."""
     path = root / "train" / "train-00000-of-00001.tfrecord"
     path.parent.mkdir()
     with tf.io.TFRecordWriter(str(path)) as writer:
         for i in range(10):
             writer.write(bytes([i]) * (60 + 3 * i))
-    data = path.read_bytes()
-    rows = [line.split() for line in dali_index.index_of_shard(data).decode().splitlines()]
-    records = [
-        shard_markers.RecordLocation(
-            f"in/{i}.png", "", "", "a", 0, int(offset) + num_bytes_delta, int(size), "png", ""
-        )
-        for i, (offset, size) in enumerate(rows)
-    ]
-    shard = {
-        "file": "train/train-00000-of-00001.tfrecord",
-        "num_bytes": len(data) + num_bytes_delta,
-    }
-    marker = root / shard_markers.marker_name("train", 0, 1)
-    marker.parent.mkdir(parents=True)
-    body = {shard_markers.SHARD_KEY: shard, shard_markers.RECORDS_KEY: records}
-    marker.write_text(json.dumps(body))
+    data = _write_marker(root, "train/train-00000-of-00001.tfrecord", 0, 1, num_bytes_delta)
     return str(path), data
 
 
@@ -295,27 +306,3 @@ def test_a_marker_of_another_size_is_not_trusted(tmp_path):
     whole = [r.numpy() for r in tf.data.TFRecordDataset(path)]
     for skip in (1, 6, 10):
         assert _read_from(path, "", 10, skip) == whole[skip:]
-
-
-@pytest.mark.parametrize(
-    ("shards", "window_records", "window"),
-    [(32, 0, 64), (31, 0, 2048), (31, 100, 128), (32, 100, 128)],
-)
-def test_the_default_window_is_one_global_batch_only_over_many_shards(
-    shards, window_records, window
-):
-    """32 shards read at once mix a global batch; fewer are also permuted over the shuffle
-    buffer's records (here 2000); `shuffle_buffer_mb` (window_records) decides when given."""
-    from types import SimpleNamespace
-
-    from pipeline.reader.resumable import epoch_order
-
-    config = SimpleNamespace(
-        shards=[SimpleNamespace(num_examples=100)] * shards,
-        global_batch_size=64,
-        window_records=window_records,
-        shuffle_records=2000,
-        shards_at_once=32,
-        seed=1,
-    )
-    assert epoch_order(config, 0).window == window
