@@ -19,8 +19,8 @@ classes, global batch 256), for two ways records sit in shards:
   imgrec's shards   a record's shard is a hash of its key (classes mixed in every shard)
   worst case        each shard holds one class (a dataset sorted by class, then cut)
 and these orders: the reader's epoch order (pipeline/reader/epoch_order.py) with its
-defaults (32 shards at once, each global batch permuted), with 16 or 64 at once, with a
-window of 2,384 records (`shuffle_buffer_mb=256` of 110 KB photos) or 4x that; the reader
+defaults (32 shards at once, a global batch the merge's next records), with 16 or 64 at
+once, with a window of 2,384 records (`shuffle_buffer_mb=256` of 110 KB photos) or 4x that; the reader
 before it (16 shards interleaved record by record, then a 2,384-record shuffle buffer,
 simulated); a uniform random permutation. Figures: distinct classes per global
 batch (mean), and how far each shard's records spread over the epoch (the standard deviation
@@ -28,7 +28,7 @@ of their positions / epoch length, mean over shards: 0.289 for a uniform spread)
 
 Then a small split, read in pieces (pipeline/reader/pieces.py): 60,000 records of 110 KB in 8
 shards, 100 classes, classes mixed (imgrec's) or sorted, global batch 256; orders: the default
-(pieces, each global batch permuted), whole shards with the 2,384-record window (a split with
+(pieces, 8 read at once), whole shards with the 2,384-record window (a split with
 no shard markers), the reader before, uniform. One more figure: of the record pairs sharing a
 global batch in epoch 0, the share that share one again in epoch 1.
 """
@@ -267,7 +267,9 @@ def quality() -> list[list]:
 
     def new(lanes: int, window: int) -> np.ndarray:
         return np.array(
-            EpochOrder(tuple(counts), seed=1, lanes=lanes, window=window).epoch_records(0)
+            EpochOrder(
+                tuple(counts), seed=1, lanes=lanes, window=window, permute=window > _BATCH
+            ).epoch_records(0)
         )
 
     orders = {
@@ -302,11 +304,13 @@ def small_split_quality() -> list[list]:
         "imgrec's shards": rng.integers(0, _SMALL_CLASSES, _SMALL),
         "sorted by class": np.arange(_SMALL) * _SMALL_CLASSES // _SMALL,
     }
-    offsets = [[r * _RECORD_BYTES for r in range(c)] for c in counts]
+    offsets = [[r * _RECORD_BYTES for r in range(c + 1)] for c in counts]
     pieces = cut_shards(counts, offsets, _SMALL * _RECORD_BYTES, _SMALL_SHARDS)
 
     def epochs(units, window: int) -> list[np.ndarray]:
-        order = EpochOrder(tuple(units), seed=1, lanes=_SMALL_SHARDS, window=window)
+        order = EpochOrder(
+            tuple(units), seed=1, lanes=_SMALL_SHARDS, window=window, permute=window > _BATCH
+        )
         return [np.array(order.epoch_records(e)) for e in (0, 1)]
 
     orders = {

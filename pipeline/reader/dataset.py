@@ -153,12 +153,12 @@ def make_dataset(
     """The input pipeline of a converted split, batched per replica and prefetched.
 
     Files come from dataset_info.json. In training, which records make up each global step is a
-    pure function of (seed, epoch) (pipeline/reader/epoch_order.py): shards in a new random
-    order each epoch, `shards_at_once` of them read at once and merged at random, then
-    permuted in windows (`shuffle_buffer_mb`); each input pipeline (worker) reads its part of
-    every global batch, so any number of workers or replicas reads each record once per
-    epoch, and `start_step` resumes mid-epoch (docs/training.md). Records are decoded with a
-    random-resized crop and a random flip. In evaluation the order is fixed and images get a
+    pure function of (seed, epoch) (pipeline/reader/epoch_order.py): shards (a small split's
+    pieces) in a new random order each epoch, `shards_at_once` of them read at once and
+    merged at random (and permuted in windows of `shuffle_buffer_mb`, if given); each input
+    pipeline (worker) reads its part of every global batch, so any number of workers or
+    replicas reads each record once per epoch, and `start_step` resumes mid-epoch
+    (docs/training.md). Records are decoded with a random-resized crop and a random flip. In evaluation the order is fixed and images get a
     centre crop. Images are resized to `image_size` and returned as uint8: normalise on the
     accelerator.
 
@@ -187,8 +187,9 @@ def make_dataset(
             if they exceed a quarter of physical memory); "auto" does so only when they fit.
         shuffle_buffer_mb: training: RAM for a window of serialized records permuted together
             (the count derived from the split's average record size, rounded up to whole global
-            batches). Default: one global batch when the split has `shards_at_once` shards or
-            more (reading that many at once mixes as well), else 256 MB (docs/training.md).
+            batches). Default: no window when the split has `shards_at_once` shards or is cut
+            into pieces (reading that many at once mixes as well), else 256 MB
+            (docs/training.md).
         crop_fraction: evaluation centre crop, as a fraction of the largest window of the
             output's aspect ratio.
         jpeg_dct_scaling: decode large JPEGs at 1/2, 1/4 or 1/8 scale when the crop stays at
@@ -218,8 +219,8 @@ def make_dataset(
             starts at step `start_step % steps_per_epoch` of epoch `start_step //
             steps_per_epoch`. A callable or variable is read when iteration starts (Keras:
             `resume_callback(...).start_step`, docs/training.md).
-        shards_at_once: training: shards read at once (8 MB of read buffer each); more mixes
-            shards of few classes better. Keep it, `seed`, `global_batch_size` and
+        shards_at_once: training: shards read at once (8 MB of read buffer each), at most
+            one per shard; more mixes shards of few classes better. Keep it, `seed`, `global_batch_size` and
             `shuffle_buffer_mb` when resuming: they make the epoch order.
         dtype: tf.uint8 (photos), tf.uint16 (16-bit data exactly; 8-bit scaled by 257) or
             tf.float32 (the stored values, unscaled). uint8 from 16-bit keeps the high byte.
@@ -545,8 +546,8 @@ def _pipeline_dataset(
             num_pipelines,
             pipeline_id,
             batch_size,
-            read_part=lambda path, compression, expected, skip, offset: _read_shard(
-                path, compression, expected, True, config.data_dir, skip, offset
+            read_part=lambda path, compression, expected, span: _read_shard(
+                path, compression, expected, True, config.data_dir, span
             ),
             start_step=config.start_step,
             crop_seed=_sub_seed(config.seed, 2),

@@ -7,7 +7,9 @@ An epoch of N records is laid out in three draws, each from its own stateless se
 2. the lanes merged by a random interleaving: position m of the merged stream takes the next
    record of lane `labels[m]`, where `labels` is a random permutation holding lane l as many
    times as lane l has records (every lane ends near the epoch's end);
-3. the merged stream cut into windows of `window` records, each permuted at random.
+3. the merged stream cut into windows of `window` records, each permuted at random (unless
+   `permute` is off: a window of one global batch holds a set of records, already drawn from
+   a random merge, and permuting it would only copy them).
 Global step s is final positions [s*B, (s+1)*B); input pipeline p of P takes positions whose
 offset in the step is in [p*B/P, (p+1)*B/P). Nothing depends on the number of workers or
 replicas, on read speed or on `deterministic`, and starting at any step reads only the shards
@@ -34,12 +36,14 @@ class EpochOrder:
     seed: the user's seed (the reader passes a fixed one for seed=None).
     lanes: shards read at once (at most the number of shards).
     window: records permuted together after the merge (at most N).
+    permute: whether windows are permuted (else the merged order is final).
     """
 
     counts: tuple[int, ...]
     seed: int
     lanes: int
     window: int
+    permute: bool = True
 
     def __post_init__(self) -> None:
         if not self.counts or min(self.counts) < 0:
@@ -86,6 +90,8 @@ class EpochOrder:
     def window_permutation(self, epoch, index, size) -> tf.Tensor:
         """int64 [size]: merged positions (within the window) in final order."""
         positions = tf.range(tf.cast(size, tf.int64), dtype=tf.int64)
+        if not self.permute:
+            return positions
         seed = self.stream_seed(epoch, _WINDOWS, index)
         return tf.random.experimental.stateless_shuffle(positions, seed)
 

@@ -33,7 +33,8 @@ _PIECES_PER_LANE = 16
 @dataclasses.dataclass(frozen=True)
 class Pieces:
     """The training split as runs of records, in listed order: piece i is records
-    `[first[i], first[i] + count[i])` of listed shard `shard[i]`, starting at byte `offset[i]`.
+    `[first[i], first[i] + count[i])` of listed shard `shard[i]`, bytes `[offset[i],
+    offset[i] + length[i])` of it (length -1: not known).
 
     `lanes`: pieces read at once, as many as there are shards, at most `shards_at_once` (an
     open lane beyond the shards costs CPU and mixes nothing). `cut`: the shards were cut, or
@@ -44,6 +45,7 @@ class Pieces:
     first: tuple[int, ...]
     count: tuple[int, ...]
     offset: tuple[int, ...]
+    length: tuple[int, ...]
     lanes: int
     cut: bool
 
@@ -54,7 +56,7 @@ def split_pieces(shards: Sequence, store, num_bytes: int, shards_at_once: int) -
     counts = [s.num_examples for s in shards]
     lanes = max(1, min(shards_at_once, len(shards)))
     if len(shards) >= shards_at_once:
-        return _whole(counts, lanes, cut=True)
+        return _whole(shards, lanes, cut=True)
     offsets = [_record_offsets(s, store) for s in shards]
     uncut = [s.path for s, o in zip(shards, offsets, strict=True) if o is None]
     if uncut:
@@ -64,32 +66,34 @@ def split_pieces(shards: Sequence, store, num_bytes: int, shards_at_once: int) -
             len(uncut),
             uncut[0],
         )
-        return _whole(counts, lanes, cut=False)
+        return _whole(shards, lanes, cut=False)
     return cut_shards(counts, offsets, num_bytes, lanes)
 
 
 def cut_shards(
     counts: Sequence[int], offsets: Sequence[Sequence[int]], num_bytes: int, lanes: int
 ) -> Pieces:
-    """Shards of `counts` records (record r of shard i at byte `offsets[i][r]`, `num_bytes` in
-    all) cut into pieces of about `_PIECE_BYTES`, and at least `_PIECES_PER_LANE` per lane."""
+    """Shards of `counts` records (record r of shard i at byte `offsets[i][r]`, its end at
+    `offsets[i][counts[i]]`; `num_bytes` in all) cut into pieces of about `_PIECE_BYTES`, and
+    at least `_PIECES_PER_LANE` per lane."""
     total = sum(counts)
     record_bytes = max(1, num_bytes // max(1, total))
     size = max(1, min(_PIECE_BYTES // record_bytes, total // (lanes * _PIECES_PER_LANE)))
-    pieces = [
-        (index, first, min(size, count - first), starts[first])
-        for index, (count, starts) in enumerate(zip(counts, offsets, strict=True))
-        for first in range(0, count, size)
-    ]
+    pieces = []
+    for index, (count, starts) in enumerate(zip(counts, offsets, strict=True)):
+        for first in range(0, count, size):
+            last = min(first + size, count)
+            pieces.append((index, first, last - first, starts[first], starts[last] - starts[first]))
     if not pieces:  # a split of empty shards
-        return _whole(counts, lanes, cut=True)
-    shard, first, count, offset = zip(*pieces, strict=True)
-    return Pieces(shard, first, count, offset, lanes, cut=True)
+        n = len(counts)
+        return Pieces(tuple(range(n)), (0,) * n, (0,) * n, (0,) * n, (0,) * n, lanes, cut=True)
+    return Pieces(*zip(*pieces, strict=True), lanes, cut=True)
 
 
-def _whole(counts: Sequence[int], lanes: int, cut: bool) -> Pieces:
-    n = len(counts)
-    return Pieces(tuple(range(n)), (0,) * n, tuple(counts), (0,) * n, lanes, cut)
+def _whole(shards: Sequence, lanes: int, cut: bool) -> Pieces:
+    n = len(shards)
+    counts, lengths = (tuple(s.num_examples for s in shards), tuple(s.num_bytes for s in shards))
+    return Pieces(tuple(range(n)), (0,) * n, counts, (0,) * n, lengths, lanes, cut)
 
 
 def _record_offsets(shard, store) -> list[int] | None:

@@ -11,6 +11,7 @@ from collections.abc import Callable
 import tensorflow as tf
 
 from pipeline.reader.epoch_order import EpochOrder, pipeline_mask
+from pipeline.reader.shard_records import Span
 from pipeline.reader.shares import traced_as_written
 
 __all__ = ["StartStep", "check_no_start_step", "epoch_order", "ordered_records", "read_start_step"]
@@ -19,9 +20,10 @@ __all__ = ["StartStep", "check_no_start_step", "epoch_order", "ordered_records",
 # when iteration starts (a restored optimizer's `iterations`, a callable).
 StartStep = int | Callable[[], int] | object
 
-# Records each lane reads ahead of the merge: enough to keep every lane's reads off the
-# merge's path, few enough that 16 lanes of large photos hold tens of MB.
-_LANE_AHEAD_MIN, _LANE_AHEAD_MAX = 16, 256
+# What the lanes together read ahead of the merge: enough to ride out a piece's opening and
+# the decoder's bursts of demand, bounded in bytes (64 MB), in records per lane.
+_AHEAD_BYTES = 64 * 2**20
+_LANE_AHEAD_MIN, _LANE_AHEAD_MAX = 16, 1024
 # Epochs "forever" for a repeating dataset (a Dataset.range bound).
 _FOREVER = 2**62
 
@@ -56,6 +58,7 @@ def epoch_order(config, default_seed: int) -> EpochOrder:
         seed=default_seed if config.seed is None else config.seed,
         lanes=pieces.lanes,
         window=-(-window // batch) * batch,
+        permute=window > batch,
     )
 
 
@@ -109,8 +112,8 @@ def ordered_records(
         num_pipelines: input pipelines sharing each global batch (workers).
         pipeline_id: this pipeline's index.
         batch_size: records per element (the pipeline's part of a global batch, or a replica's).
-        read_part: `(path, compression, records in the shard, first record, its byte offset
-            or -1) -> records` from that record to the shard's end.
+        read_part: `(path, compression, records in the shard, Span) -> the span's records`
+            (pipeline/reader/shard_records.py).
         start_step: global steps already taken (int, or read at iteration start).
         crop_seed: seeds the crop and flip of every position (None: fresh each run).
 
@@ -126,30 +129,37 @@ def ordered_records(
     make_windows = _cached_windows if config.cache else _streamed_windows
     windows = make_windows(config, order, read_part)
 
+    # Each window is one global batch in final order, all of it this pipeline's: it is handed
+    # on as it is (a map and an unbatch fewer on every record's way).
+    whole_batches = not order.permute and num_pipelines == 1 and batch_size == batch
+
+    def part(index, begin, window, records) -> tuple[tf.Tensor, tf.Tensor]:
+        """This pipeline's batches of the window's records, with their crop seeds."""
+        size = tf.shape(records, out_type=tf.int64)[0]
+        mine = pipeline_mask(
+            window * order.window, size, batch, num_pipelines, pipeline_id, begin, steps * batch
+        )
+        seeds = tf.boolean_mask(crops.crop_seeds(index, window, size), mine)
+        # Whole batches: a window holds whole global batches, and `mine` whole parts of them.
+        batches = tf.reshape(_chosen(records, order, index, window, mine), [-1, batch_size])
+        return batches, tf.reshape(seeds, [-1, batch_size, 2])
+
     def epoch(index: tf.Tensor, begin: tf.Tensor) -> tf.data.Dataset:
         """This pipeline's records of epoch `index` from final position `begin` on."""
         first = begin // order.window
         wanted = -(-(steps * batch) // order.window) - first
-
-        def part(window: tf.Tensor, records: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-            size = tf.shape(records, out_type=tf.int64)[0]
-            start = window * order.window
-            mine = pipeline_mask(
-                start, size, batch, num_pipelines, pipeline_id, begin, steps * batch
+        records = windows(index, first).take(wanted)
+        numbers = tf.data.Dataset.range(first, _FOREVER)
+        if whole_batches:
+            return tf.data.Dataset.zip(
+                records, numbers.map(lambda w: crops.crop_seeds(index, w, batch))
             )
-            chosen = tf.boolean_mask(order.window_permutation(index, window, size), mine)
-            seeds = tf.boolean_mask(crops.crop_seeds(index, window, size), mine)
-            # Whole batches: a window holds whole global batches, and `mine` whole parts of them.
-            batches = tf.reshape(tf.gather(records, chosen), [-1, batch_size])
-            return batches, tf.reshape(seeds, [-1, batch_size, 2])
-
-        numbered = tf.data.Dataset.zip(
-            tf.data.Dataset.range(first, _FOREVER), windows(index, first).take(wanted)
-        )
-        # The one copy of each record is the gather (batch and unbatch move the strings of a
-        # tensor only they hold), done off the merge's thread, in order.
-        parts = numbered.map(
-            traced_as_written(part), num_parallel_calls=tf.data.AUTOTUNE, deterministic=True
+        # Batch and unbatch move the strings of a tensor only they hold: the one copy of a
+        # record is _chosen's, off the merge's thread, and only when a window is permuted.
+        parts = tf.data.Dataset.zip(numbers, records).map(
+            traced_as_written(lambda w, r: part(index, begin, w, r)),
+            num_parallel_calls=tf.data.AUTOTUNE,
+            deterministic=True,
         )
         return parts.unbatch()
 
@@ -166,6 +176,16 @@ def ordered_records(
         traced_as_written(lambda _: _start_tensor(start_step, steps, config.repeat))
     )
     return starts.flat_map(traced_as_written(from_step))
+
+
+def _chosen(records, order: EpochOrder, epoch, window, mine) -> tf.Tensor:
+    """The window's `records` in final order, those `mine` only (gathering copies them)."""
+    if order.permute:
+        size = tf.shape(records, out_type=tf.int64)[0]
+        return tf.gather(
+            records, tf.boolean_mask(order.window_permutation(epoch, window, size), mine)
+        )
+    return tf.cond(tf.reduce_all(mine), lambda: records, lambda: tf.boolean_mask(records, mine))
 
 
 def _steps(order: EpochOrder, batch: int) -> int:
@@ -187,17 +207,26 @@ def _streamed_windows(config, order: EpochOrder, read_part: Callable) -> Callabl
     compressions = tf.gather(tf.constant([s.compression for s in shards], tf.string), shard_of)
     in_shard = tf.gather(tf.constant([s.num_examples for s in shards], tf.int64), shard_of)
     firsts, counts = tf.constant(pieces.first, tf.int64), tf.constant(pieces.count, tf.int64)
-    offsets = tf.constant(pieces.offset, tf.int64)
-    ahead = max(_LANE_AHEAD_MIN, min(_LANE_AHEAD_MAX, order.window // order.lanes))
+    offsets, lengths = tf.constant(pieces.offset, tf.int64), tf.constant(pieces.length, tf.int64)
+    # A shard's last piece is read to the shard's end: its record count is checked there.
+    ends_shard = tf.equal(firsts + counts, in_shard)
+    ahead = _LANE_AHEAD_MIN  # without the split's size
+    if config.num_bytes > 0:
+        ahead = _AHEAD_BYTES * order.num_examples // (order.lanes * config.num_bytes)
+    ahead = max(_LANE_AHEAD_MIN, min(_LANE_AHEAD_MAX, ahead))
     read = read_part
     if config.local_copies is not None:
         read = config.local_copies.after_download(read)
 
-    def piece(i: tf.Tensor, skip: tf.Tensor) -> tuple[tf.Tensor, ...]:
-        """read_part's arguments for piece `i` from its record `skip` on (offset -1: find
-        it), and the records to take."""
-        offset = tf.where(skip == 0, offsets[i], -1)
-        return paths[i], compressions[i], in_shard[i], firsts[i] + skip, offset, counts[i] - skip
+    def piece(i: tf.Tensor, skip: tf.Tensor) -> tuple:
+        """read_part's arguments for piece `i` from its record `skip` on."""
+        span = Span(
+            first=firsts[i] + skip,
+            offset=tf.where(skip == 0, offsets[i], -1),  # inside a piece: look it up
+            limit=tf.where(ends_shard[i], tf.constant(-1, tf.int64), counts[i] - skip),
+            length=tf.where(skip == 0, lengths[i], -1),
+        )
+        return paths[i], compressions[i], in_shard[i], span
 
     def lane(piece_indices: tf.Tensor, skip: tf.Tensor) -> tf.data.Dataset:
         # Only the lane's first piece starts inside.
@@ -205,7 +234,7 @@ def _streamed_windows(config, order: EpochOrder, read_part: Callable) -> Callabl
         parts = tf.data.Dataset.from_tensor_slices((piece_indices, skips)).map(piece)
         if config.local_copies is not None:
             parts = config.local_copies.localize(parts)
-        return parts.flat_map(lambda *p: read(*p[:5]).take(p[5])).prefetch(ahead)
+        return parts.flat_map(read).prefetch(ahead)
 
     def windows(epoch: tf.Tensor, first: tf.Tensor) -> tf.data.Dataset:
         merged_start = first * order.window
@@ -215,7 +244,7 @@ def _streamed_windows(config, order: EpochOrder, read_part: Callable) -> Callabl
         ]
         choices = tf.data.Dataset.from_tensor_slices(order.lane_labels(epoch)[merged_start:])
         merged = tf.data.Dataset.choose_from_datasets(lanes, choices)
-        return merged.batch(order.window)
+        return merged.batch(order.window).prefetch(2)
 
     return windows
 
@@ -229,8 +258,7 @@ def _cached_windows(config, order: EpochOrder, read_part: Callable) -> Callable:
             [s.path for s in shards],
             [s.compression for s in shards],
             tf.constant([s.num_examples for s in shards], tf.int64),
-            tf.zeros([len(shards)], tf.int64),
-            tf.zeros([len(shards)], tf.int64),
+            Span(*[tf.constant([v] * len(shards), tf.int64) for v in (0, 0, -1, -1)]),
         )
     )
     if config.local_copies is not None:

@@ -5,17 +5,21 @@ from __future__ import annotations
 
 import json
 import struct
+from typing import NamedTuple
 
 import tensorflow as tf
 
 from core import dali_index, shard_markers, versions
 from core.dali_index import RECORD_OVERHEAD
 
-__all__ = ["read_shard"]
+__all__ = ["Span", "read_shard"]
 
 # Read-ahead per open shard: TF's 256 KB default costs a bucket round trip every few photos; 8 MB
 # is what TF official models' ImageNet reader uses.
 _READ_BUFFER_BYTES = 8 * 1024 * 1024
+
+# ... and at least this much for a short read (a small piece of a shard).
+_MIN_BUFFER_BYTES = 64 * 1024
 
 # Records counted at a time by read_shard's count check: batches keep the check cheap, small
 # ones bound the memory each open shard holds.
@@ -26,14 +30,25 @@ _COUNT_BATCH = 32
 _SPARE_READS = 4
 
 
+class Span(NamedTuple):
+    """Which records of a shard to read, as int64 tensors: from record `first` (at byte
+    `offset`; -1: looked up with one small read, or read past in a compressed shard), `limit`
+    records (-1: to the shard's end, whose count is then checked), `length` bytes (-1: not
+    known; a known length bounds the read buffer)."""
+
+    first: tf.Tensor
+    offset: tf.Tensor
+    limit: tf.Tensor
+    length: tf.Tensor
+
+
 def read_shard(
     path: tf.Tensor,
     compression: tf.Tensor,
     expected: tf.Tensor,
     check_counts: bool,
     data_dir: str = "",
-    skip: tf.Tensor | None = None,
-    offset: tf.Tensor | None = None,
+    span: Span | None = None,
 ) -> tf.data.Dataset:
     """Serialized records of one shard; a shard that is corrupt, missing or unreadable fails
     with its name, after a bounded number of read attempts.
@@ -50,18 +65,15 @@ def read_shard(
     after its expected batches plus `_SPARE_READS`, with zero records, which the count check
     turns into the error naming it.
 
-    `skip` records at the shard's start are not read: an uncompressed shard is opened at the
-    byte offset of its record `skip` (`offset` when it is >= 0, else looked up without reading
-    the records between), a compressed one reads past them. The count check then counts the
-    rest.
+    With a `span`, only its records are read (see Span), and counted.
     """
-    if skip is None:
+    if span is None:
         records = tf.data.TFRecordDataset(
             path, compression_type=compression, buffer_size=_READ_BUFFER_BYTES
         )
     else:
-        records = _records_after(path, compression, skip, offset)
-        expected = expected - skip
+        records = _records_in(path, compression, span)
+        expected = tf.where(span.limit >= 0, span.limit, expected - span.first)
     if not check_counts:
         return records  # no ignore_errors: a read error stops iteration as TensorFlow raised it
     batches = records.batch(_COUNT_BATCH)
@@ -96,32 +108,36 @@ def read_shard(
     return batches.scan(tf.constant(0, tf.int64), count).unbatch()
 
 
-def _records_after(
-    path: tf.Tensor, compression: tf.Tensor, skip: tf.Tensor, offset: tf.Tensor | None
-) -> tf.data.Dataset:
-    """The shard's records from record `skip` (at byte `offset` if >= 0) on, see read_shard.
-    Call it inside a dataset function only (as the reader does): TensorFlow 2.21 does not
-    serialize the kernel's offsets, so a top-level dataset of it fails when tf.data rewrites
-    the graph."""
-    skip = tf.cast(skip, tf.int64)
-    known = tf.constant(-1, tf.int64) if offset is None else tf.cast(offset, tf.int64)
+def _records_in(path: tf.Tensor, compression: tf.Tensor, span: Span) -> tf.data.Dataset:
+    """The shard's records in `span`. Call it inside a dataset function only (as the reader
+    does): TensorFlow 2.21 does not serialize the kernel's offsets, so a top-level dataset of
+    it fails when tf.data rewrites the graph."""
+    first, known = tf.cast(span.first, tf.int64), tf.cast(span.offset, tf.int64)
     uncompressed = tf.equal(compression, "")
-    look_up = tf.logical_and(uncompressed, tf.logical_and(skip > 0, known < 0))
+    look_up = tf.logical_and(uncompressed, tf.logical_and(first > 0, known < 0))
     start = tf.cond(
         look_up,
-        lambda: tf.ensure_shape(tf.py_function(_byte_offset, [path, skip], tf.int64), []),
+        lambda: tf.ensure_shape(tf.py_function(_byte_offset, [path, first], tf.int64), []),
         lambda: tf.maximum(known, 0),
     )
     # TFRecordDataset's kernel takes a start offset per file; its Python class does not.
     variant = tf.raw_ops.TFRecordDatasetV2(
         filenames=tf.reshape(path, [1]),
         compression_type=compression,
-        buffer_size=tf.constant(_READ_BUFFER_BYTES, tf.int64),
+        buffer_size=_buffer_bytes(span.length),
         byte_offsets=tf.reshape(start, [1]),
     )
     records = tf.data.experimental.from_variant(variant, tf.TensorSpec([], tf.string))
     seeked = tf.logical_and(uncompressed, tf.logical_or(look_up, known >= 0))
-    return records.skip(tf.where(seeked, tf.constant(0, tf.int64), skip))
+    return records.skip(tf.where(seeked, tf.constant(0, tf.int64), first)).take(span.limit)
+
+
+def _buffer_bytes(length: tf.Tensor) -> tf.Tensor:
+    """The read buffer for reading `length` bytes (<= 0: not known): a piece smaller than the
+    buffer is read once, not a whole buffer's worth of the shard."""
+    full = tf.constant(_READ_BUFFER_BYTES, tf.int64)
+    length = tf.cast(length, tf.int64)
+    return tf.where(length > 0, tf.clip_by_value(length, _MIN_BUFFER_BYTES, full), full)
 
 
 def _byte_offset(path: tf.Tensor, skip: tf.Tensor) -> int:

@@ -20,7 +20,7 @@ from core import schema
 from pipeline.reader import dataset as reader
 from pipeline.reader import dataset_info
 from pipeline.reader.epoch_order import EpochOrder, pipeline_mask
-from pipeline.reader.shard_records import read_shard
+from pipeline.reader.shard_records import Span, read_shard
 from tests.unit.test_reader_shares import UNEVEN, write_shards
 
 BATCH = 8
@@ -109,6 +109,14 @@ def test_each_epoch_is_a_permutation_drawn_from_seed_and_epoch(counts, lanes, wi
         assert EpochOrder(counts, seed=8, lanes=lanes, window=window).epoch_records(1) != epochs[1]
 
 
+def test_an_unpermuted_order_is_the_merge_and_still_new_each_epoch():
+    """Windows of one global batch are not permuted: the merge alone orders the epoch."""
+    order = EpochOrder(UNEVEN, seed=7, lanes=3, window=BATCH, permute=False)
+    epochs = [order.epoch_records(e) for e in range(2)]
+    assert epochs[0] == order.merged_records(0).numpy().tolist()
+    assert sorted(epochs[1]) == list(range(sum(UNEVEN))) and epochs[0] != epochs[1]
+
+
 @pytest.mark.parametrize("merged_start", [0, 1, 13, 40, 56])
 def test_lane_starts_are_where_the_merge_has_taken_each_lane(merged_start):
     order = EpochOrder(UNEVEN, seed=3, lanes=3, window=10)
@@ -131,7 +139,7 @@ def test_pipeline_masks_split_every_global_batch():
 def test_the_reader_follows_the_epoch_order(data_dir, full):
     names = full[: 2 * STEPS * BATCH]
     if os.path.exists(os.path.join(data_dir, ".imgrec")):  # pieces: one global batch mixes
-        order = EpochOrder((1,) * sum(UNEVEN), seed=5, lanes=8, window=BATCH)
+        order = EpochOrder((1,) * sum(UNEVEN), seed=5, lanes=8, window=BATCH, permute=False)
     else:  # 8 whole shards: windows of the 256 MB buffer (>= 1024 records), 8 lanes
         order = EpochOrder(UNEVEN, seed=5, lanes=8, window=1024)
     expected = order.epoch_records(0)[: STEPS * BATCH] + order.epoch_records(1)[: STEPS * BATCH]
@@ -226,7 +234,9 @@ def _read_from(path: str, compression: str, expected: int, skip: int) -> list[by
             tf.constant(expected, tf.int64),
             True,
             "",
-            k,
+            Span(
+                k, tf.constant(-1, tf.int64), tf.constant(-1, tf.int64), tf.constant(-1, tf.int64)
+            ),
         )
     )
     return [r.numpy() for r in part]
