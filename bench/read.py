@@ -17,9 +17,9 @@ pools (all cores; `--threads K` pins every tf.data pipeline to K private threads
                           the converter stores images larger than 256)
   reader * pixels         the reader on shards converted with --store pixels --max_side 256:
                           raw uint8 RGB records, no decoder (docs/storage_modes.md)
-  reader train * 64 shards  the same two trainings on shards converted with --min_shards 64:
-                          a split of more shards than training reads at once (whole shards,
-                          not pieces of them; pipeline/reader/pieces.py)
+  reader train* @64 shards  the two trainings on shards converted with --min_shards 64: more
+                          shards than training reads at once (read whole, not in pieces:
+                          pipeline/reader/pieces.py)
 Pipelines are timed round-robin, `--repeats` rounds, the median reported; each pass reads every
 image once. A warm-up pass per pipeline is not timed.
 
@@ -219,8 +219,8 @@ def main(argv=None) -> int:
         "reader train": reader(data_dir, True),
         "reader eval pixels": reader(pixels_dir, False),
         "reader train pixels": reader(pixels_dir, True),
-        "reader train, 64 shards": reader(many_dir, True),
-        "reader train pixels, 64 shards": reader(many_pixels_dir, True),
+        "reader train @64 shards": reader(many_dir, True),
+        "reader train pixels @64 shards": reader(many_pixels_dir, True),
         "idfd": idfd,
         "ceiling full decode+resize": ceiling("full"),
         "ceiling crop-decode+resize": ceiling("crop"),

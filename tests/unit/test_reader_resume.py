@@ -224,22 +224,56 @@ def test_a_negative_start_step_is_refused(data_dir):
         list(_dataset(data_dir, start_step=lambda: -1).take(1))
 
 
-def _read_from(path: str, compression: str, expected: int, skip: int) -> list[bytes]:
-    """read_shard(..., skip) as the reader runs it: inside a dataset function (the offset
-    kernel cannot be serialized, which an eager top-level dataset does)."""
-    part = tf.data.Dataset.from_tensors(tf.constant(skip, tf.int64)).flat_map(
-        lambda k: read_shard(
+def _read_from(
+    path: str, compression: str, expected: int, skip: int, offset=-1, limit=-1, length=-1
+) -> list[bytes]:
+    """read_shard(..., Span(skip, offset, limit, length)) as the reader runs it: inside a
+    dataset function (the offset kernel cannot be serialized, which an eager top-level dataset
+    does)."""
+    span = [tf.constant(v, tf.int64) for v in (skip, offset, limit, length)]
+    part = tf.data.Dataset.from_tensors(tuple(span)).flat_map(
+        lambda *s: read_shard(
             tf.constant(path),
             tf.constant(compression),
             tf.constant(expected, tf.int64),
             True,
             "",
-            Span(
-                k, tf.constant(-1, tf.int64), tf.constant(-1, tf.int64), tf.constant(-1, tf.int64)
-            ),
+            Span(*s),
         )
     )
     return [r.numpy() for r in part]
+
+
+def _offsets(data: bytes) -> list[int]:
+    from core import dali_index
+
+    rows = dali_index.index_of_shard(data).decode().splitlines()
+    return [int(line.split()[0]) for line in rows] + [len(data)]
+
+
+def test_a_piece_is_read_from_its_offset_to_its_limit_only(tmp_path):
+    """Records 5-11 of 20, opened at record 5's offset: the bytes before it are never read
+    (garbage there), and the records after it are not returned."""
+    path = tmp_path / "s.tfrecord"
+    with tf.io.TFRecordWriter(str(path)) as writer:
+        for i in range(20):
+            writer.write(bytes([i]) * (40 + i))
+    data = path.read_bytes()
+    whole, at = [r.numpy() for r in tf.data.TFRecordDataset(str(path))], _offsets(data)
+    path.write_bytes(b"\xff" * at[5] + data[at[5] :])
+    got = _read_from(str(path), "", 20, 5, offset=at[5], limit=7, length=at[12] - at[5])
+    assert got == whole[5:12]
+
+
+def test_a_piece_cut_short_fails_naming_its_shard(tmp_path):
+    path = tmp_path / "s.tfrecord"
+    with tf.io.TFRecordWriter(str(path)) as writer:
+        for i in range(20):
+            writer.write(bytes([i]) * 100)
+    at = _offsets(path.read_bytes())
+    os.truncate(path, at[9] + 30)  # inside record 9 of the piece 5-11
+    with pytest.raises(tf.errors.InvalidArgumentError, match="s.tfrecord is corrupt"):
+        _read_from(str(path), "", 20, 5, offset=at[5], limit=7, length=at[12] - at[5])
 
 
 @pytest.mark.parametrize("gzip", [False, True])
