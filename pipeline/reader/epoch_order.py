@@ -74,10 +74,6 @@ class EpochOrder:
         listed = tf.range(len(self.counts), dtype=tf.int64)
         return tf.random.experimental.stateless_shuffle(listed, self.stream_seed(epoch, _SHARDS))
 
-    def lane_shards(self, epoch, lane: int) -> tf.Tensor:
-        """int64: listed indices of the shards `lane` reads this epoch, in reading order."""
-        return self.shard_order(epoch)[lane :: self.lanes]
-
     def lane_labels(self, epoch) -> tf.Tensor:
         """int64 [N]: the lane each merged position takes its record from."""
         counts = tf.constant(self.counts, tf.int64)
@@ -107,9 +103,10 @@ class EpochOrder:
         labels = self.lane_labels(epoch)[: tf.cast(merged_start, tf.int64)]
         used = tf.math.bincount(labels, minlength=self.lanes, maxlength=self.lanes, dtype=tf.int64)
         counts = tf.constant(self.counts, tf.int64)
+        order = self.shard_order(epoch)
         starts = []
         for lane in range(self.lanes):
-            shards = self.lane_shards(epoch, lane)
+            shards = order[lane :: self.lanes]
             ends = tf.cumsum(tf.gather(counts, shards))
             first = tf.searchsorted(ends, used[lane : lane + 1], side="right")[0]
             before = tf.concat([[0], ends], 0)[first]
@@ -120,7 +117,8 @@ class EpochOrder:
         """int64 [N]: the listed-order index (shard by shard) of each merged position's record."""
         counts = tf.constant(self.counts, tf.int64)
         firsts = tf.cumsum(counts, exclusive=True)
-        by_lane = tf.concat([self.lane_shards(epoch, lane) for lane in range(self.lanes)], 0)
+        order = self.shard_order(epoch)
+        by_lane = tf.concat([order[lane :: self.lanes] for lane in range(self.lanes)], 0)
         # Every lane's records, lane after lane, in reading order.
         streams = tf.ragged.range(
             tf.gather(firsts, by_lane), tf.gather(firsts + counts, by_lane), dtype=tf.int64

@@ -228,6 +228,15 @@ def _streamed_windows(config, order: EpochOrder, read_part: Callable) -> Callabl
         )
         return paths[i], compressions[i], in_shard[i], span
 
+    # Traced once, shared by every lane: per-lane copies made a 32-lane iterator's start slow.
+    scalar = tf.TensorSpec([], tf.int64)
+    piece = tf.function(piece, input_signature=[scalar, scalar], autograph=False)
+    read = tf.function(
+        read,
+        input_signature=[tf.TensorSpec([], tf.string)] * 2 + [scalar, Span(*[scalar] * 4)],
+        autograph=False,
+    )
+
     def lane(piece_indices: tf.Tensor, skip: tf.Tensor) -> tf.data.Dataset:
         # Only the lane's first piece starts inside.
         skips = tf.where(tf.range(tf.size(piece_indices, tf.int64)) == 0, skip, 0)
