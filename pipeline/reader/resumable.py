@@ -163,9 +163,18 @@ def ordered_records(
         )
         return parts.unbatch()
 
+    return _epochs_from(start_step, steps, batch, config.repeat, epoch)
+
+
+def _epochs_from(
+    start_step: StartStep, steps: int, batch: int, repeat: bool, epoch: Callable
+) -> tf.data.Dataset:
+    """`epoch(index, begin)` from global step `start_step` on: the rest of its epoch, then
+    later epochs (forever with `repeat`)."""
+
     def from_step(step: tf.Tensor) -> tf.data.Dataset:
         first_epoch, begin = step // steps, (step % steps) * batch
-        last = first_epoch + 1 if not config.repeat else _FOREVER
+        last = first_epoch + 1 if not repeat else _FOREVER
         epochs = tf.data.Dataset.range(first_epoch, last)
         return epochs.flat_map(
             traced_as_written(lambda e: epoch(e, tf.where(e == first_epoch, begin, 0)))
@@ -173,7 +182,7 @@ def ordered_records(
 
     # The step is read when iteration begins: after a restore, not when the dataset was made.
     starts = tf.data.Dataset.range(1).map(
-        traced_as_written(lambda _: _start_tensor(start_step, steps, config.repeat))
+        traced_as_written(lambda _: _start_tensor(start_step, steps, repeat))
     )
     return starts.flat_map(traced_as_written(from_step))
 
