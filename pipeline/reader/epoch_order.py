@@ -97,28 +97,36 @@ class EpochOrder:
         seed = self.stream_seed(epoch, _CROPS, index)
         return tf.random.stateless_uniform(shape, seed, minval=None, maxval=None, dtype=tf.int64)
 
-    def lane_starts(self, epoch, merged_start) -> list[tuple[tf.Tensor, tf.Tensor]]:
-        """Per lane, where the merged stream from position `merged_start` on takes up reading:
-        (listed indices of its shards still to read, records to skip in the first of them)."""
+    def lane_shards(self, epoch) -> tf.RaggedTensor:
+        """int64 [lanes, None]: each lane's listed shard indices, in reading order."""
+        lanes, n = self.lanes, len(self.counts)
+        # Position i of the shard order goes to lane i % lanes.
+        grouped = [i for lane in range(lanes) for i in range(lane, n, lanes)]
+        lengths = [len(range(lane, n, lanes)) for lane in range(lanes)]
+        shards = tf.gather(self.shard_order(epoch), tf.constant(grouped, tf.int64))
+        return tf.RaggedTensor.from_row_lengths(shards, tf.constant(lengths, tf.int64))
+
+    def lane_starts(self, epoch, merged_start) -> tuple[tf.RaggedTensor, tf.Tensor]:
+        """Where the merged stream from position `merged_start` on takes up each lane:
+        (int64 [lanes, None] listed indices of its shards still to read, int64 [lanes]
+        records to skip in the first of them)."""
         labels = self.lane_labels(epoch)[: tf.cast(merged_start, tf.int64)]
         used = tf.math.bincount(labels, minlength=self.lanes, maxlength=self.lanes, dtype=tf.int64)
-        counts = tf.constant(self.counts, tf.int64)
-        order = self.shard_order(epoch)
-        starts = []
-        for lane in range(self.lanes):
-            shards = order[lane :: self.lanes]
-            ends = tf.cumsum(tf.gather(counts, shards))
-            first = tf.searchsorted(ends, used[lane : lane + 1], side="right")[0]
-            before = tf.concat([[0], ends], 0)[first]
-            starts.append((shards[first:], used[lane] - before))
-        return starts
+        shards = self.lane_shards(epoch)
+        lane_of = shards.value_rowids()
+        sizes = tf.gather(tf.constant(self.counts, tf.int64), shards.flat_values)
+        # Each shard's end within its lane; the shards the merge has read through are done.
+        starts = tf.cumsum(sizes, exclusive=True)  # over all lanes, lane after lane
+        ends = starts + sizes - tf.gather(tf.gather(starts, shards.row_starts()), lane_of)
+        done = ends <= tf.gather(used, lane_of)
+        read = tf.math.unsorted_segment_sum(tf.where(done, sizes, 0), lane_of, self.lanes)
+        return tf.ragged.boolean_mask(shards, shards.with_flat_values(~done)), used - read
 
     def merged_records(self, epoch) -> tf.Tensor:
         """int64 [N]: the listed-order index (shard by shard) of each merged position's record."""
         counts = tf.constant(self.counts, tf.int64)
         firsts = tf.cumsum(counts, exclusive=True)
-        order = self.shard_order(epoch)
-        by_lane = tf.concat([order[lane :: self.lanes] for lane in range(self.lanes)], 0)
+        by_lane = self.lane_shards(epoch).flat_values
         # Every lane's records, lane after lane, in reading order.
         streams = tf.ragged.range(
             tf.gather(firsts, by_lane), tf.gather(firsts + counts, by_lane), dtype=tf.int64

@@ -227,39 +227,40 @@ def _streamed_windows(config, order: EpochOrder, read_part: Callable) -> Callabl
     if config.local_copies is not None:
         read = config.local_copies.after_download(read)
 
-    def piece(i: tf.Tensor, skip: tf.Tensor) -> tuple:
-        """read_part's arguments for piece `i` from its record `skip` on."""
+    def pieces_from(i: tf.Tensor, skip: tf.Tensor) -> tuple:
+        """read_part's arguments for pieces `i`, from record `skip` on in each."""
+        unknown = tf.constant(-1, tf.int64)
         span = Span(
-            first=firsts[i] + skip,
-            offset=tf.where(skip == 0, offsets[i], -1),  # inside a piece: look it up
-            limit=tf.where(ends_shard[i], tf.constant(-1, tf.int64), counts[i] - skip),
-            length=tf.where(skip == 0, lengths[i], -1),
+            first=tf.gather(firsts, i) + skip,
+            offset=tf.where(skip == 0, tf.gather(offsets, i), unknown),  # inside: look it up
+            limit=tf.where(tf.gather(ends_shard, i), unknown, tf.gather(counts, i) - skip),
+            length=tf.where(skip == 0, tf.gather(lengths, i), unknown),
         )
-        return paths[i], compressions[i], in_shard[i], span
+        return tf.gather(paths, i), tf.gather(compressions, i), tf.gather(in_shard, i), span
 
-    # Traced once, shared by every lane: per-lane copies made a 32-lane iterator's start slow.
-    scalar = tf.TensorSpec([], tf.int64)
-    piece = tf.function(piece, input_signature=[scalar, scalar], autograph=False)
-    read = tf.function(
-        read,
-        input_signature=[tf.TensorSpec([], tf.string)] * 2 + [scalar, Span(*[scalar] * 4)],
+    # Traced once and called per lane: a lane traced per lane made a 32-lane start slow.
+    @tf.function(
+        input_signature=[
+            tf.RaggedTensorSpec([order.lanes, None], tf.int64, row_splits_dtype=tf.int64),
+            tf.TensorSpec([order.lanes], tf.int64),
+            tf.TensorSpec([], tf.int64),
+        ],
         autograph=False,
     )
-
-    def lane(piece_indices: tf.Tensor, skip: tf.Tensor) -> tf.data.Dataset:
+    def lane(to_read: tf.RaggedTensor, skips: tf.Tensor, index: tf.Tensor) -> tf.data.Dataset:
+        """Lane `index`'s records: its pieces still to read, the first from its skip on."""
+        mine = to_read[index]
         # Only the lane's first piece starts inside.
-        skips = tf.where(tf.range(tf.size(piece_indices, tf.int64)) == 0, skip, 0)
-        parts = tf.data.Dataset.from_tensor_slices((piece_indices, skips)).map(piece)
+        skip = tf.where(tf.range(tf.size(mine, tf.int64)) == 0, skips[index], 0)
+        parts = tf.data.Dataset.from_tensor_slices(pieces_from(mine, skip))
         if config.local_copies is not None:
             parts = config.local_copies.localize(parts)
         return parts.flat_map(read).prefetch(ahead)
 
     def windows(epoch: tf.Tensor, first: tf.Tensor) -> tf.data.Dataset:
         merged_start = first * order.window
-        lanes = [
-            lane(shard_indices, skip)
-            for shard_indices, skip in order.lane_starts(epoch, merged_start)
-        ]
+        to_read, skips = order.lane_starts(epoch, merged_start)
+        lanes = [lane(to_read, skips, tf.constant(i, tf.int64)) for i in range(order.lanes)]
         choices = tf.data.Dataset.from_tensor_slices(order.lane_labels(epoch)[merged_start:])
         merged = tf.data.Dataset.choose_from_datasets(lanes, choices)
         return merged.batch(order.window).prefetch(2)

@@ -123,7 +123,8 @@ def test_lane_starts_are_where_the_merge_has_taken_each_lane(merged_start):
     merged = order.merged_records(2).numpy().tolist()
     firsts = [sum(UNEVEN[:i]) for i in range(len(UNEVEN))]
     resumed = []
-    for shards, skip in order.lane_starts(2, merged_start):
+    lanes, skips = order.lane_starts(2, merged_start)
+    for shards, skip in zip(lanes, skips, strict=True):
         lane = [firsts[s] + r for s in shards.numpy() for r in range(UNEVEN[s])][int(skip) :]
         resumed.append(lane)
     labels = order.lane_labels(2).numpy()[merged_start:]
