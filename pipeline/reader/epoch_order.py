@@ -2,30 +2,31 @@
 (seed, epoch) and the split's shard sizes. TensorFlow ops (same values eagerly and in a graph).
 
 An epoch of N records is laid out in three draws, each from its own stateless seed:
-1. the shards in a random order, dealt round-robin to `lanes` lanes (shards read at once): a
-   lane is the concatenation of its shards' records, in shard order;
-2. the lanes merged by a random interleaving: position m of the merged stream takes the next
-   record of lane `labels[m]`, where `labels` is a random permutation holding lane l as many
-   times as lane l has records (every lane ends near the epoch's end);
+1. the shards (pieces of them, pipeline/reader/pieces.py) in a random order;
+2. merged as tf.data's deterministic `interleave(cycle_length=lanes, block_length=1)` merges
+   them: `lanes` shards open at once, one record from each in turn; a lane whose shard has
+   ended takes the next shard of the order when its turn next comes (`_interleave` spells
+   this out, and a test holds it to tf.data's own);
 3. the merged stream cut into windows of `window` records, each permuted at random (unless
    `permute` is off: a window of one global batch holds a set of records, already drawn from
    a random merge, and permuting it would only copy them).
 Global step s is final positions [s*B, (s+1)*B); input pipeline p of P takes positions whose
 offset in the step is in [p*B/P, (p+1)*B/P). Nothing depends on the number of workers or
 replicas, on read speed or on `deterministic`, and starting at any step reads only the shards
-still needed (each lane's current shard from its record, later ones whole) plus one window.
+still needed (each open one from its record, later ones whole) plus one window.
 """
 
 from __future__ import annotations
 
 import dataclasses
 
+import numpy as np
 import tensorflow as tf
 
 __all__ = ["EpochOrder", "pipeline_mask"]
 
 # Independent random streams drawn from one seed (any distinct constants would do).
-_SHARDS, _LANES, _WINDOWS, _CROPS = 1, 2, 3, 4
+_SHARDS, _WINDOWS, _CROPS = 1, 3, 4
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,15 +75,6 @@ class EpochOrder:
         listed = tf.range(len(self.counts), dtype=tf.int64)
         return tf.random.experimental.stateless_shuffle(listed, self.stream_seed(epoch, _SHARDS))
 
-    def lane_labels(self, epoch) -> tf.Tensor:
-        """int64 [N]: the lane each merged position takes its record from."""
-        counts = tf.constant(self.counts, tf.int64)
-        order = self.shard_order(epoch)
-        lane_of = tf.range(len(self.counts), dtype=tf.int64) % self.lanes
-        lengths = tf.math.unsorted_segment_sum(tf.gather(counts, order), lane_of, self.lanes)
-        labels = tf.repeat(tf.range(self.lanes, dtype=tf.int64), lengths)
-        return tf.random.experimental.stateless_shuffle(labels, self.stream_seed(epoch, _LANES))
-
     def window_permutation(self, epoch, index, size) -> tf.Tensor:
         """int64 [size]: merged positions (within the window) in final order."""
         positions = tf.range(tf.cast(size, tf.int64), dtype=tf.int64)
@@ -97,43 +89,44 @@ class EpochOrder:
         seed = self.stream_seed(epoch, _CROPS, index)
         return tf.random.stateless_uniform(shape, seed, minval=None, maxval=None, dtype=tf.int64)
 
-    def lane_shards(self, epoch) -> tf.RaggedTensor:
-        """int64 [lanes, None]: each lane's listed shard indices, in reading order."""
-        lanes, n = self.lanes, len(self.counts)
-        # Position i of the shard order goes to lane i % lanes.
-        grouped = [i for lane in range(lanes) for i in range(lane, n, lanes)]
-        lengths = [len(range(lane, n, lanes)) for lane in range(lanes)]
-        shards = tf.gather(self.shard_order(epoch), tf.constant(grouped, tf.int64))
-        return tf.RaggedTensor.from_row_lengths(shards, tf.constant(lengths, tf.int64))
+    def resume_inputs(self, epoch, merged_start) -> tuple[tf.Tensor, tf.Tensor]:
+        """The interleave's input from merged position `merged_start` on: (int64 [K] listed
+        shard indices, int64 [K] records to skip in each). Interleaved as the epoch is, they
+        give the merged stream from there: the open shards first, from the lane whose turn
+        is next, then the shards not yet opened."""
+        order = self.shard_order(epoch)
 
-    def lane_starts(self, epoch, merged_start) -> tuple[tf.RaggedTensor, tf.Tensor]:
-        """Where the merged stream from position `merged_start` on takes up each lane:
-        (int64 [lanes, None] listed indices of its shards still to read, int64 [lanes]
-        records to skip in the first of them)."""
-        labels = self.lane_labels(epoch)[: tf.cast(merged_start, tf.int64)]
-        used = tf.math.bincount(labels, minlength=self.lanes, maxlength=self.lanes, dtype=tf.int64)
-        shards = self.lane_shards(epoch)
-        lane_of = shards.value_rowids()
-        sizes = tf.gather(tf.constant(self.counts, tf.int64), shards.flat_values)
-        # Each shard's end within its lane; the shards the merge has read through are done.
-        starts = tf.cumsum(sizes, exclusive=True)  # over all lanes, lane after lane
-        ends = starts + sizes - tf.gather(tf.gather(starts, shards.row_starts()), lane_of)
-        done = ends <= tf.gather(used, lane_of)
-        read = tf.math.unsorted_segment_sum(tf.where(done, sizes, 0), lane_of, self.lanes)
-        return tf.ragged.boolean_mask(shards, shards.with_flat_values(~done)), used - read
+        def resumed(order, start):
+            counts = np.asarray(self.counts, np.int64)
+            state = _interleave(counts[order.numpy()], self.lanes, int(start))
+            shards, skips = state.inputs(counts[order.numpy()])
+            return order.numpy()[shards], skips
+
+        def from_start():
+            return order, tf.zeros_like(order)
+
+        def from_inside():
+            shards, skips = tf.py_function(resumed, [order, merged_start], [tf.int64] * 2)
+            return tf.ensure_shape(shards, [None]), tf.ensure_shape(skips, [None])
+
+        return tf.cond(tf.equal(merged_start, 0), from_start, from_inside)
 
     def merged_records(self, epoch) -> tf.Tensor:
         """int64 [N]: the listed-order index (shard by shard) of each merged position's record."""
-        counts = tf.constant(self.counts, tf.int64)
-        firsts = tf.cumsum(counts, exclusive=True)
-        by_lane = self.lane_shards(epoch).flat_values
-        # Every lane's records, lane after lane, in reading order.
-        streams = tf.ragged.range(
-            tf.gather(firsts, by_lane), tf.gather(firsts + counts, by_lane), dtype=tf.int64
-        ).flat_values
-        # The j-th merged position of lane l (in merged order) reads lane l's j-th record.
-        positions = tf.argsort(self.lane_labels(epoch), stable=True)
-        return tf.gather(streams, tf.math.invert_permutation(positions))
+        order = self.shard_order(epoch)
+
+        def merged(order):
+            counts = np.asarray(self.counts, np.int64)
+            sizes = counts[order.numpy()]
+            inputs = _interleave(sizes, self.lanes, sizes.sum()).taken
+            # Record i of input j is listed record firsts[order[j]] + i.
+            within = np.empty_like(inputs)
+            grouped = np.argsort(inputs, kind="stable")
+            within[grouped] = np.arange(inputs.size) - np.repeat(np.cumsum(sizes) - sizes, sizes)
+            firsts = np.cumsum(counts) - counts
+            return firsts[order.numpy()[inputs]] + within
+
+        return tf.ensure_shape(tf.py_function(merged, [order], tf.int64), [self.num_examples])
 
     def epoch_records(self, epoch: int) -> list[int]:
         """The listed-order index of the record at every final position (tests, benchmarks)."""
@@ -156,3 +149,89 @@ def pipeline_mask(
     offset = positions % global_batch_size
     mine = (offset >= pipeline_id * part) & (offset < (pipeline_id + 1) * part)
     return mine & (positions >= tf.cast(begin, tf.int64)) & (positions < tf.cast(end, tf.int64))
+
+
+@dataclasses.dataclass
+class _Merge:
+    """tf.data's deterministic interleave (block_length 1) over inputs of known sizes, stopped
+    after some records: lane `lane` holds input `slot[lane]` (-1: none) with `left[lane]`
+    records to go, `turn` is the lane read next and `opened` inputs have been opened."""
+
+    slot: np.ndarray
+    left: np.ndarray
+    turn: int = 0
+    opened: int = 0
+    count: int = 0
+    chunks: list = dataclasses.field(default_factory=list)
+
+    @property
+    def taken(self) -> np.ndarray:
+        """int64 [records taken]: the input each merged position came from."""
+        return np.concatenate(self.chunks or [np.zeros(0, np.int64)]).astype(np.int64)
+
+    def inputs(self, sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(inputs, skips) whose interleave goes on where this one stopped: the lanes' open
+        inputs from lane `turn` on (an empty lane takes the next unopened one, as it would),
+        then the inputs not yet opened."""
+        shards, skips, opened = [], [], self.opened
+        for lane in np.roll(np.arange(self.slot.size), -self.turn):
+            if self.slot[lane] >= 0:
+                shards.append(self.slot[lane])
+                skips.append(sizes[self.slot[lane]] - self.left[lane])
+            elif opened < sizes.size:
+                shards.append(opened)
+                skips.append(0)
+                opened += 1
+        rest = np.arange(opened, sizes.size)
+        return (
+            np.concatenate([np.asarray(shards, np.int64), rest]).astype(np.int64),
+            np.concatenate([np.asarray(skips, np.int64), np.zeros(rest.size, np.int64)]),
+        )
+
+
+def _interleave(sizes: np.ndarray, lanes: int, stop: int) -> _Merge:
+    """The merge of inputs of `sizes` over `lanes` lanes, after `stop` records."""
+    merge = _Merge(slot=np.full(lanes, -1, np.int64), left=np.zeros(lanes, np.int64))
+    while merge.count < stop:
+        if merge.turn == 0 and _whole_rounds(merge, sizes.size, stop - merge.count):
+            continue
+        if not _visit(merge, sizes):
+            break  # every input read
+    return merge
+
+
+def _whole_rounds(merge: _Merge, num_inputs: int, most: int) -> bool:
+    """Takes the rounds in which every lane reads a record or stays empty for good, at once
+    (the merge's bulk: nothing opens or ends in them); False when there are none."""
+    open_ = merge.slot >= 0
+    if not open_.any() or (merge.left[open_] == 0).any():
+        return False
+    if merge.opened < num_inputs and not open_.all():
+        return False
+    rounds = min(int(merge.left[open_].min()), most // int(open_.sum()))
+    if rounds == 0:
+        return False
+    merge.chunks.append(np.tile(merge.slot[open_], rounds))
+    merge.left[open_] -= rounds
+    merge.count += rounds * int(open_.sum())
+    return True
+
+
+def _visit(merge: _Merge, sizes: np.ndarray) -> bool:
+    """One turn of tf.data's InterleaveDataset loop at lane `turn`; False when all is read."""
+    lane = merge.turn
+    if merge.slot[lane] < 0:
+        if merge.opened < sizes.size:  # an empty lane opens the next input and reads from it
+            merge.slot[lane], merge.left[lane] = merge.opened, sizes[merge.opened]
+            merge.opened += 1
+            return True
+        if (merge.slot < 0).all():
+            return False
+    elif merge.left[lane] > 0:
+        merge.chunks.append(merge.slot[lane : lane + 1].copy())
+        merge.left[lane] -= 1
+        merge.count += 1
+    else:  # the input has ended: the lane is empty until its next turn
+        merge.slot[lane] = -1
+    merge.turn = (lane + 1) % merge.slot.size
+    return True

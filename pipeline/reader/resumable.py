@@ -20,10 +20,6 @@ __all__ = ["StartStep", "check_no_start_step", "epoch_order", "ordered_records",
 # when iteration starts (a restored optimizer's `iterations`, a callable).
 StartStep = int | Callable[[], int] | object
 
-# What the lanes together read ahead of the merge: enough to ride out a piece's opening and
-# the decoder's bursts of demand, bounded in bytes (64 MB), in records per lane.
-_AHEAD_BYTES = 64 * 2**20
-_LANE_AHEAD_MIN, _LANE_AHEAD_MAX = 16, 1024
 # Epochs "forever" for a repeating dataset (a Dataset.range bound).
 _FOREVER = 2**62
 
@@ -209,7 +205,7 @@ def _steps(order: EpochOrder, batch: int) -> int:
 
 def _streamed_windows(config, order: EpochOrder, read_part: Callable) -> Callable:
     """`windows(epoch, first)`: the epoch's merged stream from window `first` on, read from
-    the pieces lane by lane, one tensor of records per window."""
+    the pieces by one interleave, one tensor of records per window."""
     shards, pieces = config.shards, config.pieces
     shard_of = tf.constant(pieces.shard, tf.int64)
     paths = tf.gather(tf.constant([s.path for s in shards], tf.string), shard_of)
@@ -219,10 +215,6 @@ def _streamed_windows(config, order: EpochOrder, read_part: Callable) -> Callabl
     offsets, lengths = tf.constant(pieces.offset, tf.int64), tf.constant(pieces.length, tf.int64)
     # A shard's last piece is read to the shard's end: its record count is checked there.
     ends_shard = tf.equal(firsts + counts, in_shard)
-    ahead = _LANE_AHEAD_MIN  # without the split's size
-    if config.num_bytes > 0:
-        ahead = _AHEAD_BYTES * order.num_examples // (order.lanes * config.num_bytes)
-    ahead = max(_LANE_AHEAD_MIN, min(_LANE_AHEAD_MAX, ahead))
     read = read_part
     if config.local_copies is not None:
         read = config.local_copies.after_download(read)
@@ -238,31 +230,20 @@ def _streamed_windows(config, order: EpochOrder, read_part: Callable) -> Callabl
         )
         return tf.gather(paths, i), tf.gather(compressions, i), tf.gather(in_shard, i), span
 
-    # Traced once and called per lane: a lane traced per lane made a 32-lane start slow.
-    @tf.function(
-        input_signature=[
-            tf.RaggedTensorSpec([order.lanes, None], tf.int64, row_splits_dtype=tf.int64),
-            tf.TensorSpec([order.lanes], tf.int64),
-            tf.TensorSpec([], tf.int64),
-        ],
-        autograph=False,
-    )
-    def lane(to_read: tf.RaggedTensor, skips: tf.Tensor, index: tf.Tensor) -> tf.data.Dataset:
-        """Lane `index`'s records: its pieces still to read, the first from its skip on."""
-        mine = to_read[index]
-        # Only the lane's first piece starts inside.
-        skip = tf.where(tf.range(tf.size(mine, tf.int64)) == 0, skips[index], 0)
-        parts = tf.data.Dataset.from_tensor_slices(pieces_from(mine, skip))
+    def windows(epoch: tf.Tensor, first: tf.Tensor) -> tf.data.Dataset:
+        parts = tf.data.Dataset.from_tensor_slices(
+            pieces_from(*order.resume_inputs(epoch, first * order.window))
+        )
         if config.local_copies is not None:
             parts = config.local_copies.localize(parts)
-        return parts.flat_map(read).prefetch(ahead)
-
-    def windows(epoch: tf.Tensor, first: tf.Tensor) -> tf.data.Dataset:
-        merged_start = first * order.window
-        to_read, skips = order.lane_starts(epoch, merged_start)
-        lanes = [lane(to_read, skips, tf.constant(i, tf.int64)) for i in range(order.lanes)]
-        choices = tf.data.Dataset.from_tensor_slices(order.lane_labels(epoch)[merged_start:])
-        merged = tf.data.Dataset.choose_from_datasets(lanes, choices)
+        # The merge the epoch order is defined by; one reader per lane (AUTOTUNE read less).
+        merged = parts.interleave(
+            read,
+            cycle_length=order.lanes,
+            block_length=1,
+            num_parallel_calls=order.lanes,
+            deterministic=True,
+        )
         return merged.batch(order.window).prefetch(2)
 
     return windows

@@ -13,6 +13,7 @@ import json
 import os
 from pathlib import Path
 
+import numpy as np
 import pytest
 import tensorflow as tf
 
@@ -117,18 +118,32 @@ def test_an_unpermuted_order_is_the_merge_and_still_new_each_epoch():
     assert sorted(epochs[1]) == list(range(sum(UNEVEN))) and epochs[0] != epochs[1]
 
 
-@pytest.mark.parametrize("merged_start", [0, 1, 13, 40, 56])
-def test_lane_starts_are_where_the_merge_has_taken_each_lane(merged_start):
+def _tf_interleave(counts, shards, skips, lanes: int) -> list[int]:
+    """tf.data's own merge of `shards` (from record `skips` on): listed record indices."""
+    firsts = np.cumsum(counts) - np.asarray(counts)
+    starts = (firsts[shards] + skips).astype(np.int64)
+    ends = (firsts[shards] + np.asarray(counts)[shards]).astype(np.int64)
+    merged = tf.data.Dataset.from_tensor_slices((starts, ends)).interleave(
+        tf.data.Dataset.range, cycle_length=lanes, block_length=1, num_parallel_calls=lanes
+    )
+    return [int(r) for r in merged]
+
+
+@pytest.mark.parametrize(("counts", "lanes"), [(UNEVEN, 3), ((1, 0, 30, 2), 2), ((5,) * 40, 16)])
+def test_the_merge_is_tf_datas_interleave(counts, lanes):
+    order = EpochOrder(counts, seed=3, lanes=lanes, window=10)
+    shards = order.shard_order(2).numpy()
+    expected = _tf_interleave(counts, shards, np.zeros_like(shards), lanes)
+    assert order.merged_records(2).numpy().tolist() == expected
+
+
+@pytest.mark.parametrize("merged_start", [0, 1, 13, 40, 56, sum(UNEVEN)])
+def test_resume_inputs_go_on_where_the_merge_stopped(merged_start):
     order = EpochOrder(UNEVEN, seed=3, lanes=3, window=10)
     merged = order.merged_records(2).numpy().tolist()
-    firsts = [sum(UNEVEN[:i]) for i in range(len(UNEVEN))]
-    resumed = []
-    lanes, skips = order.lane_starts(2, merged_start)
-    for shards, skip in zip(lanes, skips, strict=True):
-        lane = [firsts[s] + r for s in shards.numpy() for r in range(UNEVEN[s])][int(skip) :]
-        resumed.append(lane)
-    labels = order.lane_labels(2).numpy()[merged_start:]
-    assert [resumed[lane].pop(0) for lane in labels] == merged[merged_start:]
+    shards, skips = order.resume_inputs(2, tf.constant(merged_start, tf.int64))
+    resumed = _tf_interleave(UNEVEN, shards.numpy(), skips.numpy(), 3)
+    assert resumed == merged[merged_start:]
 
 
 def test_pipeline_masks_split_every_global_batch():
