@@ -155,7 +155,7 @@ def make_dataset(
     Files come from dataset_info.json. In training, which records make up each global step is a
     pure function of (seed, epoch) (pipeline/reader/epoch_order.py): shards (a small split's
     pieces) in a new random order each epoch, `shards_at_once` of them read at once and
-    merged at random (and permuted in windows of `shuffle_buffer_mb`, if given); each input
+    merged in turn (and permuted in windows of `shuffle_buffer_mb`, if given); each input
     pipeline (worker) reads its part of every global batch, so any number of workers or
     replicas reads each record once per epoch, and `start_step` resumes mid-epoch
     (docs/training.md). Records are decoded with a random-resized crop and a random flip. In evaluation the order is fixed and images get a

@@ -97,10 +97,10 @@ class EpochOrder:
         order = self.shard_order(epoch)
 
         def resumed(order, start):
-            counts = np.asarray(self.counts, np.int64)
-            state = _interleave(counts[order.numpy()], self.lanes, int(start))
-            shards, skips = state.inputs(counts[order.numpy()])
-            return order.numpy()[shards], skips
+            order = order.numpy()
+            sizes = np.asarray(self.counts, np.int64)[order]
+            shards, skips = _interleave(sizes, self.lanes, int(start)).inputs(sizes)
+            return order[shards], skips
 
         def from_start():
             return order, tf.zeros_like(order)
