@@ -3,6 +3,8 @@ and the tf.data options the reader sets. TensorFlow + core only."""
 
 from __future__ import annotations
 
+import os
+
 import tensorflow as tf
 
 from pipeline.reader.decode import decode_batch as _decode_batch
@@ -13,6 +15,8 @@ from pipeline.reader.shares import traced_as_written
 __all__ = ["batched"]
 
 AUTOTUNE = tf.data.AUTOTUNE
+# Decode calls beyond one per core when batches must stay in order (_in_order_calls).
+_SPARE_CALLS = 4
 # `traced_as_written(fn)`: traced without AutoGraph (pipeline/reader/shares.py says why), and so
 # are the functions nested in it (interleave, scan, map_fn). The user's `postprocess` is not.
 
@@ -40,7 +44,7 @@ def batched(
             )
         batches = records.map(
             traced_as_written(lambda *batch: _decode_batch(config, *batch)),
-            num_parallel_calls=AUTOTUNE,
+            num_parallel_calls=_in_order_calls() if deterministic else AUTOTUNE,
             deterministic=deterministic,
         )
     else:
@@ -72,6 +76,13 @@ def batched(
         )
     batches = batches.prefetch(AUTOTUNE)
     return batches.with_options(_options(config, multi_device))
+
+
+def _in_order_calls() -> int:
+    """Batches decoded at once when they must come out in order: a slow batch holds up those
+    behind it, and AUTOTUNE, which allows about one call per core, then leaves cores idle
+    (docs/benchmarks.md, issue 57); a few spare calls keep them busy."""
+    return len(os.sched_getaffinity(0)) + _SPARE_CALLS
 
 
 def _options(config, multi_device: bool) -> tf.data.Options:
