@@ -82,7 +82,9 @@ def _in_order_calls() -> int:
     """Batches decoded at once when they must come out in order: a slow batch holds up those
     behind it, and AUTOTUNE, which allows about one call per core, then leaves cores idle
     (docs/benchmarks.md, issue 57); a few spare calls keep them busy."""
-    return len(os.sched_getaffinity(0)) + _SPARE_CALLS
+    if hasattr(os, "sched_getaffinity"):  # Linux: the cores this process may run on
+        return len(os.sched_getaffinity(0)) + _SPARE_CALLS
+    return (os.cpu_count() or 1) + _SPARE_CALLS
 
 
 def _options(config, multi_device: bool) -> tf.data.Options:
