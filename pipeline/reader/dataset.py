@@ -158,9 +158,9 @@ def make_dataset(
     merged in turn (and permuted in windows of `shuffle_buffer_mb`, if given); each input
     pipeline (worker) reads its part of every global batch, so any number of workers or
     replicas reads each record once per epoch, and `start_step` resumes mid-epoch
-    (docs/training.md). Records are decoded with a random-resized crop and a random flip. In evaluation the order is fixed and images get a
-    centre crop. Images are resized to `image_size` and returned as uint8: normalise on the
-    accelerator.
+    (docs/training.md). Records are decoded with a random-resized crop and a random flip. In
+    evaluation the order is fixed and images get a centre crop. Images are resized to
+    `image_size` and returned as uint8: normalise on the accelerator.
 
     Every storage mode reads the same way (docs/storage_modes.md): JPEG/PNG/GIF records are
     decoded (the crop fused into libjpeg's decode), raw-pixel records (`--store pixels|smart`,
@@ -220,8 +220,9 @@ def make_dataset(
             steps_per_epoch`. A callable or variable is read when iteration starts (Keras:
             `resume_callback(...).start_step`, docs/training.md).
         shards_at_once: training: shards read at once (8 MB of read buffer each), at most
-            one per shard; more mixes shards of few classes better. Keep it, `seed`, `global_batch_size` and
-            `shuffle_buffer_mb` when resuming: they make the epoch order.
+            one per shard; more mixes shards of few classes better. Keep it, `seed`,
+            `global_batch_size` and `shuffle_buffer_mb` when resuming: they make the epoch
+            order.
         dtype: tf.uint8 (photos), tf.uint16 (16-bit data exactly; 8-bit scaled by 257) or
             tf.float32 (the stored values, unscaled). uint8 from 16-bit keeps the high byte.
         channels: 3 (gray repeated, alpha dropped, a multi-band image's first three bands) or
