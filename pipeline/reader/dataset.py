@@ -221,8 +221,7 @@ def make_dataset(
             `resume_callback(...).start_step`, docs/training.md).
         shards_at_once: training: shards read at once (8 MB of read buffer each), at most
             one per shard; more mixes shards of few classes better. Keep it, `seed`,
-            `global_batch_size` and `shuffle_buffer_mb` when resuming: they make the epoch
-            order.
+            `global_batch_size` and `shuffle_buffer_mb` when resuming: they make the epoch order.
         dtype: tf.uint8 (photos), tf.uint16 (16-bit data exactly; 8-bit scaled by 257) or
             tf.float32 (the stored values, unscaled). uint8 from 16-bit keeps the high byte.
         channels: 3 (gray repeated, alpha dropped, a multi-band image's first three bands) or
