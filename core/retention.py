@@ -1,6 +1,6 @@
 """Retention of a versioned root's old versions: `--keep_versions` picks what may go, then live
 reader leases (core/leases.py) and `--keep_for` (how long after it was superseded)
-keep what must stay; durations, and when a version was published.
+keep what must stay, and the prune deletes the rest; durations, and when a version was published.
 
 A version is *superseded* when LATEST moves past it; that moment is recorded in the newer
 version's `.imgrec/published.json` just before the pointer moves. Imports neither TensorFlow
@@ -12,11 +12,14 @@ from __future__ import annotations
 import datetime
 import json
 import re
+import shutil
 import time
 
+from core import leases, schema
 from core.versions import (
     _VERSION_FORMAT,
     PUBLISHED,
+    VERSION_MARKER,
     _join,
     is_finished,
     list_versions,
@@ -28,7 +31,7 @@ __all__ = [
     "format_duration",
     "parse_duration",
     "plan_prune",
-    "published_record",
+    "prune",
     "retention_holds",
     "retention_line",
 ]
@@ -65,13 +68,6 @@ def format_duration(seconds: float) -> str:
     return f"{seconds:.0f}s"
 
 
-def published_record(now: float | None = None) -> bytes:
-    """The bytes of `.imgrec/published.json`: when LATEST moved to the version holding it."""
-    when = time.time() if now is None else now
-    stamp = datetime.datetime.fromtimestamp(when, datetime.UTC).isoformat()
-    return json.dumps({"published_unix": when, "published": stamp}).encode("utf-8")
-
-
 def plan_prune(older: list[str], finished: list[str], latest: str, keep: int) -> list[str]:
     """The versions `--keep_versions keep` lets go: every one of `older` (the versions older
     than `latest`) but the `keep - 1` newest finished ones; unfinished versions older than the
@@ -105,8 +101,6 @@ def _published_at(root: str, name: str) -> float:
             return float(json.loads(data)["published_unix"])
         except (ValueError, KeyError, TypeError):
             pass
-    from core import schema
-
     info = _read_optional(_join(_join(root, name), schema.DATASET_INFO))
     if info is not None:
         try:
@@ -159,10 +153,56 @@ def retention_holds(
     return held
 
 
+def prune(
+    root: str,
+    keep: int,
+    latest: str,
+    keep_for_s: float = 0.0,
+    now: float | None = None,
+) -> list[str]:
+    """Delete old versions, keeping `latest` and the `keep - 1` newest complete ones before it,
+    and every version a reader holds a lease on or `keep_for_s` has not yet let go.
+
+    Never deleted: the version LATEST names, and any version newer than it (a run still
+    writing). Unfinished versions older than the oldest kept one are abandoned runs and go too.
+    A version kept for a lease or `--keep_for` goes on a later run.
+
+    Returns:
+        The names deleted, oldest first.
+    """
+    if keep < 1:
+        return []
+    names = list_versions(root)
+    older = [n for n in names if n < latest]
+    finished = [n for n in older if is_finished(root, n)]
+    doomed = plan_prune(older, finished, latest, keep)
+    held = retention_holds(root, doomed, names, latest, keep_for_s, now, finished)
+    for name in doomed:
+        if name not in held:
+            _delete_version(_join(root, name))
+    return [n for n in doomed if n not in held]
+
+
+def _delete_version(folder: str) -> None:
+    """Remove a version folder: dataset_info.json first (it stops counting as complete), its
+    version.json last (until then a later prune still finds and finishes the job)."""
+    from core import storage
+
+    if "://" not in folder:
+        info = _join(folder, schema.DATASET_INFO)
+        storage.delete_quietly([info])
+        shutil.rmtree(folder, ignore_errors=True)
+        return
+    found = storage.match_under(folder, "**")
+    paths = sorted(m.path for m in found)
+    first = [p for p in paths if p.endswith("/" + schema.DATASET_INFO)]
+    last = [p for p in paths if p.endswith("/" + VERSION_MARKER)]
+    middle = [p for p in paths if p not in first and p not in last]
+    storage.delete_quietly(first + middle + last)
+
+
 def _lease_hold(root: str, name: str, now: float) -> str | None:
     """Why version `name` stays for its readers' leases, or None when no live lease holds it."""
-    from core import leases
-
     try:
         live = leases.live_leases(_join(root, name), now)
     except OSError as e:  # unknown is not "none": keep it, say why

@@ -1,4 +1,4 @@
-"""Versioned datasets: version names, the LATEST pointer, resolving a root, claiming and pruning.
+"""Versioned datasets: version names, the LATEST pointer, resolving a root, claiming, publishing.
 
 Layout of a versioned `--output ROOT`:
 
@@ -13,6 +13,7 @@ Layout of a versioned `--output ROOT`:
 
 A reader resolves ROOT through LATEST once, at start, and keeps reading that version's folder;
 a new version is written beside it and LATEST changes only after the new one is complete.
+Pruning old versions is core/retention.py's, on top of this module.
 
 This module must stay importable without Apache Beam (the reader resolves roots with it): the
 Beam-side helpers import `core.storage` inside the functions.
@@ -20,11 +21,16 @@ Beam-side helpers import `core.storage` inside the functions.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import json
+import os
 import posixpath
 import re
+import time
 from collections.abc import Callable, Iterable
+
+from core import schema
 
 __all__ = [
     "LATEST",
@@ -46,7 +52,7 @@ __all__ = [
     "claim_version",
     "write_pointer",
     "publish",
-    "prune",
+    "published_record",
     "PUBLISHED",
     "reuse_source",
 ]
@@ -95,8 +101,6 @@ def _join(base: str, name: str) -> str:
 
 
 def _local_join(base: str, name: str) -> str:
-    import os
-
     return os.path.join(base, name)
 
 
@@ -216,7 +220,7 @@ def list_versions(root: str) -> list[str]:
 
 def is_finished(root: str, name: str) -> bool:
     """Whether the version's dataset_info.json exists (its conversion completed)."""
-    from core import schema, storage
+    from core import storage
 
     return storage.exists(_join(_join(root, name), schema.DATASET_INFO))
 
@@ -232,7 +236,7 @@ def choose_version(
     Raises:
         VersionError: `root` holds an unversioned dataset.
     """
-    from core import schema, storage
+    from core import storage
 
     if storage.exists(_join(root, schema.DATASET_INFO)):
         raise VersionError(
@@ -256,8 +260,6 @@ def claim_version(root: str, name: str, record: dict) -> str:
     claim the same name at the same instant are not detected there (schedule runs so they do
     not overlap: see docs/scheduling.md).
     """
-    import os
-
     from core import storage
 
     for _ in range(1000):
@@ -311,13 +313,20 @@ def write_pointer(root: str, name: str) -> None:
     storage.with_retries(_put, path)
 
 
+def published_record(now: float | None = None) -> bytes:
+    """The bytes of `.imgrec/published.json`: when LATEST moved to the version holding it."""
+    when = time.time() if now is None else now
+    stamp = datetime.datetime.fromtimestamp(when, datetime.UTC).isoformat()
+    return json.dumps({"published_unix": when, "published": stamp}).encode("utf-8")
+
+
 def publish(root: str, name: str) -> tuple[bool, str | None]:
     """Point LATEST at `name` unless it already names `name` or a newer version.
 
     Returns:
         (whether LATEST now names `name` because of this call, what it named before).
     """
-    from core import retention, storage
+    from core import storage
 
     previous = read_latest(root)
     if previous is not None and previous >= name:
@@ -326,63 +335,11 @@ def publish(root: str, name: str) -> tuple[bool, str | None]:
     # time from here (off by the pointer write's duration at most).
     storage.write_bytes_atomic(
         _join(_join(root, name), PUBLISHED),
-        retention.published_record(),
+        published_record(),
         mime_type="application/json",
     )
     write_pointer(root, name)
     return True, previous
-
-
-def prune(
-    root: str,
-    keep: int,
-    latest: str,
-    keep_for_s: float = 0.0,
-    now: float | None = None,
-) -> list[str]:
-    """Delete old versions, keeping `latest` and the `keep - 1` newest complete ones before it,
-    and every version a reader holds a lease on or `keep_for_s` has not yet let go.
-
-    Never deleted: the version LATEST names, and any version newer than it (a run still
-    writing). Unfinished versions older than the oldest kept one are abandoned runs and go too.
-    A version kept for a lease or `--keep_for` goes on a later run.
-
-    Returns:
-        The names deleted, oldest first.
-    """
-    from core import retention
-
-    if keep < 1:
-        return []
-    names = list_versions(root)
-    older = [n for n in names if n < latest]
-    finished = [n for n in older if is_finished(root, n)]
-    doomed = retention.plan_prune(older, finished, latest, keep)
-    held = retention.retention_holds(root, doomed, names, latest, keep_for_s, now, finished)
-    for name in doomed:
-        if name not in held:
-            _delete_version(_join(root, name))
-    return [n for n in doomed if n not in held]
-
-
-def _delete_version(folder: str) -> None:
-    """Remove a version folder: dataset_info.json first (it stops counting as complete), its
-    version.json last (until then a later prune still finds and finishes the job)."""
-    from core import schema, storage
-
-    if "://" not in folder:
-        import shutil
-
-        info = _join(folder, schema.DATASET_INFO)
-        storage.delete_quietly([info])
-        shutil.rmtree(folder, ignore_errors=True)
-        return
-    found = storage.match_under(folder, "**")
-    paths = sorted(m.path for m in found)
-    first = [p for p in paths if p.endswith("/" + schema.DATASET_INFO)]
-    last = [p for p in paths if p.endswith("/" + VERSION_MARKER)]
-    middle = [p for p in paths if p not in first and p not in last]
-    storage.delete_quietly(first + middle + last)
 
 
 def plan_run(config):
@@ -396,8 +353,6 @@ def plan_run(config):
         (the config to run, a line saying which version the run writes, with `{name}` left
         to fill in once `claim_run` settled the name).
     """
-    import dataclasses
-
     root = config.output
     name, continuing = choose_version(root, config.resume)
     folder = _join(root, name)
@@ -441,8 +396,6 @@ def claim_run(config, record: dict):
     Returns:
         The config to run (its `output` may name a later second than planned).
     """
-    import dataclasses
-
     root, name = split_version_dir(config.output)
     if config.resume and _exists(_join(config.output, VERSION_MARKER)):
         return config  # continuing a version an interrupted run claimed

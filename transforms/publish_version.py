@@ -13,7 +13,7 @@ import logging
 import apache_beam as beam
 from apache_beam import pvalue
 
-from core import changes, rerun_record, schema, storage, versions
+from core import changes, rerun_record, retention, schema, storage, versions
 from core.errors import ERROR_PREFIX
 from transforms.elements import ListedFile, WriterEntry
 
@@ -222,7 +222,7 @@ class _PublishFn(beam.DoFn):
         published, _ = versions.publish(root, name)
         pruned = []
         if published and self._keep:  # never a version a reader holds or --keep_for keeps
-            pruned = versions.prune(root, self._keep, name, self._keep_for_s)
+            pruned = retention.prune(root, self._keep, name, self._keep_for_s)
         yield {
             "version": name,
             "published": published,

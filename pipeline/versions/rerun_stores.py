@@ -122,7 +122,7 @@ class LocalStore:
             return False, previous
         # When LATEST moved here (--keep_for counts the previous version's time from it).
         self.write(
-            os.path.join(root, name, *versions.PUBLISHED.split("/")), retention.published_record()
+            os.path.join(root, name, *versions.PUBLISHED.split("/")), versions.published_record()
         )
         self.write(os.path.join(root, versions.LATEST), (name + "\n").encode("ascii"))
         return True, previous
@@ -132,7 +132,7 @@ class LocalStore:
         return [n for n in names if os.path.exists(os.path.join(root, n, schema.DATASET_INFO))]
 
     def prune(self, root: str, keep: int, latest: str, keep_for_s: float) -> list[str]:
-        """versions.prune without Beam: the same choice, leases and --keep_for included."""
+        """retention.prune without Beam: the same choice, leases and --keep_for included."""
         if keep < 1:
             return []
         names = self.versions(root)
@@ -209,7 +209,7 @@ class BucketStore:
         return [n for n in names if versions.is_finished(root, n)]
 
     def prune(self, root: str, keep: int, latest: str, keep_for_s: float) -> list[str]:
-        return versions.prune(root, keep, latest, keep_for_s)
+        return retention.prune(root, keep, latest, keep_for_s)
 
 
 def _digest_file(path: str, opener) -> tuple[int, str]:

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from core import changes, schema, versions
+from core import changes, retention, schema, versions
 from pipeline.demo import build_corpus
 from tests.runs import ROOT, in_process, tf_script
 
@@ -158,10 +158,10 @@ def test_prune_keeps_latest_newer_runs_and_the_newest_complete_ones(tmp_path):
     }
     for name, finished in names.items():
         _fake_version(tmp_path, name, finished)
-    removed = versions.prune(str(tmp_path), 3, "v20261204T000000Z")
+    removed = retention.prune(str(tmp_path), 3, "v20261204T000000Z")
     assert removed == ["v20261201T000000Z", "v20261201T010000Z"]
     assert _version_dirs(tmp_path) == sorted(set(names) - set(removed))
-    assert versions.prune(str(tmp_path), 1, "v20261204T000000Z") == [
+    assert retention.prune(str(tmp_path), 1, "v20261204T000000Z") == [
         "v20261202T000000Z",
         "v20261202T010000Z",
         "v20261203T000000Z",

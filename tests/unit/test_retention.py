@@ -35,7 +35,7 @@ def _published(root: str, name: str, when: float) -> None:
     path = os.path.join(root, name, *versions.PUBLISHED.split("/"))
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with open(path, "wb") as f:
-        f.write(retention.published_record(when))
+        f.write(versions.published_record(when))
 
 
 @pytest.mark.parametrize(
@@ -78,7 +78,7 @@ def test_keep_for_counts_from_when_the_next_version_was_published(tmp_path):
     assert set(held) == {V2}
     assert retention.retention_holds(root, [V1, V2], names, V3, 0, now) == {}
     # prune follows: only V1 goes with --keep_for 2h; V2 goes on a later run.
-    assert versions.prune(root, 1, V3, 2 * 3600, now) == [V1]
+    assert retention.prune(root, 1, V3, 2 * 3600, now) == [V1]
     assert sorted(versions.list_versions(root)) == [V2, V3]
 
 
@@ -94,9 +94,9 @@ def test_a_live_lease_holds_its_version_and_an_expired_one_does_not(tmp_path):
         f.write("{not json")
     held = retention.retention_holds(root, [V1, V2], [V1, V2, V3], V3, 0, now)
     assert list(held) == [V1] and held[V1].startswith("held by 1 reader(s) (trainer-7; lease ")
-    assert versions.prune(root, 1, V3, 0, now) == [V2]
+    assert retention.prune(root, 1, V3, 0, now) == [V2]
     # The holder was killed: nobody renews; once the expiry is past, the next prune takes it.
-    assert versions.prune(root, 1, V3, 0, now + 61) == [V1]
+    assert retention.prune(root, 1, V3, 0, now + 61) == [V1]
     assert versions.list_versions(root) == [V3]
 
 
