@@ -5,11 +5,13 @@ uncompressed shard, one RecordLocation per record in shard order: the next run s
 records from them (transforms/splice_records.py), and the reader seeks to a record with one
 small read instead of walking the shard (pipeline/reader/shard_records.py). The marker is
 written after its shard is in place, atomically, so a listed offset points into a whole shard.
-Imports neither Beam nor TensorFlow.
+Imports neither Beam nor TensorFlow at module level (the reader's seek uses it; the converter's
+helpers that read and place markers import `core.storage` inside the functions).
 """
 
 from __future__ import annotations
 
+import json
 import posixpath
 from typing import NamedTuple
 
@@ -20,6 +22,8 @@ __all__ = [
     "RecordLocation",
     "marker_name",
     "marker_of_shard",
+    "plan_marker_path",
+    "read_shard_info",
     "record_offset",
     "record_offsets",
 ]
@@ -48,6 +52,27 @@ class RecordLocation(NamedTuple):
 def marker_name(split: str, index: int, num_shards: int) -> str:
     """The marker of shard `index` of `num_shards` of `split`, relative to the dataset folder."""
     return f"{_FOLDER}/{split}-{index:05d}-of-{num_shards:05d}.json"
+
+
+def plan_marker_path(output: str, split: str, index: int, num_shards: int) -> str:
+    """The shard's marker under the dataset folder `output` (any store): a resumable run reuses a
+    finished shard only if the same files, in the same order, with the same settings would be
+    written again."""
+    from core import storage
+
+    return storage.join(output, *marker_name(split, index, num_shards).split("/"))
+
+
+def read_shard_info(path: str) -> dict | None:
+    """The JSON marker at `path` (any store), or None if there is none or it is unreadable."""
+    from core import storage
+
+    if not storage.exists(path):
+        return None
+    try:
+        return json.loads(storage.read_bytes(path))
+    except (storage.ReadError, json.JSONDecodeError, UnicodeDecodeError):
+        return None
 
 
 def marker_of_shard(shard_path: str) -> str:

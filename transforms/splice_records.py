@@ -12,9 +12,17 @@ import threading
 
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
+from apache_beam.metrics.metric import MetricsFilter
 
 from core import schema, storage
-from core.shard_markers import RECORDS_KEY, SETTINGS_KEY, SHARD_KEY, RecordLocation
+from core.shard_markers import (
+    RECORDS_KEY,
+    SETTINGS_KEY,
+    SHARD_KEY,
+    RecordLocation,
+    plan_marker_path,
+    read_shard_info,
+)
 from core.tfrecord import read_record
 from transforms.elements import WriterEntry
 
@@ -122,9 +130,6 @@ class PreviousRecords:
     def _read_index(self) -> tuple[dict, str | None]:
         if self._compression == "gzip":
             return {}, "gzip"
-        # (Imported here: write_shards imports this module.)
-        from transforms.write_shards import plan_marker_path, read_shard_info
-
         index, blanket = {}, None
         info = json.loads(storage.read_bytes(storage.join(self._previous, schema.DATASET_INFO)))
         for split, entry in info["splits"].items():
@@ -281,8 +286,6 @@ def splice_lines(config, result) -> list[str]:
     imgrec counters); none for a first or --full run."""
     if config.full or not config.previous_version:
         return []
-    from apache_beam.metrics.metric import MetricsFilter
-
     counts: dict[str, int] = collections.Counter()
     try:
         found = result.metrics().query(MetricsFilter().with_namespace("imgrec"))["counters"]

@@ -15,6 +15,7 @@ import json
 import logging
 import os
 import shutil
+from importlib import metadata
 
 import apache_beam as beam
 from apache_beam import pvalue
@@ -23,7 +24,13 @@ from apache_beam.metrics import Metrics
 
 from core import dali_index, names, schema, storage
 from core.rejects import Rejected, decoder_error, make_reject
-from core.shard_markers import RECORDS_KEY, SETTINGS_KEY, SHARD_KEY, marker_name
+from core.shard_markers import (
+    RECORDS_KEY,
+    SETTINGS_KEY,
+    SHARD_KEY,
+    plan_marker_path,
+    read_shard_info,
+)
 from core.tfrecord import write_record
 from transforms.elements import ShardInfo, WriterEntry
 from transforms.images.arrays import ARRAY_FORMATS
@@ -33,7 +40,7 @@ from transforms.keys import int_hash
 from transforms.shard_sinks import GzipSink, HashingWriter, discard
 from transforms.splice_records import PreviousRecords, index_entry, record_settings
 
-__all__ = ["GzipSink", "WriteShards", "plan_marker_path", "read_shard_info", "writer_software"]
+__all__ = ["GzipSink", "WriteShards", "writer_software"]
 
 _log = logging.getLogger(__name__)
 
@@ -54,8 +61,6 @@ _HASH_CHUNK_BYTES = 8 << 20
 def writer_software() -> dict:
     """What decides a shard's bytes besides its plan: the writer format, the Example schema
     version and the versions of the libraries that encode it (recorded in each shard marker)."""
-    from importlib import metadata
-
     found = {"writer_format": WRITER_FORMAT, "schema_version": schema.SCHEMA_VERSION}
     for dist in _BYTE_DECIDING_DISTS:
         try:
@@ -93,22 +98,6 @@ def _copy_file(src: str, dst: str) -> None:
             shutil.copyfile(src, dst)
         return
     storage.with_retries(lambda: FileSystems.copy([src], [dst]), dst)
-
-
-def plan_marker_path(output: str, split: str, index: int, num_shards: int) -> str:
-    """The shard's marker (core/shard_markers.py): a resumable run reuses a finished shard
-    only if the same files, in the same order, with the same settings would be written again."""
-    return storage.join(output, *marker_name(split, index, num_shards).split("/"))
-
-
-def read_shard_info(path: str) -> dict | None:
-    """The JSON marker at `path`, or None if there is none or it is unreadable."""
-    if not FileSystems.exists(path):
-        return None
-    try:
-        return json.loads(storage.read_bytes(path))
-    except (storage.ReadError, json.JSONDecodeError, UnicodeDecodeError):
-        return None
 
 
 @dataclasses.dataclass(frozen=True)
