@@ -20,7 +20,7 @@ from tests.runs import cli_env, read_records, tf_script
 from tests.runs import in_process as run_cli
 from tests.servers import ProxyTrap
 from tests.unit.test_decoder_isolation import _encode, _photo
-from transforms.images import decode_worker
+from transforms.images import decoder_pool
 
 
 def shard_digests(out: str) -> dict[str, str]:
@@ -596,7 +596,7 @@ def test_a_decoder_that_aborts_costs_one_file_not_the_job(tmp_path, monkeypatch)
     marked.write_bytes(_encode(_photo(9), "TIFF") + b"IMGREC-ABORT-MARKER")
     out = tmp_path / "out"
     # Read by the parent for each call into its decoder process.
-    monkeypatch.setenv(decode_worker.TEST_ABORT_ENV, "IMGREC-ABORT-MARKER")
+    monkeypatch.setenv(decoder_pool.TEST_ABORT_ENV, "IMGREC-ABORT-MARKER")
     run_cli(
         "convert", "--input", f"{src}/*/*", "--output", str(out), "--transcode", "png",
         "--no_analyze", "--max_bad_fraction", "0.2",

@@ -16,7 +16,7 @@ from PIL import Image
 from core.rejects import Rejected
 from pipeline.options import ConvertConfig, OptionError
 from tests.dicom_files import make_ct
-from transforms.images import arrays, store_modes
+from transforms.images import array_contract, arrays, store_modes
 from transforms.images.check import check_image, encode_for_storage
 from transforms.images.limits import CheckOptions
 
@@ -203,7 +203,7 @@ def test_a_frame_downscaled_below_min_side_is_too_small(tmp_path):
 def test_other_dtypes_resize_band_by_band_in_their_dtype(dtype):
     rng = np.random.default_rng(3)
     frame = (rng.random((30, 60, 5)) * 1000).astype(dtype)
-    image = arrays.ArrayImage([frame], 1)
+    image = array_contract.ArrayImage([frame], 1)
     small = arrays.fit_max_side(image, CheckOptions(max_side=20, resize_filter="bicubic"))
     got = small.frames[0]
     assert got.dtype == frame.dtype and got.shape == (10, 20, 5)

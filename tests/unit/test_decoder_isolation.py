@@ -22,7 +22,7 @@ from pipeline.options import ConvertConfig
 from tests.runs import ROOT as ROOT_PATH
 from tests.runs import in_process, read_records
 from transforms.elements import ListedFile, WriterEntry
-from transforms.images import check, decode_worker, limits
+from transforms.images import check, decoder_pool, limits
 from transforms.images.check import check_image
 from transforms.images.limits import CheckOptions
 from transforms.inspect_images import InspectImages
@@ -84,7 +84,7 @@ def test_a_format_nobody_asked_for_runs_no_plugin(monkeypatch):
     calls = []
     real = PILImage.OPEN["ICO"]
     monkeypatch.setitem(PILImage.OPEN, "ICO", (lambda *a: calls.append(1) or real[0](*a), None))
-    monkeypatch.setattr(decode_worker, "_ask", lambda *a: calls.append(2))
+    monkeypatch.setattr(decoder_pool, "_ask", lambda *a: calls.append(2))
     data = _encode(_photo(1), "ICO")
     for mode in ("auto", "none"):
         with pytest.raises(Rejected) as e:
@@ -112,7 +112,7 @@ def test_bmp_and_webp_never_run_another_plugin(monkeypatch):
 
 # ----------------------------------------------------------------------------- the worker
 def test_decoder_process_death_is_one_reject_and_the_next_file_decodes(monkeypatch):
-    monkeypatch.setenv(decode_worker.TEST_ABORT_ENV, "IMGREC-ABORT-MARKER")
+    monkeypatch.setenv(decoder_pool.TEST_ABORT_ENV, "IMGREC-ABORT-MARKER")
     good = _encode(_photo(3), "TIFF")
     bad = good + b"IMGREC-ABORT-MARKER"
     opts = CheckOptions(transcode="png")
@@ -128,7 +128,7 @@ def test_unexpected_exception_in_the_worker_is_a_decoder_error(monkeypatch):
     """The worker's own boundary: an exception its plugin raises that no list anticipated."""
     opts = CheckOptions(transcode="png")
     monkeypatch.setattr(
-        decode_worker, "_POOL", type("P", (), {"call": lambda self, r: ("error", "KeyError: 7")})()
+        decoder_pool, "_POOL", type("P", (), {"call": lambda self, r: ("error", "KeyError: 7")})()
     )
     with pytest.raises(Rejected) as e:
         check_image(_encode(_photo(4), "ICO"), opts)

@@ -16,7 +16,7 @@ from pydicom.pixels import apply_color_lut, apply_modality_lut, apply_voi_lut
 
 from core.rejects import REASONS, Rejected
 from tests.dicom_files import bundled, make_ct
-from transforms.images import arrays, dicom
+from transforms.images import array_contract, arrays, dicom
 from transforms.images.check import check_image
 from transforms.images.limits import CheckOptions
 from transforms.images.sniff import array_format, sniff_container
@@ -74,7 +74,7 @@ def _viewed(ds) -> np.ndarray:
     return 255 - out if kind == "MONOCHROME1" else out
 
 
-def _decode(data: bytes, **opts) -> arrays.ArrayImage:
+def _decode(data: bytes, **opts) -> array_contract.ArrayImage:
     return arrays.decode("dicom", data, CheckOptions(**opts))
 
 

@@ -20,7 +20,7 @@ from PIL import Image
 
 from core.rejects import Rejected
 from transforms.images import tiff
-from transforms.images.arrays import ArrayImage, ArrayRequest
+from transforms.images.array_contract import ArrayImage, ArrayRequest
 from transforms.images.headers import ORIENTATION_TRANSPOSE
 
 _RNG = np.random.default_rng(59)

@@ -1,9 +1,9 @@
-"""Images decoded to numpy arrays (DICOM, TIFF, 16-bit PNG): the format modules' contract,
-checks, --max_side and storage.
+"""Images decoded to numpy arrays (DICOM, TIFF, 16-bit PNG): which module decodes each, checks,
+--max_side and storage.
 
-A format module (transforms/images/dicom.py, tiff.py, png16.py) implements
-`decode_arrays(data: bytes, request: ArrayRequest) -> ArrayImage` and raises `Rejected`; it runs
-in a decoder subprocess (decode_worker.arrays), so a native crash costs one file, unless its
+A format module (transforms/images/dicom.py, tiff.py, png16.py) implements the contract of
+array_contract.py (`decode_arrays(data, request) -> ArrayImage`, raising `Rejected`); it runs
+in a decoder subprocess (decoder_pool.arrays), so a native crash costs one file, unless its
 decoder is TensorFlow's own (IN_PROCESS_FORMATS). This module checks what came back, downscales
 it to --max_side, and stores each frame: 8- or 16-bit PNG for 1 to 4 channels, raw pixels
 (image/format "raw", image/dtype) for other depths and band counts or under --store pixels.
@@ -14,29 +14,27 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
-from typing import Any
+import io
 
 import numpy as np
 
 from core import schema
 from core.rejects import Rejected
+from transforms.images import decoder_pool
+from transforms.images.array_contract import ArrayImage, ArrayRequest
 from transforms.images.limits import CheckOptions, check_dims
 from transforms.images.transcode import max_side_plan
 
 __all__ = [
     "ARRAY_FORMATS",
-    "ArrayImage",
-    "ArrayRequest",
     "IN_PROCESS_FORMATS",
     "StoredFrame",
-    "check_declared",
     "decode",
     "encode_frame",
     "fit_max_side",
     "jpeg_quality",
     "pixels_frame",
     "request_for",
-    "scaled_to_8bit",
     "stored_frames",
 ]
 
@@ -47,7 +45,7 @@ ARRAY_FORMATS = {
     "tiff": "transforms.images.tiff",
 }
 # Formats decoded in the calling process: libpng through TensorFlow, the decoder every PNG already
-# goes through there (decode_worker.py: the common path pays no subprocess).
+# goes through there (decoder_pool.py: the common path pays no subprocess).
 IN_PROCESS_FORMATS = frozenset({"png16"})
 
 # zlib level of the stored PNGs: zlib's default, as transcode.py's Pillow re-encodes use.
@@ -55,42 +53,8 @@ _PNG_COMPRESSION = 6
 # PNG holds 8- and 16-bit samples in 1 (gray), 2 (gray + alpha), 3 (RGB) or 4 (RGBA) channels.
 _PNG_DTYPES = (np.uint8, np.uint16)
 _PNG_MAX_CHANNELS = 4
-_MAX_8BIT = 255
 # --store pixels records: RGB, as tf.io.decode_image(channels=3) shows a stored PNG.
 _PIXELS_CHANNELS = 3
-
-
-@dataclasses.dataclass(frozen=True)
-class ArrayRequest:
-    """What the converter asks a format module for (from CheckOptions)."""
-
-    bit_depth: int = 8  # 8: as a viewer shows it (uint8); 16: the full range (uint16)
-    frames: str = "first"  # "first" or "all"
-    max_pixels: int = 89_478_485  # per frame, checked before pixels are decoded
-    apply_exif_orientation: bool = True  # turn pixels upright by their EXIF Orientation
-
-
-@dataclasses.dataclass
-class ArrayImage:
-    """What a format module's decode_arrays returns.
-
-    frames: each H x W x C (C >= 1, every frame the same shape and dtype): uint8 (bit_depth 8),
-        uint16 (bit_depth 16), or any other numeric dtype / band count (stored raw).
-    num_frames: frames the file holds (>= len(frames): 1 decoded under --frames first).
-    features: optional Example features every record of this file gets ({key of
-        core.schema.OPTIONAL_FEATURES: value}; e.g. dicom/Modality).
-    value_scale, value_offset: stored * scale + offset = the source's values in its units
-        (DICOM: the modality LUT; recorded with --bit_depth 16 and for raw records).
-    reasons: what was done to the pixels besides decoding them (keys of
-        transcode.TRANSCODE_REASONS in their order: exif_orientation, max_side).
-    """
-
-    frames: list[np.ndarray]
-    num_frames: int
-    features: dict[str, Any] = dataclasses.field(default_factory=dict)
-    value_scale: float = 1.0
-    value_offset: float = 0.0
-    reasons: list[str] = dataclasses.field(default_factory=list)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -114,12 +78,6 @@ def request_for(opts: CheckOptions) -> ArrayRequest:
     )
 
 
-def check_declared(width: int, height: int, request: ArrayRequest, what: str) -> None:
-    """Refuse a frame whose declared sides exceed --max_pixels, before its pixels are decoded
-    (format modules call it on their header's sides)."""
-    check_dims(width, height, CheckOptions(max_pixels=request.max_pixels), what)
-
-
 def decode(fmt: str, data: bytes, opts: CheckOptions) -> ArrayImage:
     """`data` of array format `fmt` decoded (in a decoder subprocess unless IN_PROCESS_FORMATS),
     its frames checked against the limits and downscaled to --max_side (fit_max_side).
@@ -128,12 +86,10 @@ def decode(fmt: str, data: bytes, opts: CheckOptions) -> ArrayImage:
         Rejected: the module's own reasons, decoder_error if its process died, corrupt if it
             returned no frames or frames of differing shapes, too_many_pixels / too_small.
     """
-    from transforms.images import decode_worker
-
     if fmt in IN_PROCESS_FORMATS:
         image = importlib.import_module(ARRAY_FORMATS[fmt]).decode_arrays(data, request_for(opts))
     else:
-        image = decode_worker.arrays(fmt, data, request_for(opts))
+        image = decoder_pool.arrays(fmt, data, request_for(opts))
     if not image.frames:
         raise Rejected("corrupt", f"{fmt.upper()}: no frame decoded")
     first = image.frames[0]
@@ -194,15 +150,6 @@ def _resized_band(band: np.ndarray, size: tuple[int, int], resample) -> np.ndarr
     return out.astype(band.dtype)
 
 
-def scaled_to_8bit(values: np.ndarray, low: float, high: float) -> np.ndarray:
-    """`values` mapped linearly from [low, high] to uint8 0..255, rounded and clipped, H x W x C
-    (a 2-D array gains its channel axis): DICOM's windows and ranges, 16-bit PNG's 0..65535."""
-    span = high - low if high > low else 1.0
-    scaled = np.rint((values.astype(np.float64) - low) * (_MAX_8BIT / span))
-    out = np.clip(scaled, 0, _MAX_8BIT).astype(np.uint8)
-    return out[:, :, None] if out.ndim == 2 else out
-
-
 def encode_frame(frame: np.ndarray, jpeg_quality: int = 0) -> StoredFrame:
     """One H x W x C frame as stored: PNG (uint8/uint16, 1-4 channels; what tf.io.decode_image
     reads), else raw little-endian samples in H x W x C order. `jpeg_quality` (--transcode jpeg)
@@ -225,8 +172,6 @@ def encode_frame(frame: np.ndarray, jpeg_quality: int = 0) -> StoredFrame:
 
 def _jpeg(frame: np.ndarray, quality: int) -> StoredFrame:
     """A uint8 frame as a JPEG: gray stays gray, other band counts become RGB (alpha dropped)."""
-    import io
-
     from PIL import Image
 
     channels = frame.shape[2]

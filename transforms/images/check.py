@@ -12,6 +12,7 @@ import numpy as np
 
 from core.rejects import Rejected
 from transforms.images import arrays, png16
+from transforms.images.array_contract import ArrayImage
 from transforms.images.decode import (
     VERIFY_DCT_RATIO,
     dct_shape,
@@ -146,7 +147,7 @@ def check_image(data: bytes, opts: CheckOptions, compute_stats: bool = False) ->
     return ImageInfo(stored_fmt, fmt, height, width, channels, ",".join(reasons), stats)
 
 
-def array_reasons(image: arrays.ArrayImage, opts: CheckOptions) -> list[str]:
+def array_reasons(image: ArrayImage, opts: CheckOptions) -> list[str]:
     """The transcode reasons of an image decoded to arrays (every record of the file has them)."""
     reasons = ["decoded_pixels"]
     if image.num_frames > 1:

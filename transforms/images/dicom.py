@@ -1,7 +1,7 @@
 """DICOM: what a DICOM file is, its pixels as a viewer shows them or at full range, the tags kept.
 
 Every DICOM rule of imgrec lives here (docs/dicom.md says what is kept and why). The pixels are
-decoded by pydicom and its pylibjpeg plugins in a decoder subprocess (decode_worker.arrays), so a
+decoded by pydicom and its pylibjpeg plugins in a decoder subprocess (decoder_pool.arrays), so a
 crash in a native decoder costs one file. No patient-identifying value (name, ID, birth date)
 leaves this module except through `read_tags` for --group_by, whose callers hash it.
 """
@@ -16,7 +16,12 @@ import numpy as np
 
 from core import schema
 from core.rejects import Rejected
-from transforms.images.arrays import ArrayImage, ArrayRequest, check_declared, scaled_to_8bit
+from transforms.images.array_contract import (
+    ArrayImage,
+    ArrayRequest,
+    check_declared,
+    scaled_to_8bit,
+)
 
 __all__ = [
     "IDENTIFYING_KEYWORDS",
@@ -126,7 +131,7 @@ def read_tags(fp: BinaryIO, keywords: tuple[str, ...]) -> dict[str, str]:
 
 
 def decode_arrays(data: bytes, request: ArrayRequest) -> ArrayImage:
-    """One DICOM file's frames (arrays.ArrayImage): 8-bit as a viewer shows them, or the full
+    """One DICOM file's frames (array_contract.ArrayImage): 8-bit as a viewer shows them, or the full
     range with --bit_depth 16; the kept tags as dicom/... features.
 
     Raises:

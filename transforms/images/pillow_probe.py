@@ -8,7 +8,7 @@ import struct
 import numpy as np
 
 from core.rejects import Rejected
-from transforms.images import bmp_repair
+from transforms.images import bmp_repair, decoder_pool
 from transforms.images.headers import (
     ORIENTATION_TRANSPOSE,
     Header,
@@ -105,7 +105,7 @@ _NO_PIXELS = {"eps": "needs Ghostscript", "wmf": "a vector metafile", "emf": "a 
 
 # Decoded by Pillow in the converter's own process: the formats kept by default, whose decoders
 # are small and heavily exercised (BMP and GIF are Pillow's own C, WebP is libwebp as in
-# TensorFlow). Every other plugin runs in a decoder subprocess that may die (decode_worker).
+# TensorFlow). Every other plugin runs in a decoder subprocess that may die (decoder_pool).
 _IN_PROCESS = ("bmp", "webp", "gif")
 
 
@@ -159,7 +159,7 @@ def probe_other(data: bytes, opts: CheckOptions) -> tuple[str, Header]:
 
     The name comes from magic bytes; a format these options do not keep is rejected before any
     plugin runs. BMP/WebP are opened in this process, every other format in a decoder
-    subprocess (decode_worker).
+    subprocess (decoder_pool).
     """
     fmt = sniff_container(data)
     if fmt is None:
@@ -196,9 +196,7 @@ def probe_other(data: bytes, opts: CheckOptions) -> tuple[str, Header]:
         h = pil_header(im, fmt)
         h.pil = im
     else:
-        from transforms.images import decode_worker
-
-        h = decode_worker.probe(data, PIL_PLUGINS.get(fmt, ()))
+        h = decoder_pool.probe(data, PIL_PLUGINS.get(fmt, ()))
         if h is None:
             h = Header()
         h.isolated = True

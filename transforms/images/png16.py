@@ -11,7 +11,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from transforms.images.arrays import ArrayImage, ArrayRequest, check_declared, scaled_to_8bit
+from transforms.images.array_contract import (
+    ArrayImage,
+    ArrayRequest,
+    check_declared,
+    scaled_to_8bit,
+)
 from transforms.images.decode import decode_failure, load_tf
 from transforms.images.headers import ORIENTATION_TRANSPOSE, Header, probe_png
 from transforms.images.limits import CheckOptions

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from transforms.images import dicom, tiff
+
 __all__ = [
     "array_format",
     "cut_signature",
@@ -148,9 +150,9 @@ def array_format(data: bytes) -> str | None:
     """The format decoded to arrays (transforms/images/arrays.py) these bytes are, else None.
 
     DICOM first: its 128-byte preamble may hold another format's header (DICOM-TIFF files).
+    Each format's own module says what its files look like (pydicom and tifffile are imported
+    only to decode).
     """
-    from transforms.images import dicom, tiff  # their rules; decoders imported only to decode
-
     if dicom.looks_like_dicom(data):
         return "dicom"
     return "tiff" if tiff.looks_like_tiff(data) else None

@@ -18,7 +18,7 @@ import numpy as np
 
 from core import schema
 from core.rejects import Rejected
-from transforms.images.arrays import ArrayImage, ArrayRequest, check_declared
+from transforms.images.array_contract import ArrayImage, ArrayRequest, check_declared
 
 __all__ = ["decode_arrays", "looks_like_tiff"]
 

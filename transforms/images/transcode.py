@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 
 from core.rejects import Rejected
+from transforms.images import decoder_pool
 from transforms.images.decode import dct_shape, dct_side, decode_failure, load_tf, tf_decode
 from transforms.images.headers import ORIENTATION_TRANSPOSE, Header
 from transforms.images.limits import STORED_FORMATS, TF_DECODABLE_OTHER, CheckOptions
@@ -178,9 +179,7 @@ def source_pixels(data: bytes, fmt: str, h: Header, ratio: int = 1):
         image = Image.fromarray(pixels if pixels.shape[2] > 1 else pixels[:, :, 0])
         return image, h.icc
     if h.isolated:
-        from transforms.images import decode_worker
-
-        decoded = decode_worker.pixels(data, PIL_PLUGINS.get(fmt, ()))
+        decoded = decoder_pool.pixels(data, PIL_PLUGINS.get(fmt, ()))
         if decoded is None:
             raise not_decodable(data, fmt)
         mode, size, raw, icc = decoded
