@@ -29,10 +29,10 @@ def _requirements(name: str = "requirements.txt") -> list[str]:
 
 
 def _version() -> str:
-    """IMGREC_VERSION from pipeline/launcher.py, the one place the version is written."""
-    match = re.search(r'^IMGREC_VERSION = "([^"]+)"', _read("pipeline/launcher.py"), re.M)
+    """VERSION from pipeline/launcher.py, the one place the version is written."""
+    match = re.search(r'^VERSION = "([^"]+)"', _read("pipeline/launcher.py"), re.M)
     if not match:
-        raise RuntimeError('pipeline/launcher.py: IMGREC_VERSION = "X.Y.Z" not found')
+        raise RuntimeError('pipeline/launcher.py: VERSION = "X.Y.Z" not found')
     return match.group(1)
 
 

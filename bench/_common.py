@@ -48,9 +48,9 @@ def imgrec_argv(settings: dict[str, str] | None = None) -> list[str]:
 def with_patches_off(env: dict, *names: str) -> dict:
     """`env` with the named patches of pipeline/launch/patches.py switched off (Beam's own
     behaviour) in the command and every process it starts; no names: none off."""
-    from pipeline.launch.patches import PATCHES_OFF_ENV
+    from pipeline.launch.switches import ENV
 
-    return dict(env, **{PATCHES_OFF_ENV: ",".join(names)})
+    return dict(env, **{ENV["patches_off"]: ",".join(names)})
 
 
 def timed_run(argv: list[str], env: dict, what: str) -> tuple[float, float]:

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import os
 import tempfile
+from typing import Protocol
 
 import apache_beam as beam
 from apache_beam.options.pipeline_options import (
@@ -12,11 +12,11 @@ from apache_beam.options.pipeline_options import (
     TestOptions,
     TypeOptions,
 )
+from apache_beam.runners.runner import PipelineRunner
 
-from core.runners import is_local_runner
-from pipeline.launch import analysis_process
-from pipeline.launch.direct_runner import runner_for
+from core.runners import is_direct_runner, is_local_runner
 from pipeline.options import ConvertConfig
+from pipeline.runners.direct import DirectRunner
 from transforms.count_progress import CountProgress
 from transforms.dedupe import DropDuplicates
 from transforms.describe import DescribeDataset
@@ -27,7 +27,19 @@ from transforms.plan_shards import PlanShards
 from transforms.reuse_inspections import RecordInspections, ReuseInspections, reuse_sources
 from transforms.write_shards import WriteShards
 
-__all__ = ["build_pipeline", "add_convert"]
+__all__ = ["RunServices", "build_pipeline", "add_convert"]
+
+
+class RunServices(Protocol):
+    """What the launch started for this run (pipeline/launch/services.py LocalServices), as the
+    builder reads it: it starts and stops nothing itself."""
+
+    analysis_handoff: str | None  # TFT's analysis process's folder; None: TFT in the job
+    progress_dir: str | None  # where workers' tallies go for the live display; None: none
+    type_inference: bool  # keep Beam's construction-time type inference (an A/B switch)
+
+    def runner(self, options: PipelineOptions) -> PipelineRunner | None:
+        """The runner object for `beam.Pipeline(runner=...)`."""
 
 
 class _LabelSetFn(beam.CombineFn):
@@ -51,40 +63,35 @@ def _shard_examples(shard: ShardInfo) -> int:
     return shard.num_examples
 
 
-# IMGREC_BEAM_TYPE_INFERENCE=1 keeps Beam's construction-time type inference (benchmarks' A/B).
-TYPE_INFERENCE_ENV = "IMGREC_BEAM_TYPE_INFERENCE"
-
-
-def _add_progress(listing, inspection, written, rejected, deduped) -> None:
+def _add_progress(folder: str, listing, inspection, written, rejected, deduped, reused) -> None:
     """Side branches that count files for the live progress line (pipeline/progress.py)."""
-    listed = listing["listed"]
-    _ = listed | "ProgressListed" >> CountProgress("listed", len)
-    _ = listing["rejected"] | "ProgressListRejects" >> CountProgress("listed")
-    _ = inspection["inspected"] | "ProgressInspected" >> CountProgress("inspected", len)
-    _ = inspection["rejected"] | "ProgressInspectRejects" >> CountProgress("inspected")
-    _ = written["shards"] | "ProgressWritten" >> CountProgress("written", _shard_examples)
-    _ = rejected | "ProgressRejected" >> CountProgress("rejected")
-    _ = deduped["duplicates"] | "ProgressDuplicates" >> CountProgress("duplicates")
 
+    def count(stage: str, size=lambda _: 1) -> CountProgress:
+        return CountProgress(folder, stage, size)
 
-def _analysis_handoff(options: PipelineOptions) -> str | None:
-    """The started analysis process's hand-off folder, if this job can use it
-    (pipeline/launch/analysis_process.py): a runner on this machine, TFT's scratch in the temp
-    dir."""
-    if not is_local_runner(options.view_as(StandardOptions).runner):
-        return None
-    from transforms.analyze import scratch_root
-
-    return analysis_process.claim(scratch_root(options))
+    _ = listing["listed"] | "ProgressListed" >> count("listed", len)
+    _ = listing["rejected"] | "ProgressListRejects" >> count("listed")
+    _ = inspection["inspected"] | "ProgressInspected" >> count("inspected", len)
+    _ = inspection["rejected"] | "ProgressInspectRejects" >> count("inspected")
+    _ = written["shards"] | "ProgressWritten" >> count("written", _shard_examples)
+    _ = rejected | "ProgressRejected" >> count("rejected")
+    _ = deduped["duplicates"] | "ProgressDuplicates" >> count("duplicates")
+    if reused is not None:  # Files taken from records count as inspected too.
+        _ = reused | "ProgressReused" >> count("inspected", len)
 
 
 def add_convert(
-    p: beam.Pipeline, config: ConvertConfig, provenance: dict, rerun_key: str | None = None
+    p: beam.Pipeline,
+    config: ConvertConfig,
+    provenance: dict,
+    rerun_key: str | None = None,
+    services: RunServices | None = None,
 ) -> beam.PCollection:
     """Add the whole conversion to `p`; returns the PCollection holding the dataset_info dict.
 
     `rerun_key` (pipeline/versions/fast_rerun.py) is recorded with a versioned run's listing
     digest, so that a rerun of the same command on an unchanged input can reuse the version whole.
+    `services`: what the launch started beside the job (none for a library caller).
     """
     listing = p | "List" >> ListImages(config)
     listed = listing["listed"]  # [ListedFile]: batches of names, never bytes
@@ -103,7 +110,8 @@ def add_convert(
         else {"unique": inspected, "duplicates": p | "NoDuplicates" >> beam.Create([])}
     )
     planned = deduped["unique"] | "Plan" >> PlanShards(config)
-    analysis = _Analysis(p, config, deduped["unique"], label_names)
+    handoff = services.analysis_handoff if services else None
+    analysis = _Analysis(p, config, deduped["unique"], label_names, handoff)
     groups = analysis.before_writing(planned["groups"])  # ((split, index), [entry])
     written = groups | "Write" >> WriteShards(config, planned["plan"], label_names)
     statistics = analysis.statistics(after=written["shards"])
@@ -114,10 +122,9 @@ def add_convert(
     ) | "AllRejected" >> beam.Flatten()
     # Live progress: side branches that only count (pipeline/progress.py), no output. Local
     # runs only: a distributed runner's job graph stays as it was (its counters are polled).
-    if is_local_runner(p.options.view_as(StandardOptions).runner):
-        _add_progress(listing, inspection, written, rejected, deduped)
-        if reused is not None:  # Files taken from records count as inspected too.
-            _ = reused | "ProgressReused" >> CountProgress("inspected", len)
+    folder = services.progress_dir if services else None
+    if folder and is_local_runner(p.options.view_as(StandardOptions).runner):
+        _add_progress(folder, listing, inspection, written, rejected, deduped, reused)
     described = p | "Describe" >> DescribeDataset(
         config,
         provenance,
@@ -168,15 +175,14 @@ def _inspect(listed, config: ConvertConfig, num_listed):
 
 
 class _Analysis:
-    """The statistics branch: TFT in the analysis process beside the job where one was started
-    (its request goes out before the shards are written, its answer is awaited after), else
-    TFT's stages in the job itself, or no statistics with --no_analyze."""
+    """The statistics branch: TFT in the analysis process beside the job where the launch
+    started one (`handoff`: its request goes out before the shards are written, its answer is
+    awaited after), else TFT's stages in the job itself, or no statistics with --no_analyze."""
 
-    def __init__(self, p: beam.Pipeline, config: ConvertConfig, unique, label_names):
+    def __init__(self, p: beam.Pipeline, config: ConvertConfig, unique, label_names, handoff):
         self._p, self._aside, self._requested, self._statistics = p, None, None, None
         if not config.analyze:
             self._statistics = p | "NoStatistics" >> beam.Create([None])
-            analysis_process.stop()  # a started analysis process has no use in this job
             return
         # A dry run only builds the job: keep TFT's scratch folder local, not in --temp_location.
         dry_run = bool(p.options.view_as(TestOptions).dry_run)
@@ -185,14 +191,12 @@ class _Analysis:
         train_images = unique | "TrainImages" >> beam.FlatMap(
             lambda batch: [r for r in batch if r.split == train]
         )
-        handoff = None if dry_run else _analysis_handoff(p.options)
-        if handoff:
+        if handoff and not dry_run:
             from transforms.analyze_aside import AnalyzeAside
 
             self._aside = AnalyzeAside(config.output, label_names, handoff, train)
             self._requested = train_images | "AnalysisRequest" >> self._aside.request()
             return
-        analysis_process.stop()
         from transforms.analyze import AnalyzeDataset  # TFT import only when it is used.
 
         temp_dir = tempfile.mkdtemp(prefix="imgrec-dry-run-") if dry_run else None
@@ -228,15 +232,26 @@ def build_pipeline(
     options: PipelineOptions,
     provenance: dict,
     rerun_key: str | None = None,
+    services: RunServices | None = None,
 ) -> beam.Pipeline:
     """A ready-to-run `beam.Pipeline` converting `config`'s input into `config.output`.
 
-    Beam's DirectRunner (the default) runs as imgrec's (pipeline/launch/direct_runner.py): never
-    on a Prism binary downloaded at run time. Beam's construction-time type inference is off
-    in `options`, whoever made them: imgrec declares no element types and checks none, and
-    inferring them disassembles every stage's functions."""
-    if os.environ.get(TYPE_INFERENCE_ENV) != "1":
+    Beam's DirectRunner (the default) runs as imgrec's (pipeline/runners/direct.py): never on a
+    Prism binary downloaded at run time. Beam's construction-time type inference is off in
+    `options`, whoever made them: imgrec declares no element types and checks none, and
+    inferring them disassembles every stage's functions. `services`: what the launch started
+    for the run (pipeline/launch/services.py); a library caller leaves it out and gets plain
+    Beam, TFT in the job's own stages and no progress display."""
+    if not (services and services.type_inference):
         options.view_as(TypeOptions).pipeline_type_check = False
-    p = beam.Pipeline(runner=runner_for(options), options=options)
-    add_convert(p, config, provenance, rerun_key)
+    p = beam.Pipeline(runner=_runner(options, services), options=options)
+    add_convert(p, config, provenance, rerun_key, services)
     return p
+
+
+def _runner(options: PipelineOptions, services: RunServices | None) -> PipelineRunner | None:
+    if services is not None:
+        return services.runner(options)
+    if is_direct_runner(options.view_as(StandardOptions).runner):
+        return DirectRunner()
+    return None

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import threading
 import traceback
 
 from pipeline import quiet
 from pipeline.launch.plan import LaunchPlan, PlanError, read_plan
-from pipeline.launch.processes import local_processes
+from pipeline.launch.services import local_services
 
 __all__ = ["main", "run_command"]
 
@@ -126,7 +127,9 @@ def run_command(plan: LaunchPlan) -> int:
     """
     if not plan.as_program or plan.verbose or plan.command == "help":
         return _dispatch(plan)
-    with quiet.Capture(verbose=False, command=plan.command) as capture:
+    log_dir = plan.switches.log_dir
+    with quiet.Capture(verbose=False, command=plan.command, log_dir=log_dir) as capture:
+        plan = dataclasses.replace(plan, log_path=capture.log_path)
         status, named = _dispatch_quietly(plan, capture)
         if status not in (0, 2) and not named and capture.has_other_output():
             print(
@@ -152,7 +155,7 @@ def _dispatch_quietly(plan: LaunchPlan, capture) -> tuple[int, bool]:
     except Exception as e:  # noqa: BLE001 - one line on the terminal, the traceback in the log
         traceback.print_exc(file=capture.log_file)
         print(
-            f"imgrec: {plan.command} failed: {type(e).__name__}: {str(e)[:300]}{quiet.log_hint()}",
+            f"imgrec: {plan.command} failed: {type(e).__name__}: {str(e)[:300]}{quiet.log_hint(plan.log_path)}",
             file=sys.stderr,
         )
         return 1, True
@@ -165,7 +168,7 @@ def _dispatch(plan: LaunchPlan) -> int:
     if plan.command == "convert":
         return _convert(plan)
     if plan.command in ("verify", "inspect", "preview", "versions"):
-        with local_processes(plan):  # the program's start-up ends here
+        with local_services(plan):  # the program's start-up ends here
             return _read_command(plan.command, list(plan.args))
     print(f"imgrec: unknown command {plan.command!r}\n{_USAGE}", file=sys.stderr)
     return 2
@@ -179,14 +182,9 @@ def _convert(plan: LaunchPlan) -> int:
     status = try_fast_rerun(plan)
     if status is not None:
         return status
-    from pipeline.launcher import check_options, run_convert
+    from pipeline.launcher import convert  # Beam's import: only for a run of the pipeline
 
-    # --help, a bad option and a local path mistake answer before the heavy start.
-    status = check_options(list(plan.args))
-    if status is not None:
-        return status
-    with local_processes(plan):  # the start-up ends; TFT's process and forked workers start
-        return run_convert(list(plan.args), plan)
+    return convert(plan)
 
 
 def _read_command(command: str, args: list[str]) -> int:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import errno
 import json
@@ -22,26 +23,36 @@ from apache_beam.options.pipeline_options import (
 
 from core import retention, schema, storage, versions
 from core.errors import ERROR_PREFIX, interrupted
-from pipeline.launch.choose import AUTO_PROCESSES_MIN_FILES, configure_runner
+from pipeline import progress
+from pipeline.builder import build_pipeline
+from pipeline.launch.choose import (
+    AUTO_PROCESSES_MIN_FILES,
+    configure_runner,
+    uses_worker_processes,
+)
 from pipeline.launch.plan import LaunchPlan, PlanError, read_plan
+from pipeline.launch.services import LocalServices, local_services
 from pipeline.options import ConvertConfig, ConvertOptions, OptionError
 from pipeline.preflight import PreflightError, check_writable, delete_dataset, preflight
+from pipeline.quiet import log_hint
 from pipeline.report.summary import format_summary
 from pipeline.runners import dask_runner
 from pipeline.versions import fast_rerun
 from transforms.list_images import ManifestError, resolve_local
 
 __all__ = [
-    "run_convert",
-    "check_options",
-    "parse_convert_args",
-    "PreflightError",
-    "IMGREC_VERSION",
-    "print_help",
+    "ConvertRequest",
+    "VERSION",
     "check_writable",
+    "convert",
+    "parse_convert_args",
+    "prepare",
+    "print_help",
+    "read_request",
+    "run_convert",
 ]
 
-IMGREC_VERSION = "0.1.0"
+VERSION = "0.1.0"
 # Exit status when more than --max_bad_fraction of the listed files were rejected (documented in
 # `imgrec --help`): scripts can tell "fix the input" from "the job crashed" (1).
 EXIT_TOO_MANY_REJECTS = 3
@@ -145,7 +156,7 @@ def parse_convert_args(argv: list[str]) -> tuple[PipelineOptions, ConvertConfig,
 def _versions() -> dict:
     from importlib import metadata
 
-    found = {"imgrec": IMGREC_VERSION, "python": platform.python_version()}
+    found = {"imgrec": VERSION, "python": platform.python_version()}
     for dist in ("apache-beam", "tensorflow", "tensorflow-transform", "pillow"):
         try:
             found[dist] = metadata.version(dist)
@@ -183,89 +194,135 @@ def print_help() -> None:
     parser.print_help()
 
 
-def check_options(argv: list[str]) -> int | None:
-    """Parse `argv` as `run_convert` will, before the heavy imports and forks: `--help`, a bad
-    option and (on this machine's disk) an input that matches nothing, a missing manifest or an
-    output that already holds a dataset are answered after Beam's import alone. Returns the exit
-    status to end with, or None to go on."""
-    if any(a in ("-h", "--help") for a in argv):
-        print_help()
-        return 0
-    try:
-        _, config, _ = parse_convert_args(argv)
-        # `run_convert` runs the same preflight again (and counts the files): on local paths
-        # this one stops at each pattern's first match, a few ms; a --manifest is read whole
-        # by both (and by the listing). Buckets wait for it: their clients start threads, and
-        # the program forks after this.
-        paths = [*config.inputs, config.manifest or "", config.output]
-        if not config.versioned and all(storage.is_local(p) for p in paths):
-            preflight(config)
-    except (OptionError, PreflightError, ManifestError) as e:
-        print(f"imgrec: {e}", file=sys.stderr)
-        return 2
-    return None
+@dataclasses.dataclass(frozen=True)
+class ConvertRequest:
+    """`imgrec convert`'s options read once (command line, --config YAML and Beam's options), then
+    prepared once: the preflight's count, the version claimed, the runner configured."""
+
+    options: PipelineOptions
+    config: ConvertConfig
+    argv: tuple[str, ...]  # effective: the --config file's options merged in
+    num_files: int | None = None  # listed files the preflight counted (up to a threshold)
+    prepared: bool = False
+
+    @property
+    def dry_run(self) -> bool:
+        """Builds the job and touches nothing."""
+        return bool(self.options.view_as(TestOptions).dry_run)
+
+    @property
+    def local_paths(self) -> bool:
+        """Whether every input, manifest and output is on this machine's disk."""
+        paths = [*self.config.inputs, self.config.manifest or "", self.config.output]
+        return all(storage.is_local(p) for p in paths)
+
+    @property
+    def may_fork(self) -> bool:
+        """Whether forked workers may serve the run: worker processes chosen, or not yet chosen."""
+        return not self.prepared or uses_worker_processes(self.options)
 
 
-def run_convert(argv: list[str], plan: LaunchPlan | None = None) -> int:
-    """`imgrec convert ARGS`: returns the process exit status (0 ok, 2 bad usage, 1 failed).
-
-    `plan` is the launch's reading of the command line (pipeline/launch/plan.py); a library
-    caller may leave it out.
-    """
-    if any(a in ("-h", "--help") for a in argv):
-        print_help()
-        return 0
-    started = time.time()
-    try:
-        plan = plan or read_plan(["convert", *argv])
-        options, config, argv = _prepare(list(plan.args), plan)
-    except (OptionError, PreflightError, ManifestError, versions.VersionError, PlanError) as e:
-        print(f"imgrec: {e}", file=sys.stderr)
-        return 2
-    provenance = {
-        "versions": _versions(),
-        "argv": fast_rerun.redact_argv(argv),
-        "runner": options.view_as(StandardOptions).runner,
-        "started": datetime.datetime.fromtimestamp(started, datetime.UTC).isoformat(),
-    }
-    from pipeline.builder import build_pipeline  # Heavy transforms only once options are good.
-
-    # What a no-change rerun compares (pipeline/versions/fast_rerun.py): the command line as given.
-    rerun_key = fast_rerun.run_key(list(plan.args), plan.convert)
-    pipeline = build_pipeline(config, options, provenance, rerun_key=rerun_key)
-    status, result = _run_pipeline(pipeline, options)
-    if status is None:
-        _summarise(config, options, result, started)
-        status = 0
-    return status
+# What a bad option, input, output or version answers with: one line, exit status 2.
+_USAGE_ERRORS = (OptionError, PreflightError, ManifestError, versions.VersionError, PlanError)
 
 
-def _prepare(argv: list[str], plan: LaunchPlan):
-    """Parse, preflight and claim the output: (options, config, effective argv) to build from.
+def read_request(argv: list[str]) -> ConvertRequest:
+    """`imgrec convert ARGV` parsed once; FileSystems gets its --s3_* / GCS options.
 
     Raises:
-        OptionError, PreflightError, ManifestError, VersionError: naming the problem and the fix.
+        OptionError: naming the option and the fix.
     """
     options, config, argv = parse_convert_args(argv)
     # The preflight lists --input and checks --output through FileSystems: give it the
     # --s3_* / GCS options now, not only to the pipeline's workers.
     FileSystems.set_options(options)
-    dry_run = bool(options.view_as(TestOptions).dry_run)  # builds the job and touches nothing
+    return ConvertRequest(options, config, tuple(argv))
+
+
+def prepare(request: ConvertRequest, forked: bool) -> ConvertRequest:
+    """The preflight (once), the version claimed, the output cleared for --overwrite and the
+    runner configured (`forked`: the zygote may serve worker processes).
+
+    Raises:
+        PreflightError, ManifestError, VersionError: naming the problem and the fix.
+    """
+    options, config, dry_run = request.options, request.config, request.dry_run
     if config.versioned:  # --output is the root; the run writes one version folder in it
         config, version_note = versions.plan_run(config)
     num_files = preflight(config, count_up_to=AUTO_PROCESSES_MIN_FILES)
     if not dry_run:
         check_writable(config, options)
     if config.versioned and not dry_run:
-        config = versions.claim_run(config, {"argv": fast_rerun.redact_argv(argv)})
+        config = versions.claim_run(config, {"argv": fast_rerun.redact_argv(list(request.argv))})
         print(version_note.format(name=versions.split_version_dir(config.output)[1]))
     if config.overwrite and not dry_run:
         delete_dataset(config.output)
-    config = configure_runner(options, argv, config, num_files)
-    return options, config, argv
+    config = configure_runner(options, list(request.argv), config, num_files, forked)
+    return dataclasses.replace(request, config=config, num_files=num_files, prepared=True)
 
 
-def _run_pipeline(pipeline, options: PipelineOptions):
+def convert(plan: LaunchPlan) -> int:
+    """`imgrec convert`, as the plan reads it: returns the exit status (0 ok, 2 bad usage, 1
+    failed, 3 too many rejects, 130 interrupted).
+
+    The request is read once; on this machine's disk it is prepared before the heavy start, so a
+    mistake answers after Beam's import alone. Bucket paths are listed once the services have
+    started (their clients start threads; the launch forks before that).
+    """
+    if plan.convert.help:
+        print_help()
+        return 0
+    started = time.time()
+    forked = plan.as_program and plan.switches.forked_workers and sys.platform == "linux"
+    try:
+        request = read_request(list(plan.args))
+        if request.local_paths:
+            request = prepare(request, forked)
+    except _USAGE_ERRORS as e:
+        print(f"imgrec: {e}", file=sys.stderr)
+        return 2
+    with local_services(plan, request) as services:  # the start-up ends; processes start
+        try:
+            if not request.prepared:
+                request = prepare(request, services.forks_workers)
+        except _USAGE_ERRORS as e:
+            print(f"imgrec: {e}", file=sys.stderr)
+            return 2
+        if not uses_worker_processes(request.options):
+            services.stop_workers()  # no worker to fork in this run: free the zygote now
+        return _run(plan, request, services, started)
+
+
+def run_convert(argv: list[str]) -> int:
+    """`imgrec convert ARGV` for a library caller (no program start-up, no forks)."""
+    try:
+        plan = read_plan(["convert", *argv])
+    except PlanError as e:
+        print(f"imgrec: {e}", file=sys.stderr)
+        return 2
+    return convert(plan)
+
+
+def _run(plan: LaunchPlan, request: ConvertRequest, services: LocalServices, started) -> int:
+    """Build, run and summarise the prepared request."""
+    options, config = request.options, request.config
+    provenance = {
+        "versions": _versions(),
+        "argv": fast_rerun.redact_argv(list(request.argv)),
+        "runner": options.view_as(StandardOptions).runner,
+        "started": datetime.datetime.fromtimestamp(started, datetime.UTC).isoformat(),
+    }
+    # What a no-change rerun compares (pipeline/versions/fast_rerun.py): the command line as given.
+    rerun_key = fast_rerun.run_key(list(plan.args), plan.convert)
+    pipeline = build_pipeline(config, options, provenance, rerun_key, services)
+    status, result = _run_pipeline(pipeline, options, services, plan.log_path)
+    if status is None:
+        _summarise(config, options, result, started)
+        status = 0
+    return status
+
+
+def _run_pipeline(pipeline, options: PipelineOptions, services: LocalServices, log_path):
     """Run and wait (a Dataflow job: submit, show its link, poll its counters).
 
     Returns:
@@ -274,11 +331,10 @@ def _run_pipeline(pipeline, options: PipelineOptions):
     runner = str(options.view_as(StandardOptions).runner or "")
     remote = "Dataflow" in runner
     dry_run = bool(options.view_as(TestOptions).dry_run)
-    from pipeline import progress
-
     try:
         # Local runs show live counts fed by the workers (pipeline/progress.py).
-        with progress.live(enabled=not remote and not dry_run):
+        every = services.switches.progress_every_s
+        with progress.live(services.progress_dir, every):
             result = pipeline.run()
             if dry_run:
                 return 0, None  # The runner reported the job it built; nothing ran to summarise.
@@ -286,7 +342,7 @@ def _run_pipeline(pipeline, options: PipelineOptions):
                 return 0, None  # Dataflow's rule for template launchers: submit, then exit.
             _wait(result, options, remote)
     except (KeyboardInterrupt, Exception) as e:  # noqa: BLE001 - any failure: one clear line
-        return _failure_status(e, remote), None
+        return _failure_status(e, remote, log_path), None
     return None, result
 
 
@@ -295,8 +351,6 @@ def _wait(result, options: PipelineOptions, remote: bool) -> None:
     if not (remote and getattr(result, "has_job", False)):
         result.wait_until_finish()
         return
-    from pipeline import progress
-
     gcp = options.view_as(GoogleCloudOptions)
     print(
         f"imgrec: Dataflow job {result.job_id()}: https://console.cloud.google.com/"
@@ -306,12 +360,10 @@ def _wait(result, options: PipelineOptions, remote: bool) -> None:
         result.wait_until_finish()
 
 
-def _failure_status(e: BaseException, remote: bool) -> int:
+def _failure_status(e: BaseException, remote: bool, log_path: str | None) -> int:
     """One line on the terminal for a failed or interrupted run; returns the exit status."""
     if not interrupted(e):  # Beam re-raises a DoFn's KeyboardInterrupt as a RuntimeError
-        from pipeline.quiet import log_hint
-
-        print(f"imgrec: {_beam_error_line(e)}{log_hint()}", file=sys.stderr)
+        print(f"imgrec: {_beam_error_line(e)}{log_hint(log_path)}", file=sys.stderr)
         # Too many rejects is the input's problem, not a crash: its own status (see --help).
         too_many = "TooManyRejectsError" in f"{type(e).__name__} {e}"  # Beam wraps ours
         return EXIT_TOO_MANY_REJECTS if too_many else 1

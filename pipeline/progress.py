@@ -1,11 +1,10 @@
 """Live progress of a running conversion: the launcher's display of the workers' tallies.
 
 Beam's metrics are not live on DirectRunner (they arrive when the job ends), and its
-multi-process workers are separate processes. So the side channel is a folder named by the
-IMGREC_PROGRESS_DIR environment variable, which worker processes inherit: each process keeps its
-own running counts and rewrites `<pid>.json` there (atomically, at most twice a second and at
-the end of every bundle); the launcher sums the files while the job runs. When the variable is
-unset (Dataflow workers, tests building pipelines directly) tallies are free no-ops.
+multi-process workers are separate processes. So the side channel is a folder the launch makes
+for a local run (pipeline/launch/services.py) and the job's counting steps are given: each
+process keeps its own running counts and rewrites `<pid>.json` there (atomically, at most twice
+a second and at the end of every bundle); the launcher sums the files while the job runs.
 
 The worker side (tally, flush, the folder's format) is `core/tallies.py`;
 `transforms/count_progress.py` holds the PTransform that calls `tally`.
@@ -14,15 +13,12 @@ The worker side (tally, flush, the folder's format) is `core/tallies.py`;
 from __future__ import annotations
 
 import contextlib
-import os
-import shutil
 import sys
-import tempfile
 import threading
 import time
 
 from core import tallies
-from core.tallies import PROGRESS_DIR_ENV, read_counts
+from core.tallies import read_counts
 
 __all__ = [
     "Progress",
@@ -31,9 +27,10 @@ __all__ = [
     "remote_counts",
 ]
 
-# Display refresh: in place on a terminal; a plain line this often otherwise (CI logs stay short).
+# Display refresh in place on a terminal (elsewhere a plain line every `plain_every_s`).
 _TTY_REFRESH_S = 0.25
-_PLAIN_EVERY_S = float(os.environ.get("IMGREC_PROGRESS_EVERY_S", "10"))
+# A plain line this often by default (CI logs stay short); IMGREC_PROGRESS_EVERY_S changes it.
+_PLAIN_EVERY_S = 10.0
 
 
 def _rate_eta(counts: dict, started: float | None) -> tuple[float, float | None]:
@@ -128,25 +125,18 @@ class Progress:
 
 
 @contextlib.contextmanager
-def live(enabled: bool = True, stream=None):
-    """Run the enclosed job with a progress folder in the environment and a display on `stream`.
-
-    Workers started inside inherit IMGREC_PROGRESS_DIR; the folder is removed afterwards.
-    """
-    if not enabled or PROGRESS_DIR_ENV in os.environ:
+def live(folder: str | None, plain_every_s: float = _PLAIN_EVERY_S, stream=None):
+    """Show the counts the job's workers write to `folder` while the enclosed job runs; nothing
+    without a folder (a dry run, a distributed runner)."""
+    if folder is None:
         yield None
         return
-    directory = tempfile.mkdtemp(prefix="imgrec-progress-")
-    os.environ[PROGRESS_DIR_ENV] = directory
-    tallies.reset()
     try:
-        with Progress(directory, stream) as progress:
+        with Progress(folder, stream, plain_every_s) as progress:
             yield progress
     finally:
-        tallies.flush()  # In-process (one worker) counts, should the last bundle not have.
-        os.environ.pop(PROGRESS_DIR_ENV, None)
-        tallies.reset()
-        shutil.rmtree(directory, ignore_errors=True)
+        tallies.flush(folder)  # In-process (one worker) counts, should the last bundle not have.
+        tallies.reset(folder)
 
 
 # Dataflow: how often the launcher asks the job for its counters (each ask is one API call;

@@ -26,50 +26,32 @@ import threading
 import traceback
 
 __all__ = [
-    "LOG_DIR_ENV",
-    "LOG_FILE_ENV",
-    "VERBOSE_ENV",
     "Capture",
-    "pop_verbose",
     "log_dir",
     "log_hint",
     "log_thread_error",
 ]
 
-# Where logs go (default: <tmp>/imgrec-logs-<uid>); a run's log is named in its failure line.
-LOG_DIR_ENV = "IMGREC_LOG_DIR"
-# Set while a quiet run logs to a file: failure lines name it (launcher, cli).
-LOG_FILE_ENV = "IMGREC_LOG_FILE"
-# Set to 1 for -v behaviour without the flag (e.g. in a wrapper script).
-VERBOSE_ENV = "IMGREC_VERBOSE"
 # Logs older than this are deleted when a new run starts: a week keeps a failed run's log around
 # long enough to read it, without letting a busy machine fill <tmp>.
 _KEEP_LOGS_S = 7 * 24 * 3600
 
 
-def pop_verbose(argv: list[str]) -> tuple[list[str], bool]:
-    """Remove `-v` / `--verbose` from argv; returns (rest, verbose)."""
-    rest = [a for a in argv if a not in ("-v", "--verbose")]
-    verbose = len(rest) != len(argv) or os.environ.get(VERBOSE_ENV, "") not in ("", "0")
-    return rest, verbose
+def log_hint(log_path: str | None) -> str:
+    """' (full log: PATH)' for a quiet run's log file, else ''."""
+    return f" (full log: {log_path})" if log_path else ""
 
 
-def log_hint() -> str:
-    """' (full log: PATH)' while a quiet run logs to a file, else ''."""
-    path = os.environ.get(LOG_FILE_ENV)
-    return f" (full log: {path})" if path else ""
-
-
-def log_dir() -> str:
-    """$IMGREC_LOG_DIR, else <tmp>/imgrec-logs-<uid>: one folder per user, since on a shared
-    machine the first user's <tmp>/imgrec-logs (mode 755) refused everyone else's log files, and
-    their runs stopped with a PermissionError traceback before doing anything."""
-    if os.environ.get(LOG_DIR_ENV):
-        return os.environ[LOG_DIR_ENV]
+def log_dir(configured: str | None = None) -> str:
+    """`configured` (IMGREC_LOG_DIR), else <tmp>/imgrec-logs-<uid>: one folder per user, since on
+    a shared machine the first user's <tmp>/imgrec-logs (mode 755) refused everyone else's log
+    files, and their runs stopped with a PermissionError traceback before doing anything."""
+    if configured:
+        return configured
     return os.path.join(tempfile.gettempdir(), f"imgrec-logs-{os.getuid()}")
 
 
-def _open_log(command: str) -> tuple[int, str]:
+def _open_log(command: str, configured_dir: str | None) -> tuple[int, str]:
     """(descriptor, path) of a new log file in log_dir(), or, if that folder cannot take one
     (not writable, not a folder, a read-only disk), in a fresh private temp folder.
 
@@ -78,7 +60,7 @@ def _open_log(command: str) -> tuple[int, str]:
     """
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
     prefix, suffix = f"imgrec-{command}-{stamp}-", ".log"
-    directory = log_dir()
+    directory = log_dir(configured_dir)
     try:
         os.makedirs(directory, exist_ok=True)
         _prune(directory)
@@ -152,9 +134,10 @@ class Capture:
         log_path: the log file (None when verbose: everything is on the terminal).
     """
 
-    def __init__(self, verbose: bool, command: str = "run"):
+    def __init__(self, verbose: bool, command: str = "run", log_dir: str | None = None):
         self.verbose = verbose
         self.command = command
+        self._log_dir = log_dir  # IMGREC_LOG_DIR
         self.log_path: str | None = None
         self.log_file = None  # the open log (None when verbose)
         self._saved: list = []
@@ -163,7 +146,7 @@ class Capture:
         if self.verbose:
             return self
         try:
-            fd, self.log_path = _open_log(self.command)
+            fd, self.log_path = _open_log(self.command, self._log_dir)
         except OSError as e:  # no writable temp folder at all: everything stays on the terminal
             print(f"imgrec: no log file ({e}); other libraries' output is shown", file=sys.stderr)
             self.verbose = True
@@ -172,7 +155,6 @@ class Capture:
         fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) | os.O_APPEND)
         log = os.fdopen(fd, "a", buffering=1, encoding="utf-8", errors="replace")
         self.log_file = log
-        os.environ[LOG_FILE_ENV] = self.log_path
         sys.stdout.flush()
         sys.stderr.flush()
         terminal_out, terminal_err = os.dup(1), os.dup(2)
@@ -222,5 +204,4 @@ class Capture:
         os.close(terminal_err)
         sys.stdout, sys.stderr = old_out, old_err
         log.close()
-        os.environ.pop(LOG_FILE_ENV, None)
         self._saved = []

@@ -20,7 +20,7 @@ in-memory runs, a worker process otherwise):
     failed.json         {"message": ...}: the statistics' ValueError (an empty split), or
     read_back.json      {"train_split", "label_names", "size_quantiles"}: read the statistics
                         back from the export here (totals not exact in float64, inputs that
-                        are not whole numbers, or IMGREC_EXACT_STATISTICS=0)
+                        are not whole numbers, or the switch IMGREC_EXACT_STATISTICS=0)
     tft/export/         TFT's export, published from here
     pid                 the process id, so a wait notices a process that died without answering
 """

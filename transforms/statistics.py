@@ -16,7 +16,6 @@ Measured at one file, where the analysis is the whole command's critical path: t
 from __future__ import annotations
 
 import collections
-import os
 from collections.abc import Iterable, Sequence
 
 import apache_beam as beam
@@ -24,7 +23,6 @@ import apache_beam as beam
 from core.normalize import IMAGE, LABEL
 
 __all__ = [
-    "EXACT_ENV",
     "EXPORT_DIRS",
     "UNKNOWN_LABEL_ID",
     "ExactSumsFn",
@@ -38,9 +36,6 @@ __all__ = [
 EXPORT_DIRS = ("transform_fn", "transformed_metadata")
 # Label text absent from the label names maps here, like an out-of-vocabulary token.
 UNKNOWN_LABEL_ID = -1
-# IMGREC_EXACT_STATISTICS=0: the analysis process reads every answer back from the export
-# (bench/ablations/exact_statistics.py, A/B).
-EXACT_ENV = "IMGREC_EXACT_STATISTICS"
 
 # Per-image statistics fed to the analyzers; the serving transform never needs them.
 _PIXEL_SUM = "pixel_sum"
@@ -174,15 +169,16 @@ def exact_statistics(
     train_split: str,
     label_names: Sequence[str] | None,
     size_quantiles: dict | None = None,
+    exact: bool = True,
 ) -> dict | None:
     """`read_statistics`'s dict from `ExactSumsFn`'s totals, without loading the export; None
     when TFT's float64 totals may differ from the integer ones (see the module's docstring), or
-    when `EXACT_ENV` is 0.
+    when `exact` is False (IMGREC_EXACT_STATISTICS=0, pipeline/launch/switches.py).
 
     Raises:
         ValueError: as `read_statistics` does (an empty split, no sampled image).
     """
-    if totals is None or os.environ.get(EXACT_ENV) == "0":
+    if totals is None or not exact:
         return None
     if any(n >= _EXACT_LIMIT for n in _integers(totals)):
         return None

@@ -6,7 +6,7 @@
 
 Runs the default `imgrec convert` (whole process, fresh each time) with a few functions wrapped
 to write a timestamp (seconds since the command started) and, in the analysis process, its own
-CPU seconds: the fork (`analysis_process.start` returns once Beam and TensorFlow are imported),
+CPU seconds: the fork (`AnalysisProcess.start` returns once Beam and TensorFlow are imported),
 the request the job writes, the analysis process's answer and the end. Prints one
 line per run and the medians. Wall clock on a shared host is noisy: compare variants run
 interleaved, and read the analysis process's CPU until its answer (its chain is the 1-file
@@ -33,7 +33,8 @@ sys.path.insert(0, ROOT)
 _CHILD = r"""
 import os, resource, sys, time
 from pipeline.launch import program
-program.start()  # as the program starts, before the imports below
+from pipeline.launch.switches import read_switches
+program.start(read_switches())  # as the program starts, before the imports below
 T0 = float(os.environ["CP_T0"])
 LOG = os.environ["CP_LOG"]
 
@@ -55,8 +56,8 @@ def wrap(module, name):
             mark(name)
     setattr(module, name, wrapped)
 
-for module, name in ((ap, "start"), (ap, "_answer"), (aside, "write_json_atomic"),
-                     (launcher, "run_convert")):
+for module, name in ((ap.AnalysisProcess, "start"), (ap, "_answer"),
+                     (aside, "write_json_atomic"), (launcher, "convert")):
     wrap(module, name)
 
 if os.environ.get("CP_STAGES"):
@@ -137,8 +138,8 @@ def one(input_glob: str, out: str, stages: bool = False) -> dict:
         "request": marks["write_json_atomic"][0] - fork,
         "answer": marks["_answer"][0] - fork,
         "analysis_cpu": marks["_answer"][1],
-        "after_answer": marks["run_convert"][0] - marks["_answer"][0],
-        "end": marks["run_convert"][0],
+        "after_answer": marks["convert"][0] - marks["_answer"][0],
+        "end": marks["convert"][0],
         "wall": wall,
     }
 

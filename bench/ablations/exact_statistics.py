@@ -19,7 +19,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 sys.path.insert(0, REPO)
 
 from bench._common import default_command_ab  # noqa: E402
-from transforms.statistics import EXACT_ENV  # noqa: E402
+from pipeline.launch.switches import ENV  # noqa: E402
 
 if __name__ == "__main__":
-    default_command_ab(EXACT_ENV, {"read back": "0", "exact": None}, "statistics")
+    default_command_ab(ENV["exact_statistics"], {"read back": "0", "exact": None}, "statistics")

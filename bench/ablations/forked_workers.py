@@ -21,7 +21,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 sys.path.insert(0, REPO)
 
 from bench._common import default_command_ab  # noqa: E402
-from pipeline.launch.plan import FORKED_WORKERS_ENV  # noqa: E402
+from pipeline.launch.switches import ENV  # noqa: E402
 
 if __name__ == "__main__":
-    default_command_ab(FORKED_WORKERS_ENV, {"forked": None, "Beam's": "0"}, "workers")
+    default_command_ab(ENV["forked_workers"], {"forked": None, "Beam's": "0"}, "workers")

@@ -19,7 +19,9 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 sys.path.insert(0, REPO)
 
 from bench._common import default_command_ab  # noqa: E402
-from pipeline.launch.patches import PATCHES_OFF_ENV  # noqa: E402
+from pipeline.launch.switches import ENV  # noqa: E402
 
 if __name__ == "__main__":
-    default_command_ab(PATCHES_OFF_ENV, {"with Keras": "tft_without_keras", "without": None}, "TFT")
+    default_command_ab(
+        ENV["patches_off"], {"with Keras": "tft_without_keras", "without": None}, "TFT"
+    )

@@ -21,7 +21,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 sys.path.insert(0, REPO)
 
 from bench._common import default_command_ab  # noqa: E402
-from pipeline.builder import TYPE_INFERENCE_ENV  # noqa: E402
+from pipeline.launch.switches import ENV  # noqa: E402
 
 if __name__ == "__main__":
-    default_command_ab(TYPE_INFERENCE_ENV, {"Beam's": "1", "none": None}, "type inference")
+    default_command_ab(ENV["type_inference"], {"Beam's": "1", "none": None}, "type inference")

@@ -1,8 +1,7 @@
 """The analysis process: tensorflow-transform imported, traced and run beside a local conversion.
 
-`imgrec convert` forks it (`start`) as soon as Beam and TensorFlow are imported, once the
-options have parsed and before the preflight, when the command line asks for a local run with
-analysis; the job's `transforms.analyze_aside.AnalyzeAside` hands it the training rows. Until
+The launch (pipeline/launch/services.py) forks it (`AnalysisProcess.start`) once the request is
+read, when the job will analyse on this machine with TFT's scratch in the temp dir; the job's `transforms.analyze_aside.AnalyzeAside` hands it the training rows. Until
 then it imports TFT (without Keras 2, `_import_tft_without_keras`) and builds its small pipeline
 (tracing the preprocessing_fn), on the core the job is not yet using; then it waits for the
 request, runs the analysis and export (`transforms.analyze.export_to_scratch`) and answers with
@@ -10,14 +9,13 @@ the statistics summed exactly (transforms/statistics.py), or asks the job to rea
 the export. So the launcher neither imports TFT nor traces before the first image, and the job
 has no TFT stages of its own.
 
-A run that turns out not to analyse here (--no_analyze in a --config, a remote runner, a local
---temp_location for TFT's scratch, a dry run, a fast rerun) stops it (`stop`); so does the end
-of every convert command. The process exits by itself once its parent has gone.
+The end of the convert command stops it (`stop`); it exits by itself once its parent has gone.
 """
 
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import shutil
 import signal
@@ -26,82 +24,78 @@ import tempfile
 import types
 
 from pipeline.launch import patches, startup
+from pipeline.launch.forked_workers import end_child
+from pipeline.launch.switches import Switches
 
-__all__ = ["claim", "start", "stop"]
+__all__ = ["AnalysisProcess"]
 
 _PREFIX = "imgrec-analysis-"
-# Set by start(): (the process id, its hand-off folder); claim() hands the folder to one job.
-_started: tuple[int, str] | None = None
 
 
-def start() -> None:
-    """Fork the analysis process (once) after importing what both processes use.
+class AnalysisProcess:
+    """The forked analysis process and its hand-off folder; `stop()` ends both.
 
-    Beam and TensorFlow are imported here, once, and the child inherits them (a fresh process
-    would import them again). Forking is safe
-    only before TensorFlow has run anything (its thread pools would not exist in the child), so
-    a process that imported TensorFlow before (a library caller, a test) starts none and the
-    job analyses in its own stages, as does any system without fork.
+    Forking is safe only before TensorFlow has run anything (its thread pools would not exist
+    in the child): `start` imports Beam and TensorFlow, once, for both processes, and a process
+    that had imported TensorFlow before (a library caller, a test) gets none, nor does a system
+    without fork. The job then analyses in its own stages.
     """
-    global _started
-    if _started is not None or sys.platform != "linux" or "tensorflow" in sys.modules:
-        return
-    import apache_beam  # noqa: F401 - the job's and TFT's, imported once for both processes
-    import tensorflow  # noqa: F401
 
-    try:
-        handoff = tempfile.mkdtemp(prefix=_PREFIX)
-    except OSError:  # an unwritable temp dir: the preflight names it (TFT's scratch is there)
-        return
-    parent = os.getpid()
-    try:
-        pid = os.fork()
-    except OSError:  # no process to spare (EAGAIN, ENOMEM): the job analyses in its stages
-        shutil.rmtree(handoff, ignore_errors=True)
-        return
-    if pid == 0:  # the analysis process: never returns into the command's code
-        status = 1
+    def __init__(self, pid: int, handoff: str):
+        self.pid = pid
+        self.handoff = handoff  # the folder the job's AnalyzeAside hands its rows to
+
+    @classmethod
+    def start(cls, switches: Switches) -> AnalysisProcess | None:
+        """Fork the process; None where it cannot be (see the class)."""
+        if sys.platform != "linux" or "tensorflow" in sys.modules:
+            return None
+        import apache_beam  # noqa: F401 - the job's and TFT's, imported once for both processes
+        import tensorflow  # noqa: F401
+
+        from transforms.analyze_aside import PID_FILE
+
         try:
-            _run(handoff, parent)
-            status = 0
-        finally:
-            sys.stdout.flush()
-            sys.stderr.flush()
-            if _orphaned(parent):  # the command was killed (SIGTERM, SIGKILL): tidy up
-                shutil.rmtree(handoff, ignore_errors=True)
-            os._exit(status)
-    from transforms.analyze_aside import PID_FILE
+            handoff = tempfile.mkdtemp(prefix=_PREFIX)
+        except OSError:  # an unwritable temp dir: the preflight names it
+            return None
+        parent = os.getpid()
+        try:
+            pid = os.fork()
+        except OSError:  # no process to spare (EAGAIN, ENOMEM): the job analyses in its stages
+            shutil.rmtree(handoff, ignore_errors=True)
+            return None
+        if pid == 0:  # the analysis process: never returns into the command's code
+            _child(handoff, parent, switches)
+        started = cls(pid, handoff)
+        atexit.register(started.stop)
+        try:
+            with open(os.path.join(handoff, PID_FILE), "w", encoding="ascii") as f:
+                f.write(str(pid))
+        except OSError:  # a full temp disk: no hand-off (the preflight names the folder)
+            started.stop()
+            return None
+        return started
 
-    _started = (pid, handoff)  # first: stop() can end the process whatever happens below
-    atexit.register(stop)
+    def stop(self) -> None:
+        """End the process (if it still runs) and remove its hand-off folder."""
+        if self.pid:
+            end_child(self.pid, signal.SIGKILL, self.handoff)  # done already, or not needed
+            self.pid = 0
+
+
+def _child(handoff: str, parent: int, switches: Switches) -> None:
+    """The analysis process's whole life, from the fork to its exit."""
+    status = 1
     try:
-        with open(os.path.join(handoff, PID_FILE), "w", encoding="ascii") as f:
-            f.write(str(pid))
-    except OSError:  # a full temp disk: no hand-off (the preflight names the folder)
-        stop()
-
-
-def claim(scratch: str) -> str | None:
-    """The hand-off folder of the started process, for the one job that will use it.
-
-    None when there is none, or when TFT's scratch would not be the system temp dir it was
-    started in (a local --temp_location): the job then analyses in its own stages.
-    """
-    if _started is None or os.path.realpath(scratch) != os.path.realpath(tempfile.gettempdir()):
-        return None
-    return _started[1]
-
-
-def stop() -> None:
-    """End the process (if it still runs) and remove its hand-off folder."""
-    global _started
-    if _started is None:
-        return
-    pid, handoff = _started
-    _started = None
-    from pipeline.launch.forked_workers import end_child
-
-    end_child(pid, signal.SIGKILL, handoff)  # done already, or no longer needed
+        _run(handoff, parent, switches)
+        status = 0
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        if _orphaned(parent):  # the command was killed (SIGTERM, SIGKILL): tidy up
+            shutil.rmtree(handoff, ignore_errors=True)
+        os._exit(status)
 
 
 # ----------------------------------------------------------------------------- the process
@@ -140,7 +134,9 @@ def _read_rows(request: dict, handoff: str):
         yield from map(AnalysisRow._make, rows)
 
 
-def _answer(unused_done, handoff: str, request: dict, sizes: dict, totals: dict | None) -> None:
+def _answer(
+    unused_done, handoff: str, exact: bool, request: dict, sizes: dict, totals: dict | None
+) -> None:
     """Answer the job once the export is written (or say why not): with the statistics summed
     exactly from the rows where that gives TFT's own numbers, else asking the job to read them
     back from the export (transforms/statistics.py)."""
@@ -149,7 +145,7 @@ def _answer(unused_done, handoff: str, request: dict, sizes: dict, totals: dict 
 
     split, names = request["train_split"], request["label_names"]
     try:
-        stats = exact_statistics(totals, split, names, sizes)
+        stats = exact_statistics(totals, split, names, sizes, exact=exact)
     except ValueError as e:  # an empty split: the job fails with these words
         write_json_atomic(os.path.join(handoff, FAILED), {"message": str(e)})
         return
@@ -160,7 +156,7 @@ def _answer(unused_done, handoff: str, request: dict, sizes: dict, totals: dict 
     write_json_atomic(os.path.join(handoff, STATISTICS), stats)
 
 
-def _import_tft_without_keras() -> None:
+def _import_tft_without_keras(switches: Switches) -> None:
     """Import TFT with a stand-in for its Keras module: this process never loads an export.
 
     `tensorflow_transform/keras_lib.py` imports `tf_keras` whole for two uses: an isinstance
@@ -170,7 +166,7 @@ def _import_tft_without_keras() -> None:
     with the stand-in, it is imported as it is.
     """
     name = "tensorflow_transform.keras_lib"
-    if not patches.enabled("tft_without_keras") or any(
+    if not switches.patch_on("tft_without_keras") or any(
         m in sys.modules for m in (name, "tensorflow_transform", "tf_keras")
     ):
         import tensorflow_transform  # noqa: F401
@@ -202,12 +198,12 @@ def _keras_lib_stand_in(name: str) -> types.ModuleType:
     return stand_in
 
 
-def _build(handoff: str, parent: int):
+def _build(handoff: str, parent: int, exact: bool):
     """The analysis pipeline: wait for the request, analyse and export, answer."""
     import apache_beam as beam
     from apache_beam.options.pipeline_options import PipelineOptions, TypeOptions
 
-    from pipeline.launch.direct_runner import DirectRunner
+    from pipeline.runners.direct import DirectRunner
     from transforms.analyze import export_to_scratch
     from transforms.analyze_aside import EXPORT_SUBDIR, TFT_SUBDIR
     from transforms.statistics import ExactSumsFn
@@ -231,6 +227,7 @@ def _build(handoff: str, parent: int):
     _ = exported | "Answer" >> beam.Map(
         _answer,
         handoff,
+        exact,
         request=beam.pvalue.AsSingleton(request),
         sizes=beam.pvalue.AsSingleton(sizes),
         totals=beam.pvalue.AsSingleton(totals),
@@ -238,16 +235,23 @@ def _build(handoff: str, parent: int):
     return p
 
 
-def _main(handoff: str, parent: int) -> None:
-    startup.defer_keras()
-    with patches.pickles_kept_in_process():  # nothing this process pickles leaves it
-        with startup.without_gc():
-            _import_tft_without_keras()
-            p = _build(handoff, parent)
+def _main(handoff: str, parent: int, switches: Switches) -> None:
+    startup.defer_keras(switches)
+    in_process = _in_process_pickles(switches)
+    with in_process():  # nothing this process pickles leaves it
+        with startup.without_gc(switches):
+            _import_tft_without_keras(switches)
+            p = _build(handoff, parent, switches.exact_statistics)
         p.run().wait_until_finish()
 
 
-def _run(handoff: str, parent: int) -> None:
+def _in_process_pickles(switches: Switches):
+    if switches.patch_on("pickles_kept_in_process"):
+        return patches.pickles_kept_in_process
+    return contextlib.nullcontext
+
+
+def _run(handoff: str, parent: int, switches: Switches) -> None:
     """The analysis process's whole life; any failure is written as the job's answer.
 
     Its temporary files go to the hand-off folder, which the command removes when it ends
@@ -258,7 +262,7 @@ def _run(handoff: str, parent: int) -> None:
     """
     tempfile.tempdir = handoff  # this process only: the command's own temp dir is unchanged
     try:
-        _main(handoff, parent)
+        _main(handoff, parent, switches)
     except BaseException as e:  # noqa: BLE001 - the job waits for an answer: give it one
         from transforms.analyze_aside import FAILED, write_json_atomic
 

@@ -13,7 +13,6 @@ from apache_beam.options.pipeline_options import (
 )
 
 from core.runners import is_direct_runner, is_local_runner
-from pipeline.launch import forked_workers
 from pipeline.options import ConvertConfig, ConvertOptions
 from pipeline.runners import dask_runner
 
@@ -22,6 +21,7 @@ __all__ = [
     "FORKED_PROCESSES_MIN_FILES",
     "WORKER_START_PLUGIN",
     "configure_runner",
+    "uses_worker_processes",
 ]
 
 # Without --workers, a DirectRunner job runs in-process below this many listed files: each worker
@@ -37,12 +37,17 @@ WORKER_START_PLUGIN = "pipeline.launch.worker_start"
 
 
 def configure_runner(
-    options: PipelineOptions, argv: list[str], config: ConvertConfig, num_files: int = 0
+    options: PipelineOptions,
+    argv: list[str],
+    config: ConvertConfig,
+    num_files: int = 0,
+    forked: bool = False,
 ):
     """Default to DirectRunner, choosing its workers; returns the config to run.
 
     Without --workers: one in-process worker for inputs under FORKED_PROCESSES_MIN_FILES files
-    (`num_files`, counted by the preflight) where the command forks its workers ready-imported,
+    (`num_files`, counted by the preflight) where the command forks its workers ready-imported
+    (`forked`: pipeline/launch/forked_workers.py),
     under AUTO_PROCESSES_MIN_FILES where Beam starts them, else one worker process per core.
     Several workers run as processes, not threads: Beam's per-element Python work contends for
     the GIL. One worker runs in-process and decodes on one thread per core (decoders release
@@ -53,11 +58,11 @@ def configure_runner(
         standard.runner = "DirectRunner"
     decode_threads = 1  # Distributed runners run one SDK process per core already.
     if dask_runner.is_dask(standard.runner):
-        standard.runner = dask_runner.IMGREC_DASK_RUNNER  # Beam's, with fixes (docs/runners.md)
+        standard.runner = dask_runner.DASK_RUNNER  # Beam's, with fixes (docs/runners.md)
     if is_direct_runner(standard.runner) or standard.runner == "BundleBasedDirectRunner":
         direct = options.view_as(DirectOptions)
         cores = os.cpu_count() or 1
-        forked = forked_workers.command() is not None and is_direct_runner(standard.runner)
+        forked = forked and is_direct_runner(standard.runner)
         least = FORKED_PROCESSES_MIN_FILES if forked else AUTO_PROCESSES_MIN_FILES
         workers = options.view_as(ConvertOptions).workers or (cores if num_files >= least else 1)
         if not any(a.startswith("--direct_num_workers") for a in argv):
@@ -66,14 +71,20 @@ def configure_runner(
             direct.direct_running_mode = "multi_processing" if workers > 1 else "in_memory"
         if direct.direct_running_mode == "multi_processing":
             _add_worker_start(options)
-        if not forked or direct.direct_running_mode != "multi_processing":
-            forked_workers.stop()  # no worker to fork in this run: free the zygote now
         decode_threads = max(1, cores // max(1, direct.direct_num_workers or 1))
     elif not is_local_runner(standard.runner) and not dask_runner.is_dask(standard.runner):
         _add_worker_start(options)  # Dataflow's workers start as imgrec's own do
     if not options.view_as(ConvertOptions).decode_threads:
         config = dataclasses.replace(config, decode_threads=decode_threads)
     return config
+
+
+def uses_worker_processes(options: PipelineOptions) -> bool:
+    """Whether the configured DirectRunner runs its workers as processes (the zygote's use)."""
+    direct = options.view_as(DirectOptions)
+    return is_direct_runner(options.view_as(StandardOptions).runner) and (
+        direct.direct_running_mode == "multi_processing"
+    )
 
 
 def _add_worker_start(options: PipelineOptions) -> None:

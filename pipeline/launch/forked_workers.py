@@ -5,9 +5,9 @@ pipeline/launch/choose.py) as a fresh interpreter, `python -m
 apache_beam.runners.worker.sdk_worker_main`, which imports Beam, TensorFlow and the stages'
 modules again, seconds of CPU per worker paid while the launcher waits for its workers.
 
-`imgrec convert` instead forks a *zygote* (`start`) at the point where it forks the analysis
+`imgrec convert` instead forks a *zygote* (`Zygote.start`) at the point where it forks the analysis
 process: Beam, TensorFlow and the stages are imported and TensorFlow has run nothing. Beam still
-starts its worker command (`command()`, given to `direct_runner.DirectRunner`), but that command
+starts its worker command (`command()`, given to `pipeline.runners.direct.DirectRunner`), but that command
 is `fork_client.py`, a bare interpreter that hands the zygote its environment and its standard
 streams over a Unix socket; the zygote forks a worker that runs Beam's own
 `sdk_worker_main.main` with them, and reports the worker's exit status back, which the client
@@ -15,7 +15,7 @@ exits with. So Beam sees the worker process it expects (its command, environment
 status; killing the client kills the worker), and the worker starts in milliseconds. A zygote
 that is killed takes its workers with it (PR_SET_PDEATHSIG).
 
-Only the `imgrec` program starts one (pipeline/launch/program.py). Where there is no zygote (a
+Only the `imgrec` program starts one (pipeline/launch/services.py). Where there is no zygote (a
 library caller, a test, not Linux, a remote runner, `IMGREC_FORKED_WORKERS=0` for A/B runs) Beam's
 own command runs. A client that finds no zygote runs Beam's worker itself.
 """
@@ -35,7 +35,7 @@ import struct
 import sys
 import tempfile
 
-__all__ = ["STARTED", "command", "end_child", "start", "stop"]
+__all__ = ["STARTED", "Zygote", "end_child"]
 
 _CLIENT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fork_client.py")
 # linux/prctl.h: the signal this process gets when its parent thread exits.
@@ -50,73 +50,86 @@ _PARENT_CHECK_S = 1.0
 # The zygote's first message to a client: its worker is forked (then the exit status, "!i").
 # A client that gets none starts Beam's own worker (fork_client.py).
 STARTED = b"S"
-# Set by start(): (the zygote's process id, its socket's folder).
-_started: tuple[int, str] | None = None
 
 
-def start() -> None:
-    """Fork the zygote (once). Call only where the analysis process could be forked: Beam and
-    TensorFlow imported by this process itself, TensorFlow having run nothing (its thread pools
-    would not exist in the forked workers)."""
-    global _started
-    if _started is not None or sys.platform != "linux":
-        return
-    try:  # the zygote waits on its workers through pidfds (Linux 5.3; a sandbox may refuse)
+class Zygote:
+    """The forked zygote and its socket's folder; `command()` is the worker command for Beam."""
+
+    def __init__(self, pid: int, folder: str):
+        self.pid = pid
+        self.folder = folder
+
+    @classmethod
+    def start(cls) -> Zygote | None:
+        """Fork the zygote; None where it cannot be. Call only where the analysis process could
+        be forked: Beam and TensorFlow imported by this process itself, TensorFlow having run
+        nothing (its thread pools would not exist in the forked workers)."""
+        if sys.platform != "linux" or not _pidfds_work():
+            return None
+        import pipeline.builder  # noqa: F401 - every stage module the workers unpickle DoFns from
+
+        listener, folder = _listen()
+        if listener is None:
+            return None
+        parent = os.getpid()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        try:
+            pid = os.fork()
+        except OSError:  # no process to spare: Beam's own workers
+            listener.close()
+            shutil.rmtree(folder, ignore_errors=True)
+            return None
+        if pid == 0:  # the zygote: never returns into the command's code
+            status = 1
+            try:
+                _zygote(listener, parent)
+                status = 0
+            finally:
+                shutil.rmtree(folder, ignore_errors=True)  # also when the command was killed
+                os._exit(status)
+        listener.close()
+        zygote = cls(pid, folder)
+        atexit.register(zygote.stop)
+        return zygote
+
+    def command(self) -> str:
+        """The worker command for Beam's SubprocessSDKEnvironment."""
+        socket_path = os.path.join(self.folder, "s")
+        return " ".join(shlex.quote(a) for a in (sys.executable, "-I", "-S", _CLIENT, socket_path))
+
+    def stop(self) -> None:
+        """End the zygote (its workers end with the job) and remove its socket."""
+        if self.pid:
+            end_child(self.pid, signal.SIGTERM, self.folder)  # SIGTERM: it ends its workers first
+            self.pid = 0
+
+
+def _pidfds_work() -> bool:
+    """The zygote waits on its workers through pidfds (Linux 5.3; a sandbox may refuse)."""
+    try:
         os.close(os.pidfd_open(os.getpid()))
     except (AttributeError, OSError):
-        return
-    import pipeline.builder  # noqa: F401 - every stage module the workers unpickle DoFns from
+        return False
+    return True
 
-    try:  # no usable temp dir: the preflight names it; a sandbox without SEQPACKET sockets
+
+def _listen() -> tuple[socket.socket | None, str]:
+    """(a listening socket in a fresh folder, the folder); (None, "") where there can be none:
+    no usable temp dir (the preflight names it), no SEQPACKET sockets, a temp path too long."""
+    try:
         folder = tempfile.mkdtemp(prefix=_PREFIX)
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     except OSError:
-        return
+        return None, ""
     try:
         listener.bind(os.path.join(folder, "s"))
         listener.listen(16)
-    except OSError:  # a temp path too long for a socket's name: Beam's own workers
+    except OSError:
         listener.close()
         shutil.rmtree(folder, ignore_errors=True)
-        return
-    parent = os.getpid()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    try:
-        pid = os.fork()
-    except OSError:  # no process to spare: Beam's own workers
-        listener.close()
-        shutil.rmtree(folder, ignore_errors=True)
-        return
-    if pid == 0:  # the zygote: never returns into the command's code
-        status = 1
-        try:
-            _zygote(listener, parent)
-            status = 0
-        finally:
-            shutil.rmtree(folder, ignore_errors=True)  # also when the command was killed
-            os._exit(status)
-    listener.close()
-    _started = (pid, folder)
-    atexit.register(stop)
-
-
-def command() -> str | None:
-    """The worker command for Beam's SubprocessSDKEnvironment; None where no zygote runs."""
-    if _started is None:
-        return None
-    socket_path = os.path.join(_started[1], "s")
-    return " ".join(shlex.quote(a) for a in (sys.executable, "-I", "-S", _CLIENT, socket_path))
-
-
-def stop() -> None:
-    """End the zygote (its workers end with the job) and remove its socket."""
-    global _started
-    if _started is None:
-        return
-    pid, folder = _started
-    _started = None
-    end_child(pid, signal.SIGTERM, folder)  # SIGTERM: it ends its workers first
+        return None, ""
+    return listener, folder
 
 
 def end_child(pid: int, sig: int, folder: str) -> None:

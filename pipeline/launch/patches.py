@@ -17,9 +17,9 @@ import types
 import weakref
 from collections.abc import Callable
 
+from pipeline.launch.switches import Switches
+
 __all__ = [
-    "PATCHES_OFF_ENV",
-    "enabled",
     "install",
     "memoize_dofn_specs",
     "memoize_function_arguments",
@@ -31,19 +31,10 @@ __all__ = [
 ]
 
 _LOG = logging.getLogger(__name__)
-# A comma-separated list of patch names to leave out (the benchmarks' A/B switch), e.g.
-# IMGREC_PATCHES_OFF=memoize_option_views,gc_freeze; "all" leaves out every one.
-PATCHES_OFF_ENV = "IMGREC_PATCHES_OFF"
 _MARK = "_imgrec_patch"
 # Connections a shared store client keeps open (the libraries' default is 10): reads in flight
 # plus one worker's shard writers and renames, without "connection pool is full" churn.
 _MAX_POOL_CONNECTIONS = 32
-
-
-def enabled(patch: str) -> bool:
-    """Whether `patch` (a name in docs/DESIGN.md's table) is not switched off (PATCHES_OFF_ENV)."""
-    off = {name.strip() for name in os.environ.get(PATCHES_OFF_ENV, "").split(",")}
-    return patch not in off and "all" not in off
 
 
 def skipped(patch: str, why: str) -> bool:
@@ -296,7 +287,7 @@ def share_gcs_clients() -> bool:
 
 
 class _Bz2InThisProcess:
-    """Beam's pickler's `bz2`, leaving pickles uncompressed while `keep_uncompressed` is set.
+    """Beam's pickler's `bz2` while pickles stay in this process: they are left uncompressed.
 
     Beam pickles every DoFn with bz2 at level 9 and unpickles it for every bundle; a pickle that
     never leaves the process needs no compression. Both forms still load.
@@ -304,28 +295,38 @@ class _Bz2InThisProcess:
 
     def __init__(self, real):
         self._real = real
-        self.keep_uncompressed = 0
 
     def compress(self, data, compresslevel=9):
-        if self.keep_uncompressed:
-            return data
-        return self._real.compress(data, compresslevel=compresslevel)
+        return data
 
     def decompress(self, data):
         return self._real.decompress(data) if data[:3] == b"BZh" else data
 
 
-def _bz2_shim() -> _Bz2InThisProcess | None:
+_bz2_lock = threading.Lock()
+_bz2_users = 0  # runs inside pickles_kept_in_process; the shim is in place while there are any
+
+
+def _put_bz2_shim() -> bool:
+    """Put the shim in place of Beam's pickler's `bz2`; False where that `bz2` has changed."""
+    from apache_beam.internal import cloudpickle_pickler
+
+    real = getattr(cloudpickle_pickler, "bz2", None)
+    if isinstance(real, _Bz2InThisProcess):
+        return True
+    if _params(getattr(real, "compress", None)) != ["data", "compresslevel"]:
+        return skipped("pickles_kept_in_process", "Beam's pickler no longer compresses with bz2")
+    cloudpickle_pickler.bz2 = _Bz2InThisProcess(real)
+    return True
+
+
+def _take_bz2_shim() -> None:
+    """Give Beam's pickler its own `bz2` back."""
     from apache_beam.internal import cloudpickle_pickler
 
     shim = getattr(cloudpickle_pickler, "bz2", None)
     if isinstance(shim, _Bz2InThisProcess):
-        return shim
-    if _params(getattr(shim, "compress", None)) != ["data", "compresslevel"]:
-        skipped("pickles_kept_in_process", "Beam's pickler no longer compresses with bz2")
-        return None
-    shim = cloudpickle_pickler.bz2 = _Bz2InThisProcess(shim)
-    return shim
+        cloudpickle_pickler.bz2 = shim._real
 
 
 def _params(function) -> list[str] | None:
@@ -338,16 +339,23 @@ def _params(function) -> list[str] | None:
 @contextlib.contextmanager
 def pickles_kept_in_process():
     """While active, Beam's pickler writes uncompressed pickles: for a run whose pickles never
-    leave this process (the DirectRunner in memory, the analysis process)."""
-    shim = _bz2_shim()
-    if shim is None:
-        yield
-        return
-    shim.keep_uncompressed += 1
+    leave this process (the DirectRunner in memory, the analysis process). Beam's own `bz2` is
+    back once the last such run has returned."""
+    global _bz2_users
+    with _bz2_lock:
+        if _bz2_users == 0 and not _put_bz2_shim():
+            placed = False
+        else:
+            _bz2_users += 1
+            placed = True
     try:
         yield
     finally:
-        shim.keep_uncompressed -= 1
+        if placed:
+            with _bz2_lock:
+                _bz2_users -= 1
+                if _bz2_users == 0:
+                    _take_bz2_shim()
 
 
 # Applied by `install()`, in this order.
@@ -360,6 +368,6 @@ PATCHES = (
 )
 
 
-def install() -> dict[str, bool]:
-    """Apply every patch not switched off (each idempotent); returns which took."""
-    return {p.__name__: p() for p in PATCHES if enabled(p.__name__)}
+def install(switches: Switches) -> dict[str, bool]:
+    """Apply every patch `switches` leaves on (each idempotent); returns which took."""
+    return {p.__name__: p() for p in PATCHES if switches.patch_on(p.__name__)}

@@ -1,34 +1,24 @@
 """The command line, read once and Beam-free, into the plan every later step of a launch is handed.
 
-The plan says what the process will do before anything heavy is imported: which command, on
-which runner, whether a no-change rerun may serve it, whether TFT's analysis process and forked
-workers are started. The command's own options are parsed later by their owners (convert's by
-Beam's parser, pipeline/launcher.py); the plan keeps them, escaped, as `args`.
+The plan says what the process will do before anything heavy is imported: which command, with
+which switches (pipeline/launch/switches.py), whether a no-change rerun may serve it (that
+rerun runs without Beam, so its few options are read here, Beam-free). Convert's options are
+parsed, once, into its request (pipeline/launcher.py `read_request`); the plan keeps them,
+escaped, as `args`.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
-import os
 
 from core import names
 from core.runners import is_local_runner
+from pipeline.launch.switches import Switches, read_switches
 
-__all__ = [
-    "ANALYSIS_PROCESS_ENV",
-    "COMMANDS",
-    "ConvertPlan",
-    "FORKED_WORKERS_ENV",
-    "LaunchPlan",
-    "PlanError",
-    "read_plan",
-]
+__all__ = ["COMMANDS", "ConvertPlan", "LaunchPlan", "PlanError", "read_plan"]
 
 COMMANDS = ("convert", "verify", "inspect", "preview", "versions", "help")
-# A/B switches for the benchmarks: "0" runs TFT in the job's own stages, or Beam's own workers.
-ANALYSIS_PROCESS_ENV = "IMGREC_ANALYSIS_PROCESS"
-FORKED_WORKERS_ENV = "IMGREC_FORKED_WORKERS"
 # Options whose values may name files that are not UTF-8 (escaped: Beam's options are protobuf
 # strings, which refuse surrogate escapes).
 _FILE_OPTIONS = ("--input", "--manifest")
@@ -58,8 +48,6 @@ class ConvertPlan:
     keep_versions: str | None = None
     keep_for: str | None = None
     fast_rerun: bool = False  # a plain local versioned run the no-change rerun may serve
-    analysis_process: bool = False  # TFT analyses beside the job, in a process of its own
-    forked_workers: bool = False  # DirectRunner's worker processes forked ready-imported
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,26 +59,32 @@ class LaunchPlan:
     verbose: bool = False
     as_program: bool = False  # the `imgrec` process itself: it may fork and exit at will
     convert: ConvertPlan = dataclasses.field(default_factory=ConvertPlan)
+    switches: Switches = dataclasses.field(default_factory=Switches)
+    log_path: str | None = None  # a quiet run's log file, which failure lines name
 
 
-def read_plan(argv: list[str], as_program: bool = False) -> LaunchPlan:
-    """`imgrec ARGV` -> its plan.
+def read_plan(
+    argv: list[str], as_program: bool = False, switches: Switches | None = None
+) -> LaunchPlan:
+    """`imgrec ARGV` -> its plan; `switches` default to this process's environment's.
 
     Raises:
         PlanError: an argument that is not UTF-8 where no file name may be.
     """
+    switches = read_switches() if switches is None else switches
     rest = [a for a in argv if a not in ("-v", "--verbose")]
-    verbose = len(rest) != len(argv)
+    verbose = len(rest) != len(argv) or switches.verbose
+    plan = LaunchPlan("help", tuple(rest), verbose, as_program, switches=switches)
     if not rest or rest[0] in ("-h", "--help", "help"):
-        return LaunchPlan("help", tuple(rest), verbose, as_program)
+        return plan
     command, args = rest[0], rest[1:]
     if command.startswith("--"):  # `imgrec --input ...` means convert
         command, args = "convert", rest
     if command != "convert":
-        return LaunchPlan(command, tuple(args), verbose, as_program)
+        return dataclasses.replace(plan, command=command, args=tuple(args))
     args = _escape_file_names(args)
-    convert = _read_convert(args, as_program)
-    return LaunchPlan(command, tuple(args), verbose, as_program, convert)
+    convert = _read_convert(args)
+    return dataclasses.replace(plan, command=command, args=tuple(args), convert=convert)
 
 
 def _convert_parser() -> argparse.ArgumentParser:
@@ -115,14 +109,13 @@ def _truthy(value: str) -> bool:
     return value.strip().lower() not in ("false", "0", "no", "off", "")
 
 
-def _read_convert(args: list[str], as_program: bool) -> ConvertPlan:
+def _read_convert(args: list[str]) -> ConvertPlan:
     try:
         known, _ = _convert_parser().parse_known_args(args)
     except argparse.ArgumentError:
         return ConvertPlan()  # a plain in-process run; the real parser reports the mistake
     local = is_local_runner(known.runner)
     fast = known.versioned and local and not any(getattr(known, n) for n in _NOT_FAST)
-    runs_here = local and not known.dry_run and not known.help
     return ConvertPlan(
         runner=known.runner,
         local=local,
@@ -138,10 +131,6 @@ def _read_convert(args: list[str], as_program: bool) -> ConvertPlan:
         keep_versions=known.keep_versions,
         keep_for=known.keep_for,
         fast_rerun=fast,
-        analysis_process=runs_here
-        and not known.no_analyze
-        and os.environ.get(ANALYSIS_PROCESS_ENV) != "0",
-        forked_workers=runs_here and as_program and os.environ.get(FORKED_WORKERS_ENV) != "0",
     )
 
 

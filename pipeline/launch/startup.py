@@ -13,7 +13,7 @@ import gc
 import os
 import sys
 
-from pipeline.launch.patches import enabled
+from pipeline.launch.switches import Switches
 
 __all__ = ["KERAS_ENV", "begin", "defer_keras", "finish", "use_keras_2", "without_gc"]
 
@@ -23,12 +23,13 @@ KERAS_ENV = "TF_USE_LEGACY_KERAS"
 _KERAS_PREFIXES = ("keras.", "tf_keras.")
 
 _started = False  # True while the collector is off because begin() turned it off
+_ALL_ON = Switches()  # every patch on: the scripts and tests that start as imgrec does
 
 
-def begin() -> None:
+def begin(switches: Switches = _ALL_ON) -> None:
     """Turn the collector off for the start-up imports (a no-op if it is off already)."""
     global _started
-    if gc.isenabled() and enabled("gc_freeze"):
+    if gc.isenabled() and switches.patch_on("gc_freeze"):
         gc.disable()
         _started = True
 
@@ -44,9 +45,9 @@ def finish() -> None:
 
 
 @contextlib.contextmanager
-def without_gc():
+def without_gc(switches: Switches = _ALL_ON):
     """`with without_gc(): import ...`: `begin()` on entry, `finish()` on exit."""
-    begin()
+    begin(switches)
     try:
         yield
     finally:
@@ -79,12 +80,12 @@ def _initializing(package: str) -> bool:
     return bool(getattr(getattr(module, "__spec__", None), "_initializing", False))
 
 
-def defer_keras() -> None:
+def defer_keras(switches: Switches = _ALL_ON) -> None:
     """Before anything imports TensorFlow: its import leaves Keras out (`_DeferKeras`).
 
     A no-op once TensorFlow is in or the finder is installed.
     """
-    if not enabled("defer_keras") or "tensorflow" in sys.modules:
+    if not switches.patch_on("defer_keras") or "tensorflow" in sys.modules:
         return
     if any(isinstance(f, _DeferKeras) for f in sys.meta_path):
         return

@@ -1,2 +1,2 @@
-"""Where a conversion runs: Dask (dask_runner.py, dask_preload.py), Dataflow (dataflow.py) and
-the workers' start-up plugin (worker_start.py). Nothing of the report or the reruns."""
+"""Where a conversion runs: the local DirectRunner (direct.py), Dask (dask_runner.py) and Dataflow
+(dataflow.py). The processes a local run starts beside them belong to the launch (pipeline/launch/)."""

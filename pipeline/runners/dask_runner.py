@@ -39,7 +39,7 @@ from pipeline.options import OptionError
 
 __all__ = [
     "BEAM_DASK_RUNNER",
-    "IMGREC_DASK_RUNNER",
+    "DASK_RUNNER",
     "DaskRunner",
     "is_dask",
     "register_dask_options",
@@ -47,10 +47,10 @@ __all__ = [
 ]
 
 BEAM_DASK_RUNNER = "apache_beam.runners.dask.dask_runner.DaskRunner"
-IMGREC_DASK_RUNNER = "pipeline.runners.dask_runner.DaskRunner"
+DASK_RUNNER = "pipeline.runners.dask_runner.DaskRunner"
 # What a user may write after --runner to mean Dask: Beam's short name is not registered by Beam
 # itself (it only resolves module paths for non-built-in runners), so imgrec maps it.
-_DASK_NAMES = {"daskrunner", "dask", BEAM_DASK_RUNNER.lower(), IMGREC_DASK_RUNNER.lower()}
+_DASK_NAMES = {"daskrunner", "dask", BEAM_DASK_RUNNER.lower(), DASK_RUNNER.lower()}
 # The pins imgrec is tested with (requirements.txt); named in the "not installed" error.
 _INSTALL_HINT = "pip install dask==2026.8.0 distributed==2026.8.0"
 

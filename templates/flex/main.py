@@ -50,11 +50,13 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     from pipeline.launch import patches, startup
+    from pipeline.launch.switches import read_switches
 
     # As `imgrec` starts: Keras 2 only, the job's modules imported without the collector.
+    switches = read_switches()
     startup.use_keras_2()
-    startup.defer_keras()
-    with startup.without_gc():
+    startup.defer_keras(switches)
+    with startup.without_gc(switches):
         import pipeline.builder  # noqa: F401
-    patches.install()
+    patches.install(switches)
     sys.exit(main())

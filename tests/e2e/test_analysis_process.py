@@ -13,7 +13,7 @@ import sys
 
 from core import schema
 from pipeline.demo import build_corpus
-from pipeline.launch.plan import FORKED_WORKERS_ENV
+from pipeline.launch.switches import ENV
 from tests.runs import ROOT, cli, cli_env, script_facts
 
 # A fresh interpreter started as the `imgrec` program starts (pipeline/launch/program.py), each
@@ -24,26 +24,33 @@ from tests.runs import ROOT, cli, cli_env, script_facts
 # and whether anything is left.
 _CONVERSIONS = """
 import json, os, sys, tempfile
-from pipeline import builder, cli
-from pipeline.launch import analysis_process, program
+from pipeline import cli, launcher
+from pipeline.launch import program
 from pipeline.launch.plan import read_plan
+from pipeline.launch.switches import read_switches
 
 from transforms import analyze_aside
 
-claimed, answers = [], []
-original = builder._analysis_handoff
-builder._analysis_handoff = lambda options: claimed.append(original(options)) or claimed[-1]
+claimed, answers, services_seen = [], [], []
+build = launcher.build_pipeline  # the services the builder is handed, and their hand-off folder
+def spy(*args):
+    services_seen.append(args[-1])
+    claimed.append(args[-1].analysis_handoff)
+    return build(*args)
+launcher.build_pipeline = spy
 wait = analyze_aside.wait_for_file  # the job's wait for the answer (the process has its own)
 analyze_aside.wait_for_file = lambda *args: answers.append(wait(*args)) or answers[-1]
 src, outputs = sys.argv[1], sys.argv[2:]
-program.start()
+switches = read_switches()
+program.start(switches)
 for out in outputs:
     plan = read_plan(["-v", "convert", "--input", src + "/*/*.jpg", "--output", out,
-                      "--splits", "train=0.8,validation=0.2"], as_program=True)
+                      "--splits", "train=0.8,validation=0.2"], as_program=True, switches=switches)
     status = cli.run_command(plan)
     assert status == 0, status
 left = [n for n in os.listdir(tempfile.gettempdir()) if n.startswith("imgrec-")]
-print(json.dumps({"claimed": claimed, "left": left, "started": analysis_process._started,
+running = [s.analysis is not None for s in services_seen]
+print(json.dumps({"claimed": claimed, "left": left, "started": any(running) or None,
                   "answers": answers}))
 """
 
@@ -64,26 +71,26 @@ def _info(out: str) -> dict:
 
 def test_same_dataset_with_and_without_the_process(tmp_path):
     """Both of the process's answers: the statistics summed exactly (the default) and the job
-    reading them back from the export (EXACT_ENV 0, as for sums too large to be exact); and the
-    in-job run, which reads them back through TFT with Keras whatever EXACT_ENV says
+    reading them back from the export (IMGREC_EXACT_STATISTICS=0, as for sums too large to be
+    exact); and the in-job run, which reads them back through TFT with Keras whatever it says
     (transforms/statistics.py): all three write the same dataset."""
     from transforms.analyze_aside import READ_BACK, STATISTICS
-    from transforms.statistics import EXACT_ENV
 
+    exact_env = ENV["exact_statistics"]
     src = str(tmp_path / "src")
     build_corpus(src, num_images=24, seed=3, long_side=(64, 96), broken=False)
     tmp = tmp_path / "tmp"
     tmp.mkdir()
     exact, in_job = str(tmp_path / "process"), str(tmp_path / "in-job")
     read_back = str(tmp_path / "process-read-back")
-    env = {"TMPDIR": str(tmp), FORKED_WORKERS_ENV: "0"}
-    facts = script_facts(_CONVERSIONS, src, exact, in_job, **env, **{EXACT_ENV: "1"})
+    env = {"TMPDIR": str(tmp), ENV["forked_workers"]: "0"}
+    facts = script_facts(_CONVERSIONS, src, exact, in_job, **env, **{exact_env: "1"})
     first, second = facts["claimed"]
     assert first and os.path.basename(first).startswith("imgrec-analysis-")
     assert second is None  # TensorFlow was loaded by the first run: TFT ran in the job
     assert facts["started"] is None and facts["left"] == []  # stopped, scratch removed
     assert facts["answers"] == [STATISTICS]
-    facts = script_facts(_CONVERSIONS, src, read_back, **env, **{EXACT_ENV: "0"})
+    facts = script_facts(_CONVERSIONS, src, read_back, **env, **{exact_env: "0"})
     (claimed,) = facts["claimed"]
     assert claimed and os.path.basename(claimed).startswith("imgrec-analysis-")
     assert facts["started"] is None and facts["left"] == []
@@ -110,7 +117,8 @@ from pipeline.launch import startup
 startup.defer_keras()
 import tensorflow
 from pipeline.launch import analysis_process
-analysis_process._import_tft_without_keras()
+from pipeline.launch.switches import Switches
+analysis_process._import_tft_without_keras(Switches())
 from transforms.analyze import export_to_scratch
 from transforms.elements import AnalysisRow
 items = [AnalysisRow("mem://cat.png", [3.0, 6.0, 9.0, 9.0, 36.0, 81.0, 1], 1, 1, "cat")]

@@ -131,7 +131,7 @@ imgrec.run()
 def test_a_bad_option_or_path_is_answered_before_tensorflow_is_imported(corpus, tmp_path):
     """A typo costs ~0.7 s, not the ~2 s of TensorFlow's import and the analysis process's and
     the zygote's forks first (cli._convert parses, and on local paths runs the preflight,
-    before them: launcher.check_options)."""
+    before them: launcher.read_request and prepare)."""
     src, _ = corpus
     out = str(tmp_path / "o")
     done = tmp_path / "done"

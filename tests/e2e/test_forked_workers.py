@@ -26,23 +26,24 @@ pytestmark = pytest.mark.e2e
 _PRELUDE = """
 import json, os, sys
 from pipeline.launch import program
-program.start()
+from pipeline.launch.switches import read_switches
+program.start(read_switches())
 import apache_beam as beam
 import tensorflow
-from pipeline.launch import forked_workers
-forked_workers.start()
-zygote = forked_workers._started[0]
+from pipeline.launch.forked_workers import Zygote
+started = Zygote.start()
+zygote = started.pid
 """
 
 _PIPELINE = (
     _PRELUDE
     + """
 from apache_beam.options.pipeline_options import PipelineOptions
-from pipeline.launch.direct_runner import DirectRunner
+from pipeline.runners.direct import DirectRunner
 
 out = sys.argv[1]
 options = PipelineOptions(["--direct_num_workers=2", "--direct_running_mode=multi_processing"])
-runner = DirectRunner(worker_command=forked_workers.command())
+runner = DirectRunner(worker_command=started.command())
 with beam.Pipeline(runner=runner, options=options) as p:
     _ = (
         p
@@ -51,7 +52,7 @@ with beam.Pipeline(runner=runner, options=options) as p:
         | beam.Map(lambda i: json.dumps([i, os.getpid(), os.getppid()]))
         | beam.io.WriteToText(out, num_shards=1, shard_name_template="")
     )
-forked_workers.stop()
+started.stop()
 rows = [json.loads(line) for line in open(out)]
 print(json.dumps({"zygote": zygote, "rows": rows, "zygote_left": os.path.exists(f"/proc/{zygote}"),
                   "command": runner._worker_command}))
@@ -71,9 +72,9 @@ def test_a_pipelines_workers_are_forked_by_the_zygote(tmp_path):
 _CLIENT = (
     _PRELUDE
     + """
-print(json.dumps({"zygote": zygote, "command": forked_workers.command()}), flush=True)
+print(json.dumps({"zygote": zygote, "command": started.command()}), flush=True)
 sys.stdin.read()  # until the test closes it
-forked_workers.stop()
+started.stop()
 """
 )
 

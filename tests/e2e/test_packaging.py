@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from packaging.requirements import Requirement
 
-from pipeline.launcher import IMGREC_VERSION
+from pipeline.launcher import VERSION
 from tests.runs import ROOT
 
 # Building an sdist or an editable wheel takes ~1 s; a minute means something waits on a network.
@@ -76,12 +76,12 @@ def sdist(tmp_path_factory) -> Path:
 
 
 def test_sdist_is_named_for_the_launcher_version(sdist):
-    assert sdist.name == f"imgrec-{IMGREC_VERSION}.tar.gz"
-    assert IMGREC_VERSION == "0.1.0"
+    assert sdist.name == f"imgrec-{VERSION}.tar.gz"
+    assert VERSION == "0.1.0"
 
 
 def test_sdist_holds_every_module_config_and_the_requirements(sdist):
-    prefix = f"imgrec-{IMGREC_VERSION}/"
+    prefix = f"imgrec-{VERSION}/"
     with tarfile.open(sdist) as tar:
         names = {n[len(prefix) :] for n in tar.getnames() if n.startswith(prefix)}
     expected = {
@@ -103,7 +103,7 @@ def test_sdist_holds_every_module_config_and_the_requirements(sdist):
 
 
 def test_sdist_metadata_pins_requirements_txt_and_the_console_script(sdist):
-    egg = f"imgrec-{IMGREC_VERSION}/imgrec.egg-info/"
+    egg = f"imgrec-{VERSION}/imgrec.egg-info/"
     with tarfile.open(sdist) as tar:
         requires = tar.extractfile(egg + "requires.txt").read().decode()
         entry_points = tar.extractfile(egg + "entry_points.txt").read().decode()
@@ -123,10 +123,8 @@ def test_unpacked_sdist_builds_again(sdist, tmp_path):
     """What every Dataflow worker does with the staged workflow.tar.gz: run its setup.py."""
     with tarfile.open(sdist) as tar:
         tar.extractall(tmp_path, filter="data")
-    proc = _run(
-        [sys.executable, "setup.py", "--version"], cwd=tmp_path / f"imgrec-{IMGREC_VERSION}"
-    )
-    assert proc.stdout.strip().splitlines()[-1] == IMGREC_VERSION
+    proc = _run([sys.executable, "setup.py", "--version"], cwd=tmp_path / f"imgrec-{VERSION}")
+    assert proc.stdout.strip().splitlines()[-1] == VERSION
 
 
 def test_editable_install_works_offline_with_the_venvs_own_setuptools(tmp_path):

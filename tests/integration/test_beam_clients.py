@@ -58,7 +58,7 @@ def test_a_bucket_conversion_looks_the_bucket_up_once_and_reads_a_photo_in_one_r
     from tests.runs import in_process
     from tests.servers import put_corpus
 
-    # The `imgrec` program installs its patches (pipeline/launch/processes.py); in_process runs
+    # The `imgrec` program installs its patches (pipeline/launch/services.py); in_process runs
     # the command as a library caller, which gets none: the client sharing under test, as the
     # program runs it.
     assert patches.share_gcs_clients() is True

@@ -595,8 +595,8 @@ def test_a_decoder_that_aborts_costs_one_file_not_the_job(tmp_path, monkeypatch)
     marked = src / "a" / "crash.tiff"
     marked.write_bytes(_encode(_photo(9), "TIFF") + b"IMGREC-ABORT-MARKER")
     out = tmp_path / "out"
-    # Read by the parent for each call into its decoder process.
-    monkeypatch.setenv(decoder_pool.TEST_ABORT_ENV, "IMGREC-ABORT-MARKER")
+    # Sent by the parent with each call into its decoder process.
+    monkeypatch.setattr(decoder_pool, "test_abort_marker", "IMGREC-ABORT-MARKER")
     run_cli(
         "convert", "--input", f"{src}/*/*", "--output", str(out), "--transcode", "png",
         "--no_analyze", "--max_bad_fraction", "0.2",

@@ -8,8 +8,18 @@ import os
 
 import pytest
 
-from pipeline.launch import analysis_process
-from pipeline.launch.plan import ANALYSIS_PROCESS_ENV, read_plan
+from pipeline.launch.analysis_process import AnalysisProcess
+from pipeline.launch.plan import read_plan
+from pipeline.launch.services import wanted_processes
+from pipeline.launch.switches import read_switches
+from pipeline.launcher import read_request
+
+
+def _wanted(argv: list[str], environ: dict | None = None) -> tuple[bool, bool]:
+    """(analysis process, zygote) the `imgrec` program starts for `imgrec convert ARGV`."""
+    switches = read_switches(environ or {})
+    plan = read_plan(["convert", *argv], as_program=True, switches=switches)
+    return wanted_processes(plan, read_request(list(plan.args)))
 
 
 @pytest.mark.parametrize(
@@ -18,31 +28,42 @@ from pipeline.launch.plan import ANALYSIS_PROCESS_ENV, read_plan
         (["--input", "x/*.jpg", "--output", "o"], True),
         (["--input", "x/*.jpg", "--output", "o", "--runner", "DirectRunner"], True),
         (["--input", "x/*.jpg", "--output", "o", "--no_analyze"], False),
-        (["--input", "x/*.jpg", "--output", "o", "--dry_run"], False),
+        (["--input", "x/*.jpg", "--output", "o", "--dry_run=true"], False),
         (["--input", "x/*.jpg", "--output", "o", "--runner", "DataflowRunner"], False),
         (["--input", "x/*.jpg", "--output", "o", "--runner=DaskRunner"], False),
-        (["--help"], False),
     ],
 )
-def test_started_only_for_a_local_run_that_analyses(argv, expected, monkeypatch):
-    monkeypatch.delenv(ANALYSIS_PROCESS_ENV, raising=False)
-    assert read_plan(["convert", *argv]).convert.analysis_process is expected
+def test_started_only_for_a_local_run_that_analyses(argv, expected):
+    assert _wanted(argv)[0] is expected
 
 
-def test_switched_off_by_the_environment(monkeypatch):
-    monkeypatch.setenv(ANALYSIS_PROCESS_ENV, "0")
+def test_no_analyze_in_a_config_file_starts_none(tmp_path):
+    """The request holds --config's options too: a config's no_analyze starts no process."""
+    config = tmp_path / "c.yaml"
+    config.write_text("no_analyze: true\n")
+    assert _wanted(["--input", "x/*.jpg", "--output", "o", "--config", str(config)]) == (
+        False,
+        True,
+    )
+
+
+def test_switched_off_by_the_environment():
+    argv = ["--input", "x/*.jpg", "--output", "o"]
+    assert _wanted(argv, {"IMGREC_ANALYSIS_PROCESS": "0"}) == (False, True)
+    assert _wanted(argv, {"IMGREC_FORKED_WORKERS": "0"}) == (True, False)
+
+
+def test_a_library_caller_gets_no_process():
     plan = read_plan(["convert", "--input", "x/*.jpg", "--output", "o"])
-    assert plan.convert.analysis_process is False
+    assert wanted_processes(plan, read_request(list(plan.args))) == (False, False)
 
 
-def test_no_fork_once_tensorflow_is_loaded(tmp_path):
+def test_no_fork_once_tensorflow_is_loaded():
     """A library caller (this test process has TensorFlow) gets none: forking after TensorFlow
     ran would leave the child without its thread pools. The job then analyses in its stages."""
     import tensorflow  # noqa: F401
 
-    analysis_process.start()
-    assert analysis_process._started is None
-    assert analysis_process.claim(str(tmp_path)) is None
+    assert AnalysisProcess.start(read_switches({})) is None
 
 
 def test_a_wait_ends_when_the_other_side_died(tmp_path):

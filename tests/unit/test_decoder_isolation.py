@@ -112,7 +112,7 @@ def test_bmp_and_webp_never_run_another_plugin(monkeypatch):
 
 # ----------------------------------------------------------------------------- the worker
 def test_decoder_process_death_is_one_reject_and_the_next_file_decodes(monkeypatch):
-    monkeypatch.setenv(decoder_pool.TEST_ABORT_ENV, "IMGREC-ABORT-MARKER")
+    monkeypatch.setattr(decoder_pool, "test_abort_marker", "IMGREC-ABORT-MARKER")
     good = _encode(_photo(3), "TIFF")
     bad = good + b"IMGREC-ABORT-MARKER"
     opts = CheckOptions(transcode="png")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from pipeline.launch.plan import read_plan
+from pipeline.launch.switches import read_switches
 
 
 @pytest.mark.parametrize(
@@ -23,17 +24,10 @@ def test_boolean_flags_take_beams_explicit_values(flag, expected):
     assert plan.convert.inputs == ("in/*.jpg",)
 
 
-def test_a_dry_run_starts_no_helper_processes():
-    plan = read_plan(
-        ["convert", "--input", "in", "--output", "out", "--dry_run=true"], as_program=True
-    )
-    assert not plan.convert.analysis_process and not plan.convert.forked_workers
-
-
 def test_a_malformed_command_line_is_left_to_the_real_parser():
     plan = read_plan(["convert", "--input"], as_program=True)
     assert plan.command == "convert"
-    assert not plan.convert.analysis_process and not plan.convert.forked_workers
+    assert not plan.convert.fast_rerun and plan.convert.inputs == ()
 
 
 def test_versioned_local_runs_may_take_the_fast_rerun():
@@ -42,6 +36,12 @@ def test_versioned_local_runs_may_take_the_fast_rerun():
     for extra in ("--full", "--overwrite", "--dry_run=true", "--runner=DataflowRunner"):
         plan = read_plan(["convert", "--input", "in", "--output", "out", "--versioned", extra])
         assert not plan.convert.fast_rerun, extra
+
+
+def test_imgrec_verbose_works_like_the_flag():
+    plan = read_plan(["convert", "--input", "in"], switches=read_switches({"IMGREC_VERBOSE": "1"}))
+    assert plan.verbose
+    assert not read_plan(["convert"], switches=read_switches({"IMGREC_VERBOSE": "0"})).verbose
 
 
 def test_bare_options_mean_convert_and_verbose_is_lifted_out():

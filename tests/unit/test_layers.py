@@ -122,10 +122,8 @@ ROOMS: dict[str, tuple[str, ...]] = {
 # Its start-up, patches and forks are its own: no module outside it imports them.
 LAUNCH_FACES = (
     "pipeline.launch.plan",
-    "pipeline.launch.processes",
-    "pipeline.launch.direct_runner",
+    "pipeline.launch.services",
     "pipeline.launch.choose",
-    "pipeline.launch.analysis_process",
 )
 # The top-level packages from the bottom up: each imports only those before it.
 ORDER = ("core", "transforms", "pipeline")
@@ -248,6 +246,24 @@ def test_only_the_launch_wing_imports_its_start_up_patches_and_forks():
         if inner:
             found[path] = inner
     assert found == {}
+
+
+def test_the_builder_imports_nothing_of_the_launch_wing():
+    """It is handed the launch's services (pipeline/launch/services.py) and starts nothing."""
+    wing = [n for n in _ours(_imports("pipeline/builder.py")) if _within(n, "pipeline.launch")]
+    assert wing == []
+
+
+def test_only_the_switchboard_reads_imgrecs_environment_variables():
+    found = []
+    for path in MODULES:
+        with open(os.path.join(ROOT, path), encoding="utf-8") as f:
+            tree = source_ast.parse(f.read(), path)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                if node.value.startswith("IMGREC_") and node.value.isupper():
+                    found.append(path)
+    assert sorted(set(found)) == ["pipeline/launch/switches.py"]
 
 
 def test_only_the_launch_wing_reads_sys_argv():

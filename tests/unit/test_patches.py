@@ -9,8 +9,10 @@ import io
 import pytest
 
 from core import tfrecord
-from pipeline.launch import direct_runner, patches
+from pipeline.launch import patches
+from pipeline.launch.switches import Switches, read_switches
 from pipeline.runners import dask_runner
+from pipeline.runners import direct as direct_runner
 
 RECORDS = [b"", b"x", b"imgrec" * 1000, bytes(range(256))]
 
@@ -89,7 +91,7 @@ def test_dofn_specs_are_computed_once_per_dofn_and_stay_correct():
     from apache_beam.coders import VarIntCoder
     from apache_beam.transforms import userstate
 
-    patches.install()
+    patches.install(Switches())
     patches.memoize_dofn_specs()  # idempotent: still one layer over Beam's function
     assert not hasattr(userstate.get_dofn_specs.__wrapped__, "_imgrec_patch")
     spec = userstate.BagStateSpec("seen", VarIntCoder())
@@ -120,7 +122,7 @@ def test_stateful_dofns_still_run_with_memoized_specs():
     from apache_beam.testing.util import assert_that, equal_to
     from apache_beam.transforms import userstate
 
-    patches.install()
+    patches.install(Switches())
     seen = userstate.BagStateSpec("seen", VarIntCoder())
 
     class RunningSum(beam.DoFn):
@@ -155,7 +157,7 @@ def test_option_views_are_built_once_and_share_the_values(monkeypatch):
         TypeOptions,
     )
 
-    patches.install()
+    patches.install(Switches())
     patches.memoize_option_views()  # idempotent: still one layer over Beam's method
     assert not hasattr(PipelineOptions.view_as.__wrapped__, "_imgrec_patch")
     built = _count_calls(monkeypatch, StandardOptions, "__init__")
@@ -182,7 +184,7 @@ def test_function_arguments_are_inspected_once_per_function_and_stay_correct(mon
 
     from apache_beam.transforms import core
 
-    patches.install()
+    patches.install(Switches())
     patches.memoize_function_arguments()  # idempotent: still one layer over Beam's function
     assert not hasattr(core.get_function_args_defaults.__wrapped__, "_imgrec_patch")
 
@@ -247,17 +249,42 @@ def test_loopback_is_kept_off_grpc_proxies(environ, expected):
 
 
 def test_pickles_are_uncompressed_only_inside_the_context_and_both_kinds_load():
-    from apache_beam.internal import pickler
+    from apache_beam.internal import cloudpickle_pickler, pickler
 
+    real = cloudpickle_pickler.bz2
     value = {"dofn": [1, 2, 3], "text": "x" * 1000}
     outside = pickler.dumps(value)
     with patches.pickles_kept_in_process():
         inside = pickler.dumps(value)
         assert pickler.loads(outside) == value  # made before, compressed: still loads
+        with patches.pickles_kept_in_process():  # nested runs: the shim stays until the last
+            pass
+        assert pickler.loads(inside) == value
     after = pickler.dumps(value)
+    assert cloudpickle_pickler.bz2 is real  # Beam's own, as it was
     assert base64.b64decode(outside)[:3] == base64.b64decode(after)[:3] == b"BZh"
     assert base64.b64decode(inside)[:1] == b"\x80" and len(inside) > len(outside)
-    assert pickler.loads(inside) == pickler.loads(after) == value
+    assert pickler.loads(after) == value
+
+
+def test_a_library_run_leaves_beams_pickler_as_it_found_it(tmp_path):
+    """An in-process run (a library caller's `pipeline.cli.main`) puts Beam's own bz2 back when it
+    returns, and IMGREC_PATCHES_OFF=pickles_kept_in_process runs it on plain Beam throughout."""
+    from apache_beam.internal import cloudpickle_pickler
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    from pipeline.launch.plan import read_plan
+    from pipeline.launch.services import LocalServices
+
+    real = cloudpickle_pickler.bz2
+    argv = ["convert", "--input", str(tmp_path / "*.jpg"), "--output", str(tmp_path / "o")]
+    off = {"IMGREC_PATCHES_OFF": "pickles_kept_in_process"}
+    for environ, shimmed in (({}, True), (off, False)):
+        plan = read_plan(argv, switches=read_switches(environ))
+        runner = LocalServices(plan.switches).runner(PipelineOptions(["--runner=DirectRunner"]))
+        with runner._in_process():
+            assert (cloudpickle_pickler.bz2 is not real) is shimmed
+        assert cloudpickle_pickler.bz2 is real
 
 
 def test_an_in_memory_run_pickles_uncompressed_and_leaves_compression_on(monkeypatch):
@@ -355,10 +382,9 @@ def test_in_process_pickles_are_skipped_when_beams_pickler_changed(monkeypatch):
     assert cloudpickle_pickler.bz2 is changed
 
 
-def test_patches_can_be_switched_off_by_name(monkeypatch):
-    monkeypatch.setenv(patches.PATCHES_OFF_ENV, "memoize_dofn_specs, gc_freeze")
-    assert not patches.enabled("memoize_dofn_specs") and not patches.enabled("gc_freeze")
-    assert patches.enabled("memoize_option_views")
-    assert "memoize_dofn_specs" not in patches.install()
-    monkeypatch.setenv(patches.PATCHES_OFF_ENV, "all")
-    assert patches.install() == {}
+def test_patches_can_be_switched_off_by_name():
+    switches = read_switches({"IMGREC_PATCHES_OFF": "memoize_dofn_specs, gc_freeze"})
+    assert not switches.patch_on("memoize_dofn_specs") and not switches.patch_on("gc_freeze")
+    assert switches.patch_on("memoize_option_views")
+    assert "memoize_dofn_specs" not in patches.install(switches)
+    assert patches.install(read_switches({"IMGREC_PATCHES_OFF": "all"})) == {}

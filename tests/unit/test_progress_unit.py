@@ -19,23 +19,33 @@ from tests.servers import wait_until
 ROOT = str(ROOT_PATH)
 
 
-def test_counts_from_other_processes_are_summed(tmp_path, monkeypatch):
+def test_counts_from_other_processes_are_summed(tmp_path):
     code = (
-        "from core import tallies\n"
-        "tallies.tally('listed', 10)\ntallies.tally('inspected', 4)\ntallies.flush()\n"
+        "import sys\nfrom core import tallies\nfolder = sys.argv[1]\n"
+        "tallies.tally(folder, 'listed', 10)\ntallies.tally(folder, 'inspected', 4)\n"
+        "tallies.flush(folder)\n"
     )
-    env = dict(os.environ, PYTHONPATH=ROOT, **{tallies.PROGRESS_DIR_ENV: str(tmp_path)})
+    env = dict(os.environ, PYTHONPATH=ROOT)
     for _ in range(2):
-        subprocess.run([sys.executable, "-c", code], env=env, check=True, timeout=120)
+        subprocess.run(
+            [sys.executable, "-c", code, str(tmp_path)], env=env, check=True, timeout=120
+        )
     counts = tallies.read_counts(str(tmp_path))
     assert counts["listed"] == 20 and counts["inspected"] == 8 and counts["written"] == 0
 
 
-def test_tally_without_the_variable_writes_nothing(tmp_path, monkeypatch):
-    monkeypatch.delenv(tallies.PROGRESS_DIR_ENV, raising=False)
-    tallies.tally("listed", 5)
-    tallies.flush()
-    assert os.listdir(tmp_path) == []
+def test_each_run_counts_into_its_own_folder(tmp_path):
+    first, second = tmp_path / "a", tmp_path / "b"
+    first.mkdir()
+    second.mkdir()
+    tallies.tally(str(first), "listed", 5)
+    tallies.tally(str(second), "listed", 2)
+    tallies.flush(str(first))
+    tallies.flush(str(second))
+    assert tallies.read_counts(str(first))["listed"] == 5
+    assert tallies.read_counts(str(second))["listed"] == 2
+    tallies.reset(str(first))
+    tallies.reset(str(second))
 
 
 def test_plain_lines_when_not_a_terminal(tmp_path):

@@ -14,21 +14,18 @@ from pipeline import quiet
 
 
 def test_each_user_has_a_log_folder(monkeypatch, tmp_path):
-    monkeypatch.delenv(quiet.LOG_DIR_ENV, raising=False)
     monkeypatch.setattr(quiet.tempfile, "gettempdir", lambda: str(tmp_path))
     monkeypatch.setattr(quiet.os, "getuid", lambda: 1001)
     first = quiet.log_dir()
     monkeypatch.setattr(quiet.os, "getuid", lambda: 1002)
     assert first == str(tmp_path / "imgrec-logs-1001") != quiet.log_dir()
-    monkeypatch.setenv(quiet.LOG_DIR_ENV, str(tmp_path / "mine"))
-    assert quiet.log_dir() == str(tmp_path / "mine")
+    assert quiet.log_dir(str(tmp_path / "mine")) == str(tmp_path / "mine")
 
 
 def test_an_unusable_log_folder_gives_way_to_a_private_one(monkeypatch, tmp_path):
     in_the_way = tmp_path / "not-a-folder"
     in_the_way.write_text("x")
-    monkeypatch.setenv(quiet.LOG_DIR_ENV, str(in_the_way))
-    fd, path = quiet._open_log("convert")
+    fd, path = quiet._open_log("convert", str(in_the_way))
     os.close(fd)
     assert os.path.isfile(path) and not path.startswith(str(in_the_way))
     assert os.path.basename(path).startswith("imgrec-convert-")

@@ -9,13 +9,15 @@ from pipeline import launcher
 from pipeline.launch import choose
 
 
-def _configure(tmp_path, argv_extra: list[str], num_files: int, monkeypatch, cores: int = 2):
+def _configure(
+    tmp_path, argv_extra: list[str], num_files: int, monkeypatch, cores: int = 2, forked=False
+):
     monkeypatch.setattr(choose.os, "cpu_count", lambda: cores)
     (tmp_path / "in").mkdir(exist_ok=True)
     argv = ["--input", str(tmp_path / "in" / "*.jpg"), "--output", str(tmp_path / "out")]
     argv += argv_extra
     options, config, argv = launcher.parse_convert_args(argv)
-    config = choose.configure_runner(options, argv, config, num_files)
+    config = choose.configure_runner(options, argv, config, num_files, forked)
     direct = options.view_as(DirectOptions)
     return direct.direct_num_workers, direct.direct_running_mode, config.decode_threads
 
@@ -42,8 +44,7 @@ def test_default_workers_follow_the_input_size(tmp_path, monkeypatch, num_files,
 def test_forked_workers_lower_the_threshold(tmp_path, monkeypatch, num_files, expected):
     """Where the command forks its workers ready-imported (pipeline/launch/forked_workers.py),
     worker processes pay off from FORKED_PROCESSES_MIN_FILES files on."""
-    monkeypatch.setattr(choose.forked_workers, "command", lambda: "python -I -S client.py s")
-    assert _configure(tmp_path, [], num_files, monkeypatch) == expected
+    assert _configure(tmp_path, [], num_files, monkeypatch, forked=True) == expected
 
 
 def test_explicit_workers_win_over_the_input_size(tmp_path, monkeypatch):
@@ -97,7 +98,7 @@ def test_beams_direct_runner_runs_without_prism(tmp_path, monkeypatch, argv_extr
     from apache_beam.options.pipeline_options import StandardOptions
 
     from pipeline.builder import build_pipeline
-    from pipeline.launch import direct_runner
+    from pipeline.runners import direct as direct_runner
 
     if argv_extra:  # the runner is chosen before any stage is added: the default builds them all
         monkeypatch.setattr("pipeline.builder.add_convert", lambda *unused: None)
@@ -125,13 +126,12 @@ def test_the_pipeline_is_built_without_beams_type_inference(
     from apache_beam.options.pipeline_options import PipelineOptions, TypeOptions
     from apache_beam.typehints import trivial_inference
 
-    from pipeline.builder import TYPE_INFERENCE_ENV, build_pipeline
+    from pipeline.builder import build_pipeline
+    from pipeline.launch.services import LocalServices
+    from pipeline.launch.switches import read_switches
     from pipeline.options import ConvertConfig
 
-    if env is None:
-        monkeypatch.delenv(TYPE_INFERENCE_ENV, raising=False)
-    else:
-        monkeypatch.setenv(TYPE_INFERENCE_ENV, env)
+    switches = read_switches({} if env is None else {"IMGREC_BEAM_TYPE_INFERENCE": env})
     calls = []
     inner = trivial_inference.infer_return_type
     monkeypatch.setattr(
@@ -148,6 +148,6 @@ def test_the_pipeline_is_built_without_beams_type_inference(
         args = [*argv, "--no_analyze", "--direct_num_workers", "1"]
         options = PipelineOptions([*args, "--direct_running_mode", "in_memory"])
         config = ConvertConfig.from_options(options)
-    build_pipeline(config, options, {"argv": args})
+    build_pipeline(config, options, {"argv": args}, services=LocalServices(switches))
     assert options.view_as(TypeOptions).pipeline_type_check is inferred
     assert bool(calls) is inferred, calls[:5]

@@ -24,16 +24,15 @@ import threading
 
 from core.rejects import Rejected
 
-__all__ = ["arrays", "probe", "pixels", "DECODE_TIMEOUT_S", "LENGTH_BYTES", "TEST_ABORT_ENV"]
+__all__ = ["arrays", "probe", "pixels", "DECODE_TIMEOUT_S", "LENGTH_BYTES", "test_abort_marker"]
 
 # One decode of an allowed format at --max_pixels (89.5 Mpx) takes a few seconds; a worker that
 # has not answered after this long is stuck in a loop on a crafted file and is killed.
 DECODE_TIMEOUT_S = 120.0
 
-# Test-only hook: while this variable is set in the converter's process, a worker whose file
-# bytes contain its value calls os.abort() (proves that a decoder crash costs one file, not the
-# job). Unset in real runs.
-TEST_ABORT_ENV = "IMGREC_TEST_ABORT_ON"
+# Test-only hook: while a test sets this (monkeypatch), a worker whose file bytes contain it
+# calls os.abort() (proves that a decoder crash costs one file, not the job). None in real runs.
+test_abort_marker: str | None = None
 
 # Bytes of the big-endian length before each pickled request and reply: messages up to 4 GiB,
 # shared with the worker's side (decode_worker.py).
@@ -154,7 +153,7 @@ def _ask(op: str, data: bytes, formats, decoder: str = ""):
     decoder = decoder or f"Pillow ({'/'.join(formats)})"
     try:
         # The test hook travels with each request: a worker started earlier obeys it too.
-        reply = _POOL.call((op, data, formats, os.environ.get(TEST_ABORT_ENV)))
+        reply = _POOL.call((op, data, formats, test_abort_marker))
     except _Died as e:
         raise Rejected("decoder_error", f"{decoder}: {e}") from None
     kind = reply[0]

@@ -7,31 +7,25 @@ runs Beam's FnApiRunner directly, set up as DirectRunner's own fallback sets it 
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 
+from apache_beam.options.pipeline_options import DirectOptions
+from apache_beam.portability.api import beam_provision_api_pb2
+from apache_beam.runners.portability.fn_api_runner import fn_runner
+from apache_beam.runners.portability.portable_runner import JobServiceHandle
 from apache_beam.runners.runner import PipelineRunner
+from apache_beam.transforms import environments
 
-from core.runners import is_direct_runner
-from pipeline.launch import forked_workers
-from pipeline.launch.patches import pickles_kept_in_process
-
-__all__ = ["DirectRunner", "keep_loopback_off_proxies", "runner_for"]
+__all__ = ["DirectRunner", "keep_loopback_off_proxies"]
 
 # The hosts Beam's local SDK workers reach the runner at (its gRPC control and data channels).
 _LOOPBACK_HOSTS = ("localhost", "127.0.0.1")
 # The direct_running_mode given to FnApiRunner while it runs our own worker command (any value
 # its run_pipeline does not test for, so it keeps the environment we set).
 _OWN_WORKER_COMMAND = "imgrec_worker_command"
-
-
-def runner_for(options) -> PipelineRunner | None:
-    """The runner object for `beam.Pipeline(runner=...)`: ours for Beam's DirectRunner (with the
-    forked workers where the `imgrec` program started them), None (Beam's choice) otherwise."""
-    from apache_beam.options.pipeline_options import StandardOptions
-
-    if not is_direct_runner(options.view_as(StandardOptions).runner):
-        return None
-    return DirectRunner(worker_command=forked_workers.command())
 
 
 def keep_loopback_off_proxies(environ) -> None:
@@ -60,16 +54,20 @@ class DirectRunner(PipelineRunner):
     Args:
         worker_command: for worker processes, the shell command that starts one in place of
             Beam's `sdk_worker_main` (pipeline/launch/forked_workers.py); None for Beam's.
+        in_process: entered around a run whose workers are threads of this process (the
+            launch's `pickles_kept_in_process`); plain Beam without it.
     """
 
-    def __init__(self, worker_command: str | None = None):
+    def __init__(
+        self,
+        worker_command: str | None = None,
+        in_process: Callable[[], AbstractContextManager] = contextlib.nullcontext,
+    ):
         super().__init__()
         self._worker_command = worker_command
+        self._in_process = in_process
 
     def run_pipeline(self, pipeline, options):
-        from apache_beam.options.pipeline_options import DirectOptions
-        from apache_beam.runners.portability.fn_api_runner import fn_runner
-
         direct = options.view_as(DirectOptions)
         if direct.direct_running_mode != "in_memory":
             keep_loopback_off_proxies(os.environ)  # the SDK workers' gRPC channels
@@ -78,15 +76,11 @@ class DirectRunner(PipelineRunner):
             runner = fn_runner.FnApiRunner(provision_info=provision)
             if direct.direct_running_mode not in ("in_memory", "multi_threading"):
                 return runner.run_pipeline(pipeline, options)
-            with pickles_kept_in_process():  # nothing pickled leaves this process
+            with self._in_process():  # nothing pickled leaves this process
                 return runner.run_pipeline(pipeline, options)
         return self._run_on_own_workers(pipeline, options, provision)
 
     def _run_on_own_workers(self, pipeline, options, provision):
-        from apache_beam.options.pipeline_options import DirectOptions
-        from apache_beam.runners.portability.fn_api_runner import fn_runner
-        from apache_beam.transforms import environments
-
         workers = environments.SubprocessSDKEnvironment.from_command_string(self._worker_command)
         runner = fn_runner.FnApiRunner(default_environment=workers, provision_info=provision)
         # FnApiRunner replaces the default environment with its own worker command for the
@@ -100,10 +94,6 @@ class DirectRunner(PipelineRunner):
 
 
 def _provision_info(options):
-    from apache_beam.portability.api import beam_provision_api_pb2
-    from apache_beam.runners.portability.fn_api_runner import fn_runner
-    from apache_beam.runners.portability.portable_runner import JobServiceHandle
-
     encoded = JobServiceHandle.encode_pipeline_options(options.get_all_options())
     return fn_runner.ExtendedProvisionInfo(
         beam_provision_api_pb2.ProvisionInfo(pipeline_options=encoded)
