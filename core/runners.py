@@ -9,7 +9,7 @@ from __future__ import annotations
 __all__ = ["is_direct_runner", "is_local_runner", "runner_key"]
 
 # Beam's DirectRunner under its names (DirectRunner is an alias of SwitchingDirectRunner): the
-# runner imgrec replaces with its own FnApiRunner set-up (pipeline/launch/direct_runner.py).
+# runner imgrec replaces with its own FnApiRunner set-up (pipeline/runners/direct.py).
 _DIRECT = frozenset({"direct", "switchingdirect"})
 # Runners whose workers all run on this machine and share its disk and temp dir.
 _LOCAL = _DIRECT | {"bundlebaseddirect", "testdirect", "prism", "interactive"}

@@ -155,10 +155,13 @@ def test_a_bad_option_or_path_is_answered_before_tensorflow_is_imported(corpus, 
         assert proc.stderr.startswith("imgrec: ") and len(proc.stderr.splitlines()) == 1
         assert says in proc.stderr, proc.stderr
     assert not os.path.exists(out)
-    # The watch sees both in a run that goes on (its analysis process and zygote).
-    argv = ["convert", "--input", f"{src}/*/*.jpg", "--output", out]
-    good = script_facts(_WATCHED_PROGRAM, *argv, "--no_analyze", "--no_report", "--workers", "1")
+    # The watch sees both in a run that goes on: the zygote for its two workers; and a run
+    # that uses neither the analysis process nor worker processes forks nothing.
+    argv = ["convert", "--input", f"{src}/*/*.jpg", "--no_analyze", "--no_report"]
+    good = script_facts(_WATCHED_PROGRAM, *argv, "--output", out, "--workers", "2")
     assert good["status"] == 0 and good["tensorflow"] and good["forks"] >= 1, good
+    alone = script_facts(_WATCHED_PROGRAM, *argv, "--output", f"{out}-1", "--workers", "1")
+    assert alone == {"status": 0, "tensorflow": True, "forks": 0}, alone
 
 
 def test_existing_dataset_exits_2_naming_overwrite(default_run, corpus):

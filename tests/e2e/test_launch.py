@@ -93,7 +93,8 @@ boto3_client.boto3 = types.SimpleNamespace()
 cloudpickle_pickler.bz2 = types.SimpleNamespace(compress=other_shape(bz2.compress),
                                                 decompress=other_shape(bz2.decompress))
 from pipeline.launch import patches
-taken = patches.install()
+from pipeline.launch.switches import read_switches
+taken = patches.install(read_switches())
 sys.argv = ["imgrec", *sys.argv[1:]]
 import atexit
 atexit.register(lambda: print(json.dumps({"taken": taken})))
