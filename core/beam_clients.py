@@ -7,6 +7,11 @@ neither. This reaches Beam's per-operation client wrappers (private attributes),
 
 from __future__ import annotations
 
+from apache_beam.io.aws import s3io
+from apache_beam.io.aws.clients.s3 import boto3_client
+from apache_beam.io.filesystems import FileSystems
+from apache_beam.io.gcp import gcsio
+
 __all__ = ["ONE_REQUEST_SCHEMES", "read_object"]
 
 # Schemes `read_object` reads in one request.
@@ -24,8 +29,6 @@ def read_object(path: str) -> bytes | None:
     Raises:
         ValueError: `path` is not on GCS or S3.
     """
-    from apache_beam.io.filesystems import FileSystems
-
     scheme = FileSystems.get_scheme(path)
     if scheme not in ONE_REQUEST_SCHEMES:
         raise ValueError(f"{path}: read_object reads gs:// and s3:// objects only")
@@ -40,8 +43,6 @@ def read_object(path: str) -> bytes | None:
 
 
 def _gcs_request(filesystem, path: str):
-    from apache_beam.io.gcp import gcsio
-
     gcs = filesystem._gcsIO()  # Beam's per-operation GcsIO
     bucket, name = gcsio.parse_gcs_path(path)
     blob = gcs.client.bucket(bucket).blob(name)
@@ -50,9 +51,6 @@ def _gcs_request(filesystem, path: str):
 
 
 def _s3_request(filesystem, path: str):
-    from apache_beam.io.aws import s3io
-    from apache_beam.io.aws.clients.s3 import boto3_client
-
     client = boto3_client.Client(options=filesystem._options).client
     bucket, key = s3io.parse_s3_path(path)
     return lambda: client.get_object(Bucket=bucket, Key=key)["Body"].read()

@@ -12,6 +12,8 @@ import collections
 import gzip
 import json
 
+from core import schema, versions
+
 __all__ = [
     "CHANGES_SCHEMA_VERSION",
     "MAX_LISTED",
@@ -55,7 +57,7 @@ def _jsonl(data: bytes) -> list[dict]:
 def load_file_facts(version_dir: str) -> dict[str, dict] | None:
     """{path: {"status", "sha256", "split", "label", "reason"}} of one version, or None when the
     version has no file index (it was not written with --versioned)."""
-    from core import schema, storage, versions
+    from core import storage
 
     index_path = storage.join(version_dir, versions.FILE_INDEX)
     if not storage.exists(index_path):

@@ -24,13 +24,16 @@ import http.client
 import os
 import posixpath
 import random
+import shutil
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import TypeVar
 
+from apache_beam.io.aws import s3io
 from apache_beam.io.filesystem import BeamIOError
 from apache_beam.io.filesystems import FileSystems
+from apache_beam.options.pipeline_options import PipelineOptions
 
 from core import beam_clients, names
 from core.errors import ERROR_PREFIX
@@ -483,9 +486,6 @@ def write_bytes_atomic(
 def _put_empty_s3(path: str, mime_type: str) -> None:
     """Create an empty S3 object with the boto3 client Beam's own S3 filesystem is configured with
     (same --s3_* options, same credential chain)."""
-    from apache_beam.io.aws import s3io
-    from apache_beam.options.pipeline_options import PipelineOptions
-
     options = getattr(FileSystems.get_filesystem(path), "_options", None) or PipelineOptions()
     bucket, key = s3io.parse_s3_path(path)
     s3io.S3IO(options=options).client.client.put_object(
@@ -546,8 +546,6 @@ def delete(path: str) -> None:
         BeamIOError: on a bucket, the delete failed.
     """
     if "://" not in path:
-        import shutil
-
         if os.path.isdir(path) and not os.path.islink(path):
             shutil.rmtree(path)
         else:

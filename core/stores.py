@@ -7,7 +7,9 @@ Must stay importable without Apache Beam (the reader imports it through shard_ca
 from __future__ import annotations
 
 import functools
+import os
 import posixpath
+import secrets
 from collections.abc import Iterator
 from typing import IO
 
@@ -109,9 +111,6 @@ class _TensorFlowStore(Store):
             with tf.io.gfile.GFile(uri, "wb") as f:
                 f.write(data)
             return
-        import os
-        import secrets
-
         os.makedirs(os.path.dirname(uri), exist_ok=True)
         tmp = f"{uri}.tmp-{secrets.token_hex(4)}"  # a reader of the folder sees old or new
         try:
