@@ -9,6 +9,7 @@ from collections.abc import Sequence
 
 import apache_beam as beam
 import numpy as np
+import pyarrow as pa
 from apache_beam.options.pipeline_options import (
     GoogleCloudOptions,
     PipelineOptions,
@@ -209,8 +210,6 @@ def _stats_columns(item: InspectedImage | AnalysisRow) -> tuple[list[float], lis
 
 
 def _arrow_schema():
-    import pyarrow as pa
-
     return pa.schema(
         [
             (_PIXEL_SUM, pa.list_(pa.float64())),
@@ -225,8 +224,6 @@ def _arrow_schema():
 
 def _to_record_batch(items: list[InspectedImage | AnalysisRow]):
     """[InspectedImage] -> one Arrow RecordBatch of the analyzers' per-image features."""
-    import pyarrow as pa
-
     columns = list(zip(*(_stats_columns(item) for item in items), strict=True))
     schema = _arrow_schema()
     arrays = [

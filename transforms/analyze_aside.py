@@ -36,7 +36,9 @@ import uuid
 
 import apache_beam as beam
 
+from transforms.analyze import publish_export
 from transforms.elements import AnalysisRow, InspectedImage
+from transforms.statistics import read_statistics
 
 __all__ = [
     "AnalyzeAside",
@@ -159,8 +161,6 @@ class _AnswerFn(beam.DoFn):
         self._output_dir = output_dir
 
     def process(self, unused_token, after):
-        from transforms.analyze import publish_export
-
         del after  # only ordered this step after the stages that make it (the shards)
         with open(os.path.join(self._handoff, PID_FILE), encoding="ascii") as f:
             pid = int(f.read())
@@ -171,8 +171,6 @@ class _AnswerFn(beam.DoFn):
             raise ValueError(value["message"])  # the statistics' own words (empty split)
         export = os.path.join(self._handoff, EXPORT_SUBDIR)
         if answer == READ_BACK:
-            from transforms.statistics import read_statistics
-
             value = read_statistics(export, **value)
         publish_export(export, self._output_dir)
         shutil.rmtree(os.path.join(self._handoff, TFT_SUBDIR), ignore_errors=True)

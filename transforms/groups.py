@@ -7,6 +7,7 @@ import re
 from apache_beam.io.filesystems import FileSystems
 
 from core import names
+from transforms.images import dicom
 
 __all__ = [
     "check_group_by",
@@ -27,8 +28,6 @@ def check_label_from(label_from: str) -> None:
         raise ValueError(
             f"--label_from must be auto, parent, none, manifest or dicom:TAG, got {label_from!r}"
         )
-    from transforms.images import dicom
-
     _check_keyword("--label_from", keyword)
     if keyword in dicom.IDENTIFYING_KEYWORDS:
         raise ValueError(
@@ -38,8 +37,6 @@ def check_label_from(label_from: str) -> None:
 
 
 def _check_keyword(option: str, keyword: str) -> None:
-    from transforms.images import dicom
-
     if not dicom.valid_keyword(keyword):
         raise ValueError(
             f"{option} dicom:{keyword}: not a DICOM keyword; use the dictionary's name, e.g. "
@@ -104,8 +101,6 @@ def file_group(
 def read_dicom_tags(path: str, keywords: tuple[str, ...]) -> dict[str, str]:
     """The DICOM tags `keywords` of the file at `path` (header only), {} when it has none or
     cannot be read (inspection then reports what is wrong with it)."""
-    from transforms.images import dicom
-
     try:
         with FileSystems.open(names.local_path(path), compression_type="uncompressed") as f:
             return dicom.read_tags(f, keywords)

@@ -17,6 +17,7 @@ import importlib
 import io
 
 import numpy as np
+from PIL import Image
 
 from core import schema
 from core.rejects import Rejected
@@ -128,8 +129,6 @@ def _resized(frame: np.ndarray, size: tuple[int, int], filter_name: str) -> np.n
     premultiplied by Pillow); other frames band by band, integers up to 32 bits in Pillow's
     32-bit integer mode, the rest in its float32 mode, rounded and clipped back to their dtype.
     """
-    from PIL import Image
-
     resample = getattr(Image.Resampling, filter_name.upper())
     channels = frame.shape[2]
     if frame.dtype == np.uint8 and channels <= _PNG_MAX_CHANNELS:
@@ -139,8 +138,6 @@ def _resized(frame: np.ndarray, size: tuple[int, int], filter_name: str) -> np.n
 
 
 def _resized_band(band: np.ndarray, size: tuple[int, int], resample) -> np.ndarray:
-    from PIL import Image
-
     as_int = band.dtype.kind in "iu" and band.dtype.itemsize <= 2
     samples = band.astype(np.int32 if as_int else np.float32)
     out = np.asarray(Image.fromarray(samples).resize(size, resample))
@@ -172,8 +169,6 @@ def encode_frame(frame: np.ndarray, jpeg_quality: int = 0) -> StoredFrame:
 
 def _jpeg(frame: np.ndarray, quality: int) -> StoredFrame:
     """A uint8 frame as a JPEG: gray stays gray, other band counts become RGB (alpha dropped)."""
-    from PIL import Image
-
     channels = frame.shape[2]
     image = Image.fromarray(frame[:, :, 0] if channels == 1 else frame[:, :, :3].copy())
     if image.mode not in ("L", "RGB"):

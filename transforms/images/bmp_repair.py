@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import struct
 
+import numpy as np
+
 __all__ = ["for_pillow"]
 
 _FILE_HEADER = 14
@@ -88,8 +90,6 @@ def _contiguous(mask: int) -> bool:
 def _unpack_bitfields(data: bytes, size: int, bpp: int, masks: tuple[int, ...]) -> bytes | None:
     """Pixels under any contiguous masks -> the same image as 32-bit BGRA, each field scaled to
     8 bits; None when the masks or the pixel data do not make an image."""
-    import numpy as np
-
     if not all(_contiguous(m) for m in masks) or not any(masks[:3]):
         return None
     width, height = struct.unpack_from("<ii", data, _FILE_HEADER + 4)

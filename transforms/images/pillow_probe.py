@@ -6,6 +6,7 @@ import io
 import struct
 
 import numpy as np
+from PIL import Image
 
 from core.rejects import Rejected
 from transforms.images import bmp_repair, decoder_pool
@@ -59,8 +60,6 @@ def pillow_open(data: bytes, formats: tuple[str, ...]):
     --max_pixels replaces it, checked by us before anything is decoded. A plugin outside
     `formats` never runs: less attack surface.
     """
-    from PIL import Image
-
     Image.init()
     fp = io.BytesIO(data)
     prefix = data[:16]
@@ -130,8 +129,6 @@ def pil_header(im, fmt: str) -> Header:
 
 def pil_pixels(im):
     """The first frame of a lazily opened Pillow image in L, LA, RGB or RGBA, and its ICC."""
-    from PIL import Image
-
     try:
         im.seek(0)
         im.load()
@@ -208,8 +205,6 @@ def probe_other(data: bytes, opts: CheckOptions) -> tuple[str, Header]:
 
 def _normalize_mode(im):
     """L, LA, RGB or RGBA: what TF's decoders produce; 16-bit gray keeps its top 8 bits."""
-    from PIL import Image
-
     mode = im.mode
     if mode in MODE_CHANNELS:
         return im

@@ -10,6 +10,7 @@ TensorFlow's libpng decodes it at full depth, in process like every PNG.
 from __future__ import annotations
 
 import numpy as np
+from PIL import Image
 
 from transforms.images.array_contract import (
     ArrayImage,
@@ -64,8 +65,6 @@ def decode_arrays(data: bytes, request: ArrayRequest) -> ArrayImage:
 def _upright(pixels: np.ndarray, transpose: str) -> np.ndarray:
     """`pixels` through Pillow's `transpose` (headers.ORIENTATION_TRANSPOSE), band by band:
     Pillow holds 16-bit samples in one band only."""
-    from PIL import Image
-
     method = getattr(Image.Transpose, transpose)
     bands = [Image.fromarray(pixels[:, :, b]).transpose(method) for b in range(pixels.shape[2])]
     return np.stack([np.asarray(band) for band in bands], axis=2)

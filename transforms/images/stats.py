@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+from PIL import Image
 
 __all__: list[str] = []  # package-private: transforms.images.check is the public entry point
 
@@ -13,8 +14,6 @@ def _channel_stats(pixels: np.ndarray) -> tuple:
     Pillow's C histogram is much faster than float64 sums on numpy; sums of value and value^2
     follow exactly from the 3x256 counts.
     """
-    from PIL import Image
-
     height, width = pixels.shape[:2]
     pixels = np.ascontiguousarray(pixels)
     hist = Image.frombuffer("RGB", (width, height), pixels, "raw", "RGB", 0, 1).histogram()

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 
 import numpy as np
+from PIL import Image
 
 from core import rejects, schema
 from transforms.images import arrays, check, decode, headers, limits, transcode
@@ -70,8 +71,6 @@ def raw_pixels(data: bytes, info: check.ImageInfo, opts: limits.CheckOptions) ->
     Raises:
         Rejected: the bytes no longer decode (they changed since inspection).
     """
-    from PIL import Image
-
     if not info.transcode:
         tf = decode.load_tf()
         try:

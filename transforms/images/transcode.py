@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import io
 
+from PIL import Image
+
 from core.rejects import Rejected
 from transforms.images import decoder_pool
 from transforms.images.decode import dct_shape, dct_side, decode_failure, load_tf, tf_decode
@@ -95,8 +97,6 @@ def transcode_bytes(
     data: bytes, fmt: str, h: Header, reasons: list[str], opts: CheckOptions
 ) -> tuple[bytes, str, int]:
     """Re-encode: (stored bytes, stored format, channels). Deterministic for given inputs."""
-    from PIL import Image
-
     ratio = 1
     if "max_side" in reasons:
         ratio, _ = max_side_plan(h.width, h.height, opts.max_side, fmt)
@@ -129,8 +129,6 @@ def _jpeg_ready(image):
     """A non-JPEG source's pixels for a JPEG re-encode: RGB, transparency composited onto
     JPEG_BACKGROUND (JPEG has no alpha; gray and palette sources become RGB too, so every
     --transcode jpeg record decodes to 3 channels however the reader asks)."""
-    from PIL import Image
-
     if image.mode in ("LA", "RGBA"):
         backdrop = Image.new("RGBA", image.size, (*JPEG_BACKGROUND, 255))
         image = Image.alpha_composite(backdrop, image.convert("RGBA"))
@@ -168,8 +166,6 @@ def source_pixels(data: bytes, fmt: str, h: Header, ratio: int = 1):
     decoded by Pillow (TF's GIF decoder would read every frame). `ratio` > 1 decodes a JPEG
     at that DCT scale (1/ratio of each side).
     """
-    from PIL import Image
-
     tf = load_tf()
     if fmt in STORED_FORMATS and not (fmt == "gif" and h.frames > 1):
         try:
