@@ -17,6 +17,8 @@ from apache_beam.runners.runner import PipelineRunner
 from core.runners import is_direct_runner, is_local_runner
 from pipeline.options import ConvertConfig
 from pipeline.runners.direct import DirectRunner
+from transforms.analyze import AnalyzeDataset
+from transforms.analyze_aside import AnalyzeAside
 from transforms.count_progress import CountProgress
 from transforms.dedupe import DropDuplicates
 from transforms.describe import DescribeDataset
@@ -24,6 +26,7 @@ from transforms.elements import ShardInfo
 from transforms.inspect_images import InspectImages
 from transforms.list_images import ListImages
 from transforms.plan_shards import PlanShards
+from transforms.publish_version import DigestListing, PublishVersion, WriteFileIndex
 from transforms.reuse_inspections import RecordInspections, ReuseInspections, reuse_sources
 from transforms.write_shards import WriteShards
 
@@ -192,13 +195,9 @@ class _Analysis:
             lambda batch: [r for r in batch if r.split == train]
         )
         if handoff and not dry_run:
-            from transforms.analyze_aside import AnalyzeAside
-
             self._aside = AnalyzeAside(config.output, label_names, handoff, train)
             self._requested = train_images | "AnalysisRequest" >> self._aside.request()
             return
-        from transforms.analyze import AnalyzeDataset  # TFT import only when it is used.
-
         temp_dir = tempfile.mkdtemp(prefix="imgrec-dry-run-") if dry_run else None
         self._statistics = train_images | "Analyze" >> AnalyzeDataset(
             config.output, label_names=label_names, train_split=train, temp_dir=temp_dir
@@ -220,8 +219,6 @@ class _Analysis:
 
 
 def _publish_version(config, described, groups, listing, rerun_key) -> None:
-    from transforms.publish_version import DigestListing, PublishVersion, WriteFileIndex
-
     index = groups | "IndexFiles" >> WriteFileIndex(config.output)
     digest = (listing["listed"], listing["rejected"]) | "DigestListing" >> DigestListing()
     _ = described | "PublishVersion" >> PublishVersion(config, index, digest, rerun_key)

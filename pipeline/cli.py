@@ -2,14 +2,22 @@
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
+import json
 import sys
 import threading
 import traceback
 
+from core import schema, versions
+from core.errors import ERROR_PREFIX
+from core.schema import DatasetInfoError
+from core.versions import VersionError, resolve_dataset_dir
 from pipeline import quiet
 from pipeline.launch.plan import LaunchPlan, PlanError, read_plan
 from pipeline.launch.services import local_services
+from pipeline.report.summary import format_summary, stored_forms
+from pipeline.versions.fast_rerun import try_fast_rerun
 
 __all__ = ["main", "run_command"]
 
@@ -31,11 +39,7 @@ exit status: 0 done, 1 failed (one imgrec: line says why), 2 bad usage, option, 
 
 
 def _inspect(argv: list[str]) -> int:
-    import json
-
-    from core import schema, storage
-    from core.versions import VersionError, resolve_dataset_dir
-    from pipeline.report.summary import format_summary, stored_forms
+    from core import storage  # Beam's import: the no-change rerun runs without it
 
     if len(argv) != 1:
         print("usage: imgrec inspect DIR", file=sys.stderr)
@@ -69,9 +73,7 @@ def _inspect(argv: list[str]) -> int:
 
 
 def _preview(argv: list[str]) -> int:
-    import argparse
-
-    from pipeline.report.page import write_report
+    from pipeline.report.page import write_report  # Beam's import
 
     parser = argparse.ArgumentParser(
         prog="imgrec preview",
@@ -80,9 +82,6 @@ def _preview(argv: list[str]) -> int:
     parser.add_argument("dir", help="the converted dataset (its dataset_info.json)")
     parser.add_argument("--out", help="where to write the HTML (default: DIR/report.html)")
     args = parser.parse_args(argv)
-    from core.schema import DatasetInfoError
-    from core.versions import VersionError, resolve_dataset_dir
-
     try:
         # A versioned root: the version LATEST names.
         path = write_report(resolve_dataset_dir(args.dir, fs="beam"), args.out)
@@ -95,9 +94,7 @@ def _preview(argv: list[str]) -> int:
 
 def _print_version(data_dir: str) -> None:
     """For a version of a versioned root: its name and its changes headline."""
-    import json
-
-    from core import storage, versions
+    from core import storage  # Beam's import
 
     try:
         _, name = versions.split_version_dir(data_dir)
@@ -175,8 +172,6 @@ def _dispatch(plan: LaunchPlan) -> int:
 
 
 def _convert(plan: LaunchPlan) -> int:
-    from pipeline.versions.fast_rerun import try_fast_rerun
-
     # A versioned rerun whose input, options and software are unchanged is made from the
     # previous version without Beam or TensorFlow.
     status = try_fast_rerun(plan)
@@ -189,8 +184,7 @@ def _convert(plan: LaunchPlan) -> int:
 
 def _read_command(command: str, args: list[str]) -> int:
     """verify, inspect, preview or versions; a store outage is one line, like convert's."""
-    from core import storage
-    from core.errors import ERROR_PREFIX
+    from core import storage  # Beam's import, as the commands' modules below
 
     if command == "versions":
         from pipeline.versions.show import main as versions_main

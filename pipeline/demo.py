@@ -8,6 +8,8 @@ import io
 import os
 import random
 
+from PIL import Image
+
 __all__ = ["PHOTOS", "photo_dir", "build_corpus", "main"]
 
 # label -> photo file in skimage/data. Real photographs (not synthetic patterns), so JPEG sizes,
@@ -30,8 +32,6 @@ def photo_dir() -> str:
 
 
 def _crop(photo, rng: random.Random, long_side: tuple[int, int]):
-    from PIL import Image
-
     w, h = photo.size
     frac = rng.uniform(0.45, 0.95)
     cw, ch = int(w * frac), int(h * frac * rng.uniform(0.8, 1.2))
@@ -93,8 +93,6 @@ def build_corpus(
 
 def _load_photos(out_dir: str) -> dict:
     """label -> the RGB photo of PHOTOS, with the label's folder made under `out_dir`."""
-    from PIL import Image
-
     base = photo_dir()
     photos = {}
     for label, name in PHOTOS.items():

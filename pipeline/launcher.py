@@ -11,7 +11,9 @@ import os
 import platform
 import sys
 import time
+from importlib import metadata
 
+import yaml
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options import pipeline_options
 from apache_beam.options.pipeline_options import (
@@ -35,10 +37,12 @@ from pipeline.launch.services import LocalServices, local_services
 from pipeline.options import ConvertConfig, ConvertOptions, OptionError
 from pipeline.preflight import PreflightError, check_writable, delete_dataset, preflight
 from pipeline.quiet import log_hint
+from pipeline.report.page import write_report
 from pipeline.report.summary import format_summary
 from pipeline.runners import dask_runner
 from pipeline.versions import fast_rerun
 from transforms.list_images import ManifestError, resolve_local
+from transforms.splice_records import splice_lines
 
 __all__ = [
     "ConvertRequest",
@@ -83,8 +87,6 @@ def _option_classes() -> list[type]:
 
 def _config_to_argv(path: str, parser: argparse.ArgumentParser, cli_dests: set[str]) -> list[str]:
     """Turn a YAML config of option names into argv, skipping options the command line sets."""
-    import yaml
-
     try:
         with FileSystems.open(resolve_local(path), compression_type="uncompressed") as f:
             data = yaml.safe_load(f.read().decode("utf-8")) or {}
@@ -154,8 +156,6 @@ def parse_convert_args(argv: list[str]) -> tuple[PipelineOptions, ConvertConfig,
 
 
 def _versions() -> dict:
-    from importlib import metadata
-
     found = {"imgrec": VERSION, "python": platform.python_version()}
     for dist in ("apache-beam", "tensorflow", "tensorflow-transform", "pillow"):
         try:
@@ -400,16 +400,12 @@ def _print_version_lines(config: ConvertConfig, result) -> None:
     kept = retention.retention_line(root, config.keep_versions, config.keep_for_s)
     if kept:  # versions --keep_versions let go that a reader or --keep_for still holds
         print(kept)
-    from transforms.splice_records import splice_lines
-
     for line in splice_lines(config, result):  # records taken from the previous version
         print(line)
 
 
 def _write_report(output: str) -> None:
     """report.html next to dataset_info.json; a report that fails never fails the conversion."""
-    from pipeline.report.page import write_report
-
     try:
         path = write_report(output)
     except Exception as e:  # noqa: BLE001 - the dataset is written; the report is a view of it

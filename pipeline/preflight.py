@@ -11,11 +11,13 @@ import shutil
 import tempfile
 import uuid
 
+from apache_beam.io.filesystem import BeamIOError
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from core import names, schema, storage
 from pipeline.options import ConvertConfig
+from transforms.analyze import scratch_root
 from transforms.list_images import ManifestError, read_manifest_rows, resolve_local
 
 __all__ = ["PreflightError", "check_writable", "delete_dataset", "preflight"]
@@ -73,8 +75,6 @@ def delete_dataset(output: str) -> None:
         for sub in ("transform_fn", "transformed_metadata", ".imgrec"):
             d = os.path.join(output, sub)
             if os.path.isdir(d):
-                import shutil
-
                 shutil.rmtree(d, ignore_errors=True)
 
 
@@ -150,8 +150,6 @@ def _write_hint(output: str) -> str:
 
 def _first_line(exc: BaseException) -> str:
     """The innermost error of Beam's nested BeamIOErrors, on one line (at most 300 chars)."""
-    from apache_beam.io.filesystem import BeamIOError
-
     for _ in range(4):  # Match -> List -> the client's error: a few levels at most
         inner = [
             v
@@ -238,8 +236,6 @@ def check_writable(config: ConvertConfig, options: PipelineOptions) -> None:
         ) from e
     if not config.analyze:
         return
-    from transforms.analyze import scratch_root
-
     try:
         scratch = scratch_root(options)
         _probe_scratch(scratch)

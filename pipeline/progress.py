@@ -17,6 +17,8 @@ import sys
 import threading
 import time
 
+from apache_beam.metrics.metric import MetricsFilter
+
 from core import tallies
 from core.tallies import read_counts
 
@@ -146,8 +148,6 @@ _REMOTE_EVERY_S = 30.0
 
 def remote_counts(result) -> dict[str, int]:
     """imgrec's counters of a running job (summed over steps), from `result.metrics()`."""
-    from apache_beam.metrics.metric import MetricsFilter
-
     query = result.metrics().query(MetricsFilter().with_namespace("imgrec"))
     counts: dict[str, int] = {}
     for c in query.get("counters", []):

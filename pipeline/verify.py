@@ -5,10 +5,17 @@ from __future__ import annotations
 import argparse
 import collections
 import dataclasses
+import gzip
 import hashlib
 import io
 import json
 import sys
+import zlib
+
+from core import dali_index, schema, storage
+from core.tfrecord import read_record
+from core.versions import VersionError, resolve_dataset_dir
+from transforms.images.headers import probe_png
 
 __all__ = ["verify_dataset", "main", "VerifyReport"]
 
@@ -43,8 +50,6 @@ class VerifyReport:
 
 def _records(data: bytes, shard: str):
     """Yield TFRecord payloads, checking both CRCs of every record (Beam's TFRecord codec)."""
-    from core.tfrecord import read_record
-
     f = io.BytesIO(data)
     index = 0
     while True:
@@ -60,9 +65,6 @@ def _records(data: bytes, shard: str):
 
 def _gunzip(data: bytes, shard: str) -> bytes:
     """A GZIP shard's TFRecord bytes; damage raises ValueError naming the shard."""
-    import gzip
-    import zlib
-
     try:
         return gzip.decompress(data)
     except (OSError, EOFError, zlib.error) as e:
@@ -70,8 +72,6 @@ def _gunzip(data: bytes, shard: str) -> bytes:
 
 
 def _count_lines(path: str) -> int | None:
-    from core import storage
-
     if not storage.exists(path):
         return None
     return sum(1 for line in storage.read_bytes(path).splitlines() if line.strip())
@@ -83,8 +83,7 @@ def _raw_problem(example: dict, size: int) -> str | None:
     Raw records hold little-endian samples of image/dtype (core/raw_pixels.py's RAW_DTYPES; ""
     is the uint8 of --store pixels) in height x width x channels order, any band count.
     """
-    from core import schema
-    from core.raw_pixels import RAW_CHANNELS, RAW_DTYPES
+    from core.raw_pixels import RAW_CHANNELS, RAW_DTYPES  # TensorFlow's import
 
     h, w, c = (int(example[k].numpy()) for k in (schema.HEIGHT, schema.WIDTH, schema.CHANNELS))
     dtype = example[schema.DTYPE].numpy().decode()
@@ -114,9 +113,6 @@ def verify_dataset(data_dir: str, decode: bool = True) -> VerifyReport:
     Returns:
         A VerifyReport; `.ok` is False with problems naming shard and record on any mismatch.
     """
-    from core import schema, storage
-    from core.versions import VersionError, resolve_dataset_dir
-
     report = VerifyReport()
     try:
         data_dir = resolve_dataset_dir(data_dir, fs="beam")  # a versioned root: LATEST's version
@@ -199,8 +195,6 @@ class _RecordChecks:
 
 def _check_shard(report: VerifyReport, data_dir: str, shard: dict, checks: _RecordChecks) -> int:
     """Check one shard's bytes, its DALI index and every record; returns the records read."""
-    from core import storage
-
     rel = shard["file"]
     path = storage.join(data_dir, rel)
     try:
@@ -237,8 +231,6 @@ def _check_record(
 ) -> None:
     """Check one record: a valid Example, its sha256, label, format and image; count its layout."""
     import tensorflow as tf
-
-    from core import schema
 
     try:
         ex = tf.io.parse_single_example(record, checks.spec)
@@ -278,8 +270,6 @@ def _check_record(
 def _jpeg_only_holds(image_format: str, layout: str, encoded: bytes) -> bool:
     """Whether a record belongs in a --transcode jpeg dataset: a JPEG, or raw samples no JPEG
     holds (16-bit or float bands, more than 4 bands: that run keeps them rather than cut them)."""
-    from core import schema
-
     if image_format == "jpeg":
         return encoded.startswith(b"\xff\xd8")
     dtype, channels = schema.pixel_layout_parts(layout)
@@ -289,8 +279,6 @@ def _jpeg_only_holds(image_format: str, layout: str, encoded: bytes) -> bool:
 def _note_group(record: bytes, split: str, checks: _RecordChecks) -> None:
     """Remember the split of the record's image/group (--group_by)."""
     import tensorflow as tf
-
-    from core import schema
 
     try:
         ex = tf.io.parse_single_example(record, schema.feature_spec((schema.GROUP,)))
@@ -310,9 +298,6 @@ def _decode_problem(example: dict, encoded: bytes) -> str | None:
     them, in 3 channels.
     """
     import tensorflow as tf
-
-    from core import schema
-    from transforms.images.headers import probe_png
 
     dtype = example[schema.DTYPE].numpy().decode()
     image_format = example[schema.FORMAT].numpy()
@@ -336,8 +321,6 @@ def _decode_problem(example: dict, encoded: bytes) -> str | None:
 
 def _check_totals(report: VerifyReport, data_dir: str, info: dict) -> None:
     """dataset_info.json's totals against its splits, and the reject and duplicate files."""
-    from core import schema, storage
-
     written = sum(e.get("num_files", e["num_examples"]) for e in info["splits"].values())
     if written != info["num_written"]:
         report.problem(f"num_written {info['num_written']} != sum of splits {written}")
@@ -351,8 +334,6 @@ def _check_totals(report: VerifyReport, data_dir: str, info: dict) -> None:
 
 def _check_dali_index(report, data_dir: str, entry: dict, shard_bytes: bytes) -> None:
     """--dali_index: the shard's index file is there, as recorded, and indexes every record."""
-    from core import dali_index, storage
-
     rel = entry["file"]
     try:
         found = storage.read_bytes(storage.join(data_dir, rel))

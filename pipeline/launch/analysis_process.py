@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import json
 import os
+import pickle
 import shutil
 import signal
 import sys
@@ -26,6 +28,7 @@ import types
 from pipeline.launch import patches, startup
 from pipeline.launch.forked_workers import end_child
 from pipeline.launch.switches import Switches
+from transforms.elements import AnalysisRow
 
 __all__ = ["AnalysisProcess"]
 
@@ -109,8 +112,6 @@ def _orphaned(parent: int) -> bool:
 
 def _wait_request(handoff: str, parent: int) -> dict:
     """Block until the job's request arrives; exit quietly if the launcher has gone."""
-    import json
-
     from transforms.analyze_aside import REQUEST, wait_for_file
 
     try:
@@ -124,10 +125,6 @@ def _wait_request(handoff: str, parent: int) -> dict:
 
 
 def _read_rows(request: dict, handoff: str):
-    import pickle
-
-    from transforms.elements import AnalysisRow
-
     for name in request["parts"]:
         with open(os.path.join(handoff, name), "rb") as f:
             rows = pickle.load(f)

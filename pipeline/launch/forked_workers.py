@@ -24,7 +24,9 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import ctypes
 import json
+import logging
 import os
 import select
 import shlex
@@ -34,6 +36,10 @@ import socket
 import struct
 import sys
 import tempfile
+import threading
+import traceback
+
+from pipeline.launch import startup
 
 __all__ = ["STARTED", "Zygote", "end_child"]
 
@@ -228,8 +234,6 @@ def _die_with(zygote: int) -> None:
     cannot, and a worker whose client has failed the job would run on, re-parented, until its
     runner's channel closed. Where prctl is unavailable nothing changes.
     """
-    import ctypes
-
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         if libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
@@ -243,11 +247,6 @@ def _die_with(zygote: int) -> None:
 def _worker(environment: dict, fds: list[int]) -> None:
     """Become the worker process Beam asked for: its environment and streams (the client's),
     logging and exit handlers as a fresh process has them, then Beam's `sdk_worker_main`."""
-    import logging
-    import threading
-
-    from pipeline.launch import startup
-
     status = 1
     try:
         for target, fd in enumerate(fds):
@@ -277,8 +276,6 @@ def _worker(environment: dict, fds: list[int]) -> None:
         else:
             print(e.code, file=sys.stderr)
     except BaseException:  # noqa: BLE001 - as an interpreter would: the traceback, status 1
-        import traceback
-
         traceback.print_exc()
     finally:
         with contextlib.suppress(BaseException):

@@ -7,6 +7,7 @@ import logging
 import os
 import sys
 
+from pipeline.cli import run_command
 from pipeline.launch import startup
 from pipeline.launch.plan import PlanError, read_plan
 from pipeline.launch.switches import Switches, read_switches
@@ -33,8 +34,6 @@ def run() -> None:
         print(f"imgrec: {e}", file=sys.stderr)
         _exit(2)
     start(switches)
-    from pipeline.cli import run_command
-
     _exit(run_command(plan))
 
 

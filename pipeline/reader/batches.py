@@ -7,6 +7,7 @@ import os
 
 import tensorflow as tf
 
+from core.normalize import normalize_layer  # TFT's import: in normalize_layer, when asked for
 from pipeline.reader.decode import decode_batch as _decode_batch
 from pipeline.reader.decode import decode_example as _decode_example
 from pipeline.reader.decode import postprocess_fn as _postprocess_fn
@@ -66,8 +67,6 @@ def batched(
             deterministic=deterministic,
         )
     if config.normalize_dir is not None:
-        from core.normalize import normalize_layer  # TFT only when asked for.
-
         normalize = normalize_layer(config.normalize_dir)
         batches = batches.map(
             traced_as_written(lambda images, *rest: (normalize(images), *rest)),

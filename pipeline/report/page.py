@@ -25,6 +25,7 @@ import stat
 import sys
 
 from apache_beam.io.filesystems import FileSystems
+from PIL import Image, ImageFile
 
 from core import names as file_names
 from core import schema, storage
@@ -76,8 +77,6 @@ def _thumb(image) -> str:
 
 def _open_any(path: str):
     """Thumbnail of a rejected file when it still opens (truncated files included), else None."""
-    from PIL import Image, ImageFile
-
     try:
         # Only regular files of a bounded size: a rejected path may be a FIFO (reading it would
         # block forever), a folder or a huge file.

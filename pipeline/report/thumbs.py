@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 
 import numpy as np
+from PIL import Image
 
 from core import schema
 
@@ -36,8 +37,6 @@ def open_stored(encoded: bytes, fields: dict, draft_px: int = 0):
             channels and image/dtype of a raw record.
         draft_px: the smallest side a JPEG may be decoded at; 0 decodes it whole.
     """
-    from PIL import Image
-
     if fields.get(schema.FORMAT) == schema.RAW_FORMAT.encode() or _is_wide_png(encoded):
         return as_8bit_image(stored_array(encoded, fields))
     image = Image.open(io.BytesIO(encoded))
@@ -82,8 +81,6 @@ def as_8bit_image(array: np.ndarray):
     shows its content instead of a black square, as a viewer's "min-max" stretch does. NaN and
     -inf show as 0, +inf as 255.
     """
-    from PIL import Image
-
     if array.ndim == 2:
         array = array[:, :, None]
     shown = array[:, :, :_RGB] if array.shape[2] >= _RGB else array[:, :, :1]

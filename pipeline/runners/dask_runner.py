@@ -29,10 +29,14 @@ from __future__ import annotations
 import dataclasses
 
 import apache_beam as beam
-from apache_beam import pvalue
+from apache_beam import DoFn, pvalue
 from apache_beam.internal import pickler
 from apache_beam.metrics.metric import MetricResults
+from apache_beam.runners.common import DoFnContext, DoFnInvoker, DoFnSignature, Receiver
 from apache_beam.runners.runner import PipelineRunner
+from apache_beam.transforms.sideinputs import SideInputMap
+from apache_beam.transforms.window import GlobalWindow
+from apache_beam.utils.windowed_value import WindowedValue
 
 from core.errors import ERROR_PREFIX
 from pipeline.options import OptionError
@@ -108,18 +112,11 @@ class _NoMetrics(MetricResults):
 
 
 def _global(value):
-    from apache_beam.transforms.window import GlobalWindow
-    from apache_beam.utils.windowed_value import WindowedValue
-
     return WindowedValue(value, 0, (GlobalWindow(),))
 
 
 def _run_dofn_partition(items, spec: dict, *side_values):
     """Run one DoFn over one partition; returns [(tag, value)] including finish_bundle output."""
-    from apache_beam import DoFn
-    from apache_beam.runners.common import DoFnContext, DoFnInvoker, DoFnSignature, Receiver
-    from apache_beam.transforms.sideinputs import SideInputMap
-
     out: list = []
 
     class _Collect(Receiver):

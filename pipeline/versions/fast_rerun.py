@@ -41,6 +41,7 @@ import platform
 import re
 import sys
 import time
+from importlib import metadata
 
 from core import changes, dali_index, leases, retention, schema, versions
 from core.rerun_record import (
@@ -50,6 +51,7 @@ from core.rerun_record import (
     record_bytes,
 )
 from pipeline.launch.plan import ConvertPlan, LaunchPlan
+from pipeline.report.summary import format_summary
 from pipeline.versions.rerun_stores import BucketStore, LocalStore, latest_version, list_lines
 
 __all__ = ["redact_argv", "run_key", "try_fast_rerun"]
@@ -129,8 +131,6 @@ def _source_digest() -> str:
 
 
 def _software() -> dict:
-    from importlib import metadata
-
     found = {"python": platform.python_version(), "imgrec_source": _source_digest()}
     for dist in _KEY_DISTS:
         try:
@@ -426,8 +426,6 @@ def _publish(
 ) -> None:
     """Move LATEST, prune (keeping: --keep_versions, --keep_for seconds), print what the
     pipeline's run prints, write the report."""
-    from pipeline.report.summary import format_summary
-
     name, out, previous = made["name"], made["out"], plan["previous"]
     note = f"imgrec: writing new version {name} of {root}"
     if plan["unfinished"]:

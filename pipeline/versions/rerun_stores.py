@@ -14,7 +14,9 @@ import secrets
 import shutil
 
 from core import retention, schema, versions
+from core.names import local_path
 from core.rerun_record import listing_line, reject_line
+from transforms.match_local import match_bucket, match_local
 
 __all__ = ["LocalStore", "BucketStore", "latest_version", "list_lines"]
 
@@ -232,9 +234,6 @@ def latest_version(store, root: str) -> str | None:
 
 def list_lines(patterns: list[str]) -> list[str | None]:
     """The digest lines of the listing `transforms.list_images` would make of `patterns`."""
-    from core.names import local_path
-    from transforms.match_local import match_bucket, match_local
-
     lines: list[str | None] = []
     seen: set[str] = set()
     for pattern in patterns:

@@ -7,6 +7,7 @@ dropped; everything else goes to `imgrec convert` as given. The job runs on Data
 
 from __future__ import annotations
 
+import argparse
 import sys
 
 __all__ = ["flex_argv", "main"]
@@ -17,8 +18,6 @@ _TRUE = ("true", "1", "yes", "on")
 
 def flex_argv(argv: list[str]) -> list[str]:
     """The launcher's `--name=value` arguments -> `imgrec convert` arguments."""
-    import argparse
-
     from pipeline.options import ConvertOptions
 
     parser = argparse.ArgumentParser(add_help=False)
