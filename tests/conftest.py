@@ -49,6 +49,23 @@ def pytest_runtest_teardown(item, nextitem):
         gc.freeze()
 
 
+# In-process conversions (tests.runs.in_process) and the tests' own store calls run with the Beam
+# patches the `imgrec` program's processes run with (pipeline/launch/patches.py; a library caller
+# of pipeline.cli.main gets none): Beam's S3 and GCS filesystems share one client instead of
+# building one per operation, DoFn specs and option views are memoized. Unpatched, one versioned
+# rerun on moto's S3 built 287 boto3 clients, each loading botocore's JSON models: ~50 s of CPU
+# of a 61-s run (cProfile), and test_version_leases_s3.py took 143 s alone, 19 s patched. Before,
+# whether a test file ran patched depended on whether a unit test that installs them had run
+# before it on the same worker. A unit-only session stays unpatched (it has no conversion); the
+# patches' own tests (tests/unit/test_patches.py, test_beam_clients.py) take either state.
+def pytest_collection_finish(session):
+    if any(item.get_closest_marker("unit") is None for item in session.items):
+        from pipeline.launch import patches
+
+        for patch in patches.PATCHES:
+            patch()
+
+
 # The storage-server fixtures (`gcs`, `s3`, `store`, `beam_filesystems`, ...) for every test
 # without an import: one server of each kind for the whole session.
 pytest_plugins = ["tests.servers"]
