@@ -28,6 +28,9 @@ fixtures, registered below; `put_corpus`), tests/hostile.py and tests/format_cor
 from __future__ import annotations
 
 import gc
+import json
+import os
+import time
 from pathlib import Path
 
 import pytest
@@ -82,57 +85,78 @@ def pytest_configure(config):
          "TensorFlow clusters, packaging; deselect with -m 'not e2e'"),
     ):  # fmt: skip
         config.addinivalue_line("markers", f"{name}: {what}")
+    # On xdist's controller, or in a run without xdist: not in its workers (no `workerinput`).
+    if os.environ.get(RECORD_ENV) == "1" and not hasattr(config, "workerinput"):
+        recorder = _DurationRecorder(DURATIONS, config.rootpath)
+        config.pluginmanager.register(recorder, "imgrec-durations")
 
 
-# The files that take longest in a whole run, run first, longest first (each file's tests in
-# sequence on one xdist worker; wall seconds per file in one whole run as CI runs it, CI=true with
-# the 40-s fuzz budget, 3 workers on 2 cores, 2026-12-05 06:40, 332 s in all). run_tests.sh turns
-# off xdist's own order (most tests per file first); the files not named, all under 9 s, follow
-# (_file_rank). Each file stays on one worker (--dist loadfile), so order is all a file list can
-# change: the last file a worker takes decides when it ends. With the list of 2026-12-02 (other
-# engineers' runs beside it, load 11) test_forked_workers (37 s) and test_fuzz (14 s in CI) were
-# not named and came last, and the three workers ended 20 s apart (327, 316, 307 s).
-_SLOWEST_FIRST = (
-    "e2e/test_reader_multiworker.py",  # 71: four two-process TensorFlow clusters
-    "e2e/test_dask.py",  # 70
-    "e2e/test_version_leases.py",  # 59, most of it waiting out the SIGKILL expiry (45 s)
-    "e2e/test_cloud.py",  # 50
-    "integration/test_incremental.py",  # 45
-    "integration/test_splice_records.py",  # 41
-    "e2e/test_analysis_process.py",  # 39 in unit/, with its unit tests
-    "integration/test_odd_names.py",  # 38
-    "e2e/test_forked_workers.py",  # 37
-    "integration/test_resume.py",  # 31
-    "integration/test_store_modes.py",  # 31
-    "e2e/test_cli.py",  # 29
-    "e2e/test_version_leases_s3.py",  # 26
-    "e2e/test_cloud_analyze.py",  # 26
-    "integration/test_storage_servers.py",  # 25, most of it waiting on the storage servers
-    "integration/test_convert.py",  # 23
-    "e2e/test_quiet_progress.py",  # 22
-    "integration/test_versioned.py",  # 20
-    "e2e/test_version_leases_gcs.py",  # 20
-    "integration/test_analyze_pipeline.py",  # 19
-    "e2e/test_reader_vanishing_buckets.py",  # 18
-    # unit/test_reader.py's 33 s split by its parts' times alone (22 s and 17.5 s), not yet measured
-    # in a whole run:
-    "e2e/test_reader_mirrored_shapes.py",  # ~18
-    "unit/test_reader.py",  # ~15
-    "unit/test_fuzz.py",  # 14 in CI (its budget: 20,000 cases or 40 s), 6 in the unit tier
-    "e2e/test_startup.py",  # 14 in unit/; more tests since, not yet measured in a whole run
-    "integration/test_reader_s3.py",  # 14
-    "integration/test_incremental_stats.py",  # 12
-    "e2e/test_layers.py",  # 9 in unit/ with the pure layer checks; not yet measured alone
+# The order of the test files (each file's tests in sequence on one xdist worker, --dist loadfile;
+# run_tests.sh turns off xdist's own order): the files of at least _FIRST_S seconds in the last
+# measured whole run (tests/durations.json), longest first, then the others by tier (e2e,
+# integration, unit: a fresh process per test before many small in-process ones), most tests
+# first within a tier. So a run ends on the unit tier's small files, which the workers share out
+# evenly, and a new e2e file, not measured yet, does not come last. The seconds are measured, not
+# kept by hand: `IMGREC_RECORD_DURATIONS=1 ./run_tests.sh -q` (a whole run, as CI runs it)
+# writes each file's wall seconds (its tests' setup, call and teardown summed) into
+# tests/durations.json; commit it when files were added or their times moved.
+DURATIONS = _TESTS_DIR / "durations.json"
+RECORD_ENV = "IMGREC_RECORD_DURATIONS"
+_FIRST_S = 5.0
+
+
+def _measured(path: Path = DURATIONS) -> dict[str, float]:
+    """{"e2e/test_dask.py": seconds} of the last recorded whole run; {} when there is none."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            return {str(k): float(v) for k, v in json.load(f)["seconds"].items()}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return {}
+
+
+_SECONDS = _measured()
+# The files that run first, longest first (bench/ablations/suite_files.py prints them too).
+_SLOWEST_FIRST = tuple(
+    sorted((n for n, s in _SECONDS.items() if s >= _FIRST_S), key=lambda n: (-_SECONDS[n], n))
 )
 
 
 def _file_rank(name: str, num_tests: int) -> tuple[int, int, int]:
-    """The named files in their order, then the others by tier (e2e, integration, unit: a fresh
-    process per test before many small in-process ones), most tests first within a tier. So a
-    run ends on the unit tier's small files, which the workers share out evenly; an e2e file
-    not named yet (a few tests, seconds each) does not come last."""
+    """The measured slow files in their order, then the others by tier, most tests first."""
     first = _SLOWEST_FIRST.index(name) if name in _SLOWEST_FIRST else len(_SLOWEST_FIRST)
     return first, TIERS[::-1].index(_folder_tier(name)), -num_tests
+
+
+class _DurationRecorder:
+    """Sums each test file's setup, call and teardown seconds as the reports come in (on xdist's
+    controller: the workers' reports) and writes them to DURATIONS at the end of the session,
+    keeping the entries of files that did not run (a partial run updates what it ran)."""
+
+    def __init__(self, path: Path, rootpath: Path):
+        self.path = path
+        self.rootpath = rootpath
+        self.seconds: dict[str, float] = {}
+
+    def pytest_runtest_logreport(self, report):
+        name = _name(self.rootpath / report.nodeid.partition("::")[0])
+        if not Path(name).is_absolute():
+            self.seconds[name] = self.seconds.get(name, 0.0) + report.duration
+
+    def pytest_sessionfinish(self, session):
+        if not self.seconds:
+            return
+        seconds = {**_measured(self.path), **self.seconds}
+        seconds = {n: round(s, 1) for n, s in seconds.items() if (_TESTS_DIR / n).is_file()}
+        body = {
+            "about": "wall seconds per test file in a whole run (tests/conftest.py); "
+            f"refresh: {RECORD_ENV}=1 ./run_tests.sh -q",
+            "recorded": time.strftime("%Y-%m-%d %H:%M", time.localtime()),
+            "cpus": os.cpu_count(),
+            "seconds": dict(sorted(seconds.items(), key=lambda kv: (-kv[1], kv[0]))),
+        }
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(body, indent=1) + "\n", encoding="utf-8")
+        os.replace(tmp, self.path)
 
 
 def _folder_tier(name: str) -> str:
