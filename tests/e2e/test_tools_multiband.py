@@ -1,8 +1,9 @@
-"""`imgrec verify`, `inspect` and `preview` on every stored form, from the command line: a folder of
-a 13-band 16-bit tiled GeoTIFF, a 16-bit gray TIFF, a float32 TIFF, a DICOM CT and an RGB JPEG,
-converted with defaults (8-bit PNGs, raw uint16 x 13, JPEG), with --bit_depth 16 (16-bit PNGs,
-raw float32) and with --store pixels (raw uint8 RGB). The contact sheet's thumbnails are decoded
-and compared with what they must show: the first three bands, wider samples stretched min-max."""
+"""`imgrec verify`, `inspect` and `preview` on every stored form: a folder of a 13-band 16-bit tiled
+GeoTIFF, a 16-bit gray TIFF, a float32 TIFF, a DICOM CT and an RGB JPEG, converted with defaults
+(8-bit PNGs, raw uint16 x 13, JPEG) from the command line, and in process (tests.runs.in_process:
+the same commands, what they write is the subject) with --bit_depth 16 (16-bit PNGs, raw float32)
+and with --store pixels (raw uint8 RGB). The contact sheet's thumbnails are decoded and compared
+with what they must show: the first three bands, wider samples stretched min-max."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ import tifffile
 from PIL import Image
 
 from tests.dicom_files import make_ct
-from tests.runs import cli
+from tests.runs import cli, in_process
 
 _H, _W = 40, 48
 _Y, _X = np.mgrid[0:_H, 0:_W].astype(np.float64)
@@ -65,8 +66,8 @@ def src(tmp_path_factory) -> str:
     return str(root)
 
 
-def _convert(src: str, out: str, *options: str) -> dict:
-    cli("convert", "--input", f"{src}/*/*", "--output", out, *options)
+def _convert(src: str, out: str, *options: str, run=cli) -> dict:
+    run("convert", "--input", f"{src}/*/*", "--output", out, *options)
     with open(os.path.join(out, "dataset_info.json")) as f:
         return json.load(f)
 
@@ -131,12 +132,12 @@ def test_defaults_verify_inspect_and_preview(src, tmp_path):
 
 def test_sixteen_bits_and_floats_render_stretched(src, tmp_path):
     out = str(tmp_path / "out16")
-    info = _convert(src, out, "--bit_depth", "16", "--splits", "train=1")
+    info = _convert(src, out, "--bit_depth", "16", "--splits", "train=1", run=in_process)
     assert info["formats_written"] == {"jpeg": 1, "png": 2, "raw": 2}
     layouts = info["splits"]["train"]["pixel_layouts"]
     assert layouts["uint16x13"] == 1 and layouts["float32x1"] == 1 and layouts["uint16x1"] == 2
-    assert f"OK: {len(_FILES)} records" in cli("verify", out).stdout
-    cli("preview", out)
+    assert f"OK: {len(_FILES)} records" in in_process("verify", out).stdout
+    in_process("preview", out)
     figures = _figures(out)
     assert sorted(figures) == sorted(_FILES)
     for name, images in figures.items():
@@ -153,10 +154,11 @@ def test_sixteen_bits_and_floats_render_stretched(src, tmp_path):
 
 def test_store_pixels_raw_rgb_and_bands(src, tmp_path):
     out = str(tmp_path / "pixels")
-    info = _convert(src, out, "--store", "pixels", "--max_side", "64", "--splits", "train=1")
+    options = ("--store", "pixels", "--max_side", "64", "--splits", "train=1")
+    info = _convert(src, out, *options, run=in_process)
     assert info["formats_written"] == {"raw": len(_FILES)}
-    assert f"OK: {len(_FILES)} records" in cli("verify", out).stdout
-    cli("preview", out)
+    assert f"OK: {len(_FILES)} records" in in_process("verify", out).stdout
+    in_process("preview", out)
     figures = _figures(out)
     assert sorted(figures) == sorted(_FILES)
     assert all(images["original"] is not None for images in figures.values())
