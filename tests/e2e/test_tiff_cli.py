@@ -1,7 +1,7 @@
 """TIFF end to end through the real command line and back through imgrec's reader: a 13-band 16-bit
 tiled GeoTIFF with DEFAULT options keeps every band, its values and its georeferencing
 (`channels=None, dtype=tf.uint16` returns them exactly); a 16-bit gray TIFF written by Pillow and
-by tifffile round-trips exactly with --bit_depth 16; crops, flips and resizing in training work on
+by tifffile round-trips exactly with --bit_depth 16 (converted in process); crops, flips and resizing in training work on
 13 bands and every dtype."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import tifffile
 from PIL import Image
 
 from core import schema
-from tests.runs import cli, read_records
+from tests.runs import cli, in_process, read_records
 
 pytestmark = pytest.mark.e2e
 
@@ -143,8 +143,9 @@ def test_a_16_bit_gray_tiff_round_trips_with_bit_depth_16(tmp_path, writer):
         Image.fromarray(samples).save(path)  # mode I;16
     else:
         tifffile.imwrite(path, samples, compression="lzw")
-    cli("convert", "--input", f"{src}/*", "--output", out, "--bit_depth", "16",
-        "--splits", "train=1.0")  # fmt: skip
+    # In process: the bytes stored are the subject (the command line ran above, with defaults).
+    in_process("convert", "--input", f"{src}/*", "--output", out, "--bit_depth", "16",
+               "--splits", "train=1.0")  # fmt: skip
     image = _read_all(out, "train", channels=None, dtype=tf.uint16)["gray.tif"]
     assert image.shape == (HEIGHT, WIDTH, 1)
     np.testing.assert_array_equal(image[..., 0], samples)
