@@ -94,13 +94,23 @@ def _run_example(root: str, tmp: Path, run: str, kill_at: int | None, epochs: in
     return output
 
 
-def test_the_example_killed_mid_epoch_resumes_each_example_once(root, uninterrupted, tmp_path):
+@pytest.fixture(scope="module")
+def killed_and_resumed(root, uninterrupted, tmp_path_factory) -> dict:
+    """The example killed at a random step of its second epoch, then started again: both runs'
+    outputs, and each global step's labels as trained across them."""
+    tmp = tmp_path_factory.mktemp("killed_and_resumed")
     steps = len(uninterrupted) // EPOCHS
     kill_at = random.randrange(steps + 1, 2 * steps - 1)  # inside the second epoch
-    first = _run_example(root, tmp_path, "a", kill_at)
-    second = _run_example(root, tmp_path, "b", None)
-    trained = _trained(tmp_path, [["a.jsonl"], ["b.jsonl"]], EPOCHS * steps)
-    _check(trained, uninterrupted, steps, BATCH)
+    first = _run_example(root, tmp, "a", kill_at)
+    second = _run_example(root, tmp, "b", None)
+    trained = _trained(tmp, [["a.jsonl"], ["b.jsonl"]], EPOCHS * steps)
+    return {"outputs": (first, second), "trained": trained, "steps": steps}
+
+
+def test_the_example_killed_mid_epoch_resumes_each_example_once(killed_and_resumed, uninterrupted):
+    run = killed_and_resumed
+    _check(run["trained"], uninterrupted, run["steps"], BATCH)
+    first, second = run["outputs"]
     assert "replicas in sync: 2" in second
     assert second.count("val_accuracy") >= 1  # evaluation ran after the resumed epoch
     for output in (first, second):
@@ -108,14 +118,11 @@ def test_the_example_killed_mid_epoch_resumes_each_example_once(root, uninterrup
         assert not found, found
 
 
-def test_the_example_prints_no_cuinit_error_without_a_gpu(root, tmp_path):
-    output = _run_example_once(root, tmp_path)
-    assert CUDA_LINE not in output, [ln for ln in output.splitlines() if CUDA_LINE in ln]
-
-
-def _run_example_once(root: str, tmp: Path) -> str:
-    """One epoch of the example, to its end."""
-    return _run_example(root, tmp, "once", None, epochs=1)
+def test_the_example_prints_no_cuinit_error_without_a_gpu(killed_and_resumed):
+    """Neither run of the example, each started as a user starts it (no TF_CPP_* settings),
+    prints TensorFlow's cuInit error on a machine without a GPU."""
+    for output in killed_and_resumed["outputs"]:
+        assert CUDA_LINE not in output, [ln for ln in output.splitlines() if CUDA_LINE in ln]
 
 
 def test_the_converters_markers_hold_every_records_offset(root):
