@@ -62,6 +62,7 @@ __all__ = [
     "tensorflow_gcs_env",
     "googleapis_front",
     "ProxyTrap",
+    "past_the_second",
     "put_corpus",
     "wait_until",
 ]
@@ -1057,3 +1058,10 @@ def wait_until(predicate: Callable[[], bool], timeout: float = 30.0, every: floa
             return True
         time.sleep(every)
     return predicate()
+
+
+def past_the_second(written_by: float) -> None:
+    """Return once the clock is in a later second than `written_by` (a time.time() read after an
+    object was written), so that an object put now is newer: S3 reports update times to the
+    second. Waits only the rest of that second, if any (a fixed 1.1-s sleep before)."""
+    time.sleep(max(0.0, int(written_by) + 1.0 - time.time()))

@@ -25,7 +25,7 @@ from pipeline.options import ConvertConfig, OptionError
 from pipeline.versions import fast_rerun
 from tests.runs import ROOT as ROOT_PATH
 from tests.runs import in_process
-from tests.servers import put_corpus
+from tests.servers import past_the_second, put_corpus
 
 # Small shards: the 80-image corpus spreads over several, so that a small change leaves some
 # shards' plans unchanged (copied) and changes others (written).
@@ -292,6 +292,7 @@ def test_bucket_root_copies_shards_server_side(store, tmp_path):
     build_corpus(str(src), num_images=30, seed=6, long_side=(48, 72), broken=False)
     bucket = store.new_bucket("incremental")
     names = put_corpus(store, bucket, src)
+    uploaded = time.time()
     root = store.uri(bucket, "flowers")
     args = ["--input", store.uri(bucket, "photos/*/*.jpg"), *store.beam_args]
 
@@ -320,7 +321,7 @@ def test_bucket_root_copies_shards_server_side(store, tmp_path):
     victim = store.uri(bucket, "photos/" + names[2])
     data = bytearray(store.get(victim))
     data[15] = 2 if data[15] != 2 else 3  # Other bytes, same size, still a valid JPEG.
-    time.sleep(1.1)  # S3 reports update times to the second.
+    past_the_second(uploaded)  # S3 reports update times to the second.
     store.put(victim, bytes(data))
     proc = _cli(*args, "--output", root, "--versioned")
     assert "1 changed" in proc.stdout

@@ -23,7 +23,7 @@ from pipeline.demo import build_corpus
 from pipeline.options import ConvertConfig
 from tests.runs import ROOT as ROOT_PATH
 from tests.runs import in_process
-from tests.servers import put_corpus
+from tests.servers import past_the_second, put_corpus
 
 ROOT = str(ROOT_PATH)
 
@@ -246,6 +246,7 @@ def test_bucket_input_resume_uses_object_update_times(store, tmp_path):
     build_corpus(str(src), num_images=30, seed=6, long_side=(48, 72), broken=False)
     bucket = store.new_bucket("resume")
     names = put_corpus(store, bucket, src)
+    uploaded = time.time()
     pattern = store.uri(bucket, "photos/*/*.jpg")
     out = str(tmp_path / "out")
     args = ["--input", pattern, "--output", out, "--no_analyze", "--target_shard_mb", "0.05"]
@@ -265,7 +266,7 @@ def test_bucket_input_resume_uses_object_update_times(store, tmp_path):
     data = bytearray(store.get(victim))
     assert data[6:10] == b"JFIF"
     data[15] = 2 if data[15] != 2 else 3  # Other bytes, same size, still a valid JPEG.
-    time.sleep(1.1)  # S3 reports update times to the second.
+    past_the_second(uploaded)  # S3 reports update times to the second.
     store.put(victim, bytes(data))
     interrupt(out)
     run("--resume")

@@ -21,7 +21,7 @@ from tests.integration.test_incremental import (
     _run,
     snapshot,
 )
-from tests.servers import put_corpus
+from tests.servers import past_the_second, put_corpus
 
 
 @pytest.fixture
@@ -202,6 +202,7 @@ def test_bucket_rerun_gets_only_added_and_replaced_sources(store, tmp_path):
     build_corpus(str(src), num_images=40, seed=6, long_side=(48, 72), broken=False)
     bucket = store.new_bucket("splice")
     names = put_corpus(store, bucket, src)
+    uploaded = time.time()
     root = store.uri(bucket, "flowers")
     args = ["--input", store.uri(bucket, "photos/*/*.jpg"), *store.beam_args]
     _in_process_default(*args, "--output", root, "--versioned")
@@ -215,7 +216,7 @@ def test_bucket_rerun_gets_only_added_and_replaced_sources(store, tmp_path):
     replaced = "photos/" + names[3]
     data = bytearray(store.get(store.uri(bucket, replaced)))
     data[15] = 2 if data[15] != 2 else 3  # Other bytes, same size, still a valid JPEG.
-    time.sleep(1.1)  # S3 reports update times to the second.
+    past_the_second(uploaded)  # S3 reports update times to the second.
     store.put(store.uri(bucket, replaced), bytes(data))
 
     store.relay.requests.clear()
