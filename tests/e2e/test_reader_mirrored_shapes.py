@@ -1,6 +1,8 @@
 """The reader under MirroredStrategy (two logical CPUs) in a fresh TensorFlow process, on the
 small shards tests/unit/test_reader.py writes by hand: each replica's batch shape, one pass over
-the evaluation split, `model.fit`, no auto-shard warning, and examples/train_mirrored.py."""
+the evaluation split, `model.fit`, no auto-shard warning. examples/train_mirrored.py under
+MirroredStrategy: tests/e2e/test_train_example.py (killed and resumed, evaluation after each
+epoch); as a cluster's worker: tests/e2e/test_reader_multiworker.py."""
 
 from __future__ import annotations
 
@@ -115,35 +117,6 @@ def test_mirrored_model_fit_runs_steps_per_epoch(mirrored):
     assert result["fit_steps"] == 7
     assert len(result["fit_losses"]) == 2 and all(np.isfinite(result["fit_losses"]))
     assert "ran out of data" not in mirrored["log"]
-
-
-def test_example_trains_with_mirrored_strategy(data_dir):
-    env = dict(os.environ, PYTHONPATH=REPO, CUDA_VISIBLE_DEVICES="")
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "examples/train_mirrored.py",
-            "--data_dir",
-            data_dir,
-            "--epochs",
-            "2",
-            "--batch_size",
-            "8",
-            "--image_size",
-            "32",
-            "--seed",
-            "0",
-        ],
-        check=False,
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=REPO,
-        timeout=180,
-    )
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    assert "replicas in sync: 2" in proc.stdout
-    assert proc.stdout.count("val_accuracy") >= 2  # evaluation ran after both epochs
 
 
 def test_mirrored_logs_no_auto_shard_warning(mirrored):
