@@ -115,7 +115,7 @@ def _measured(path: Path = DURATIONS) -> dict[str, float]:
 
 
 _SECONDS = _measured()
-# The files that run first, longest first (bench/ablations/suite_files.py prints them too).
+# The files that run first, longest first.
 _SLOWEST_FIRST = tuple(
     sorted((n for n, s in _SECONDS.items() if s >= _FIRST_S), key=lambda n: (-_SECONDS[n], n))
 )
