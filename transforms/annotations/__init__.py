@@ -1,0 +1,1 @@
+"""Beam-free readers of object annotations (COCO, Pascal VOC, YOLO) into typed elements."""
