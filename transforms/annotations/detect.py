@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import xml.etree.ElementTree as ET
 from typing import Literal
+from xml.parsers.expat import ErrorString
 
 import yaml
 
@@ -64,9 +65,12 @@ def _xml_format(data: bytes, name: str) -> AnnotationFormat:
     try:
         root = ET.fromstring(data)
     except ET.ParseError as error:
-        line, column = error.position
+        line, column = error.position  # expat counts columns from 0, JSON and YAML from 1
         raise AnnotationError(
-            name, f"line {line} column {column}", f"malformed XML ({error.msg})", _FIX
+            name,
+            f"line {line} column {column + 1}",
+            f"malformed XML ({ErrorString(error.code)})",
+            _FIX,
         ) from None
     if root.tag == "annotation":
         return "voc"

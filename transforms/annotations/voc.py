@@ -13,6 +13,7 @@ of this. A file whose corners are 0 (0-based tools) reads as -1; clip_box clips 
 from __future__ import annotations
 
 import xml.etree.ElementTree as ET
+from xml.parsers.expat import ErrorString
 
 from transforms.annotations.objects import AnnotationError, Box, ImageAnnotations, ImageObject
 
@@ -39,9 +40,12 @@ def read_voc(data: bytes, path: str) -> ImageAnnotations:
     try:
         root = ET.fromstring(data)
     except ET.ParseError as error:
-        line, column = error.position
+        line, column = error.position  # expat counts columns from 0, JSON and YAML from 1
         raise AnnotationError(
-            path, f"line {line} column {column}", f"malformed XML ({error.msg})", _FIX_FORMAT
+            path,
+            f"line {line} column {column + 1}",
+            f"malformed XML ({ErrorString(error.code)})",
+            _FIX_FORMAT,
         ) from error
     if root.tag != "annotation":
         raise AnnotationError(path, "", f"the root element is <{root.tag}>", _FIX_FORMAT)
