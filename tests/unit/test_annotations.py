@@ -209,6 +209,17 @@ def test_coco_unknown_category_names_the_annotation_id():
     )
 
 
+def test_coco_id_of_the_wrong_type_names_the_annotation_id():
+    document = json.loads(_coco_bytes(COCO_SAME))
+    document["annotations"][1]["category_id"] = [3]
+    with pytest.raises(AnnotationError, match=r"^a\.json, annotation id 102: category_id \[3\] is"):
+        read_coco(_coco_bytes(document), "a.json")
+    document["annotations"][1]["category_id"] = 3
+    document["annotations"][1]["image_id"] = {"id": 397133}
+    with pytest.raises(AnnotationError, match=r"^a\.json, annotation id 102: image_id \{'id'"):
+        read_coco(_coco_bytes(document), "a.json")
+
+
 def test_coco_unknown_image_names_the_annotation_id():
     document = json.loads(_coco_bytes(COCO_SAME))
     document["annotations"][0]["image_id"] = 5

@@ -67,7 +67,7 @@ def read_coco(data: bytes, path: str) -> CocoAnnotations:
         where = f"annotation #{position + 1}"
         annotation_id = _field(annotation, "id", path, where)
         image_object, image_id = _read_annotation(annotation, annotation_id, by_category, path)
-        if image_id not in objects:
+        if not _key(image_id) or image_id not in objects:
             raise AnnotationError(
                 path,
                 f"annotation id {annotation_id}",
@@ -140,7 +140,7 @@ def _read_annotation(
     where = f"annotation id {annotation_id}"
     image_id = _field(annotation, "image_id", path, where)
     category_id = _field(annotation, "category_id", path, where)
-    category = by_category.get(category_id)
+    category = by_category.get(category_id) if _key(category_id) else None
     if category is None:
         known = ", ".join(str(key) for key in by_category)
         raise AnnotationError(
@@ -163,6 +163,11 @@ def _read_annotation(
         annotation_id=annotation_id,
     )
     return image_object, image_id
+
+
+def _key(value: Any) -> bool:
+    # A list or an object as an id would fail a dict lookup with a TypeError naming nothing.
+    return isinstance(value, int | str) and not isinstance(value, bool)
 
 
 def _number(value: Any) -> bool:
