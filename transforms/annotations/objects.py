@@ -77,7 +77,9 @@ class ImageObject:
     truncated: bool = False
     area: float | None = None  # None: the file does not say (VOC, YOLO)
     segmentation: Segmentation | None = None
-    annotation_id: int | str | None = None  # COCO's id; VOC and YOLO: the object's 1-based index
+    annotation_id: int | str | None = (
+        None  # COCO's id; VOC: the object's 1-based index; YOLO: its line
+    )
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

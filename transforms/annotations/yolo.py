@@ -26,6 +26,7 @@ from transforms.annotations.objects import (
 __all__ = ["YoloData", "read_yolo_labels", "read_yolo_yaml"]
 
 _FIX_YAML = "fix: give data.yaml 'names' as a list or an {id: name} mapping"
+_FIX_LINE = "fix: write 'class cx cy w h' or 'class x1 y1 x2 y2 x3 y3 ...', normalised to [0, 1]"
 _SPLITS = ("train", "val", "test")
 
 
@@ -114,7 +115,7 @@ def read_yolo_labels(
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as error:
-        raise AnnotationError(path, "", f"not UTF-8 text ({error.reason})", _fix_line()) from error
+        raise AnnotationError(path, "", f"not UTF-8 text ({error.reason})", _FIX_LINE) from error
     by_id = {category.id: category for category in names}
     objects = []
     for number, line in enumerate(text.splitlines(), start=1):
@@ -129,10 +130,6 @@ def read_yolo_labels(
     )
 
 
-def _fix_line() -> str:
-    return "fix: write 'class cx cy w h' or 'class x1 y1 x2 y2 x3 y3 ...', normalised to [0, 1]"
-
-
 def _read_line(
     line: str, number: int, path: str, width: int, height: int, by_id: dict[int, Category]
 ) -> ImageObject:
@@ -143,11 +140,11 @@ def _read_line(
         values = [float(token) for token in tokens[1:]]
     except ValueError:
         raise AnnotationError(
-            path, where, f"{line.strip()[:80]!r} is not numbers", _fix_line()
+            path, where, f"{line.strip()[:80]!r} is not numbers", _FIX_LINE
         ) from None
     # A box has 4 values; a polygon 6 or more (three points), in x, y pairs.
     if len(values) != 4 and (len(values) < 6 or len(values) % 2):
-        raise AnnotationError(path, where, f"{len(values)} values after the class", _fix_line())
+        raise AnnotationError(path, where, f"{len(values)} values after the class", _FIX_LINE)
     category = by_id.get(class_id)
     if category is None:
         raise AnnotationError(
