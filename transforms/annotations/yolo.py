@@ -147,10 +147,11 @@ def _read_line(
         raise AnnotationError(path, where, f"{len(values)} values after the class", _FIX_LINE)
     category = by_id.get(class_id)
     if category is None:
+        known = ", ".join(str(i) for i in by_id)
         raise AnnotationError(
             path,
             where,
-            f"class {class_id} is not in data.yaml's names (ids {', '.join(str(i) for i in by_id)})",
+            f"class {class_id} is not in data.yaml's names (ids {known})",
             "fix: add the class to 'names' or correct the line",
         )
     if len(values) == 4:
