@@ -11,6 +11,7 @@ Top-level packages, each importing only those below it (so no two import each ot
                           forks, the Beam patches; the only room that changes global state
     transforms/           the stages (PTransforms): core and transforms, never pipeline/
       images/             per-file image logic: core and transforms.images only, no Beam
+      annotations/        annotation files' readers (COCO, VOC, YOLO): core and itself, no Beam
     core/                 schema, storage, rejects, versions' format, the reader's helpers: itself
 
 Every import counts, also those inside functions (a deferred import is still a dependency).
@@ -97,6 +98,7 @@ MODULES = _modules()
 ROOMS: dict[str, tuple[str, ...]] = {
     "core": ("core",),
     "transforms.images": ("core", "transforms.images"),
+    "transforms.annotations": ("core", "transforms.annotations"),
     "transforms": ("core", "transforms"),
     "pipeline.reader": ("core", "pipeline.reader"),
     "pipeline.report": ("core", "pipeline.reader", "pipeline.report"),
@@ -145,7 +147,8 @@ def _in(room: str) -> list[str]:
 
 CORE = _in("core")
 IMAGES = _in("transforms.images")
-TRANSFORMS = _in("transforms") + IMAGES
+ANNOTATIONS = _in("transforms.annotations")
+TRANSFORMS = _in("transforms") + IMAGES + ANNOTATIONS
 READER = _in("pipeline.reader")
 
 
@@ -153,6 +156,7 @@ def test_the_rooms_exist():
     # Guards the rules below: a rule over no files would pass whatever the imports.
     assert "core/schema.py" in CORE and "core/rejects.py" in CORE
     assert "transforms/images/check.py" in IMAGES and "transforms/write_shards.py" in TRANSFORMS
+    assert "transforms/annotations/coco.py" in ANNOTATIONS
     assert {"pipeline/reader/dataset.py", "pipeline/reader/files.py"} <= set(READER)
     assert "pipeline/report/page.py" in _in("pipeline.report")
     assert "pipeline/versions/fast_rerun.py" in _in("pipeline.versions")
@@ -192,7 +196,7 @@ def test_no_two_top_level_packages_import_each_other():
 def test_the_reader_and_the_per_file_image_logic_never_import_beam():
     beam = {
         p: "apache_beam"
-        for p in READER + IMAGES
+        for p in READER + IMAGES + ANNOTATIONS
         if any(_within(n, "apache_beam") for n in _imports(p))
     }
     assert beam == {}
