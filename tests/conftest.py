@@ -77,6 +77,14 @@ _TESTS_DIR = Path(__file__).resolve().parent
 TIERS = ("unit", "integration", "e2e")  # tests/<tier>/, each its marker
 
 
+def pytest_addoption(parser):
+    parser.addoption(
+        RECORD_OPTION,
+        action="store_true",
+        help="write each test file's wall seconds into tests/durations.json (a whole run)",
+    )
+
+
 def pytest_configure(config):
     for name, what in (
         ("unit", "tests/unit: no conversion, in process (the inner loop: -m unit)"),
@@ -86,7 +94,7 @@ def pytest_configure(config):
     ):  # fmt: skip
         config.addinivalue_line("markers", f"{name}: {what}")
     # On xdist's controller, or in a run without xdist: not in its workers (no `workerinput`).
-    if os.environ.get(RECORD_ENV) == "1" and not hasattr(config, "workerinput"):
+    if config.getoption(RECORD_OPTION) and not hasattr(config, "workerinput"):
         recorder = _DurationRecorder(DURATIONS, config.rootpath)
         config.pluginmanager.register(recorder, "imgrec-durations")
 
@@ -97,11 +105,11 @@ def pytest_configure(config):
 # integration, unit: a fresh process per test before many small in-process ones), most tests
 # first within a tier. So a run ends on the unit tier's small files, which the workers share out
 # evenly, and a new e2e file, not measured yet, does not come last. The seconds are measured, not
-# kept by hand: `IMGREC_RECORD_DURATIONS=1 ./run_tests.sh -q` (a whole run, as CI runs it)
+# kept by hand: `./run_tests.sh -q --record-durations` (a whole run, as CI runs it)
 # writes each file's wall seconds (its tests' setup, call and teardown summed) into
 # tests/durations.json; commit it when files were added or their times moved.
 DURATIONS = _TESTS_DIR / "durations.json"
-RECORD_ENV = "IMGREC_RECORD_DURATIONS"
+RECORD_OPTION = "--record-durations"
 _FIRST_S = 5.0
 
 
@@ -149,7 +157,7 @@ class _DurationRecorder:
         seconds = {n: round(s, 1) for n, s in seconds.items() if (_TESTS_DIR / n).is_file()}
         body = {
             "about": "wall seconds per test file in a whole run (tests/conftest.py); "
-            f"refresh: {RECORD_ENV}=1 ./run_tests.sh -q",
+            f"refresh: ./run_tests.sh -q {RECORD_OPTION}",
             "recorded": time.strftime("%Y-%m-%d %H:%M", time.localtime()),
             "cpus": os.cpu_count(),
             "seconds": dict(sorted(seconds.items(), key=lambda kv: (-kv[1], kv[0]))),

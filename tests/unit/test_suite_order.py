@@ -39,7 +39,7 @@ def _report(nodeid: str, duration: float) -> SimpleNamespace:
 
 
 def test_recorded_seconds_are_each_files_setup_call_and_teardown_summed(tmp_path):
-    """The recorder (IMGREC_RECORD_DURATIONS=1) sums each file's reports, keeps the entries of
+    """The recorder (--record-durations) sums each file's reports, keeps the entries of
     files that did not run, drops those of files that are gone, and the order reads them back."""
     path = tmp_path / "durations.json"
     stale = {"e2e/test_dask.py": 50.0, "unit/test_fuzz.py": 3.0, "e2e/test_gone.py": 99.0}
