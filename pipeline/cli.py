@@ -151,8 +151,9 @@ def _dispatch_quietly(plan: LaunchPlan, capture) -> tuple[int, bool]:
         return (e.code if isinstance(e.code, int) else 2), named
     except Exception as e:  # noqa: BLE001 - one line on the terminal, the traceback in the log
         traceback.print_exc(file=capture.log_file)
+        what = f"{type(e).__name__}: {str(e)[:300]}"
         print(
-            f"imgrec: {plan.command} failed: {type(e).__name__}: {str(e)[:300]}{quiet.log_hint(plan.log_path)}",
+            f"imgrec: {plan.command} failed: {what}{quiet.log_hint(plan.log_path)}",
             file=sys.stderr,
         )
         return 1, True

@@ -33,7 +33,7 @@ from pipeline.launch.choose import (
     uses_worker_processes,
 )
 from pipeline.launch.plan import LaunchPlan, PlanError, read_plan
-from pipeline.launch.services import LocalServices, local_services
+from pipeline.launch.services import LocalServices, can_fork_workers, local_services
 from pipeline.options import ConvertConfig, ConvertOptions, OptionError
 from pipeline.preflight import PreflightError, check_writable, delete_dataset, preflight
 from pipeline.quiet import log_hint
@@ -197,12 +197,11 @@ def print_help() -> None:
 @dataclasses.dataclass(frozen=True)
 class ConvertRequest:
     """`imgrec convert`'s options read once (command line, --config YAML and Beam's options), then
-    prepared once: the preflight's count, the version claimed, the runner configured."""
+    prepared once: the preflight run, the version claimed, the runner configured."""
 
     options: PipelineOptions
     config: ConvertConfig
     argv: tuple[str, ...]  # effective: the --config file's options merged in
-    num_files: int | None = None  # listed files the preflight counted (up to a threshold)
     prepared: bool = False
 
     @property
@@ -258,7 +257,7 @@ def prepare(request: ConvertRequest, forked: bool) -> ConvertRequest:
     if config.overwrite and not dry_run:
         delete_dataset(config.output)
     config = configure_runner(options, list(request.argv), config, num_files, forked)
-    return dataclasses.replace(request, config=config, num_files=num_files, prepared=True)
+    return dataclasses.replace(request, config=config, prepared=True)
 
 
 def convert(plan: LaunchPlan) -> int:
@@ -273,11 +272,10 @@ def convert(plan: LaunchPlan) -> int:
         print_help()
         return 0
     started = time.time()
-    forked = plan.as_program and plan.switches.forked_workers and sys.platform == "linux"
     try:
         request = read_request(list(plan.args))
         if request.local_paths:
-            request = prepare(request, forked)
+            request = prepare(request, can_fork_workers(plan))
     except _USAGE_ERRORS as e:
         print(f"imgrec: {e}", file=sys.stderr)
         return 2

@@ -29,10 +29,9 @@ __all__ = [
     "remote_counts",
 ]
 
-# Display refresh in place on a terminal (elsewhere a plain line every `plain_every_s`).
+# Display refresh in place on a terminal (elsewhere a plain line every `plain_every_s`, which
+# the launch passes from its switches: pipeline/launch/switches.py).
 _TTY_REFRESH_S = 0.25
-# A plain line this often by default (CI logs stay short); IMGREC_PROGRESS_EVERY_S changes it.
-_PLAIN_EVERY_S = 10.0
 
 
 def _rate_eta(counts: dict, started: float | None) -> tuple[float, float | None]:
@@ -66,10 +65,10 @@ class Progress:
     """Polls a progress folder on a thread and shows the counts on `stream`.
 
     On a terminal one line is redrawn in place (rich); otherwise a plain `imgrec: progress ...`
-    line is printed every _PLAIN_EVERY_S seconds.
+    line is printed every `plain_every_s` seconds.
     """
 
-    def __init__(self, directory: str, stream=None, plain_every_s: float = _PLAIN_EVERY_S):
+    def __init__(self, directory: str, plain_every_s: float, stream=None):
         self.directory = directory
         # The terminal itself when quiet.Capture tees stderr: redraws stay out of the log.
         stream = stream or sys.stderr
@@ -127,14 +126,14 @@ class Progress:
 
 
 @contextlib.contextmanager
-def live(folder: str | None, plain_every_s: float = _PLAIN_EVERY_S, stream=None):
+def live(folder: str | None, plain_every_s: float, stream=None):
     """Show the counts the job's workers write to `folder` while the enclosed job runs; nothing
     without a folder (a dry run, a distributed runner)."""
     if folder is None:
         yield None
         return
     try:
-        with Progress(folder, stream, plain_every_s) as progress:
+        with Progress(folder, plain_every_s, stream) as progress:
             yield progress
     finally:
         tallies.flush(folder)  # In-process (one worker) counts, should the last bundle not have.

@@ -1,8 +1,8 @@
 """The analysis process: tensorflow-transform imported, traced and run beside a local conversion.
 
 The launch (pipeline/launch/services.py) forks it (`AnalysisProcess.start`) once the request is
-read, when the job will analyse on this machine with TFT's scratch in the temp dir; the job's `transforms.analyze_aside.AnalyzeAside` hands it the training rows. Until
-then it imports TFT (without Keras 2, `_import_tft_without_keras`) and builds its small pipeline
+read, when the job will analyse on this machine with TFT's scratch in the temp dir; the job's
+`transforms.analyze_aside.AnalyzeAside` hands it the training rows. Until then it imports TFT (without Keras 2, `_import_tft_without_keras`) and builds its small pipeline
 (tracing the preprocessing_fn), on the core the job is not yet using; then it waits for the
 request, runs the analysis and export (`transforms.analyze.export_to_scratch`) and answers with
 the statistics summed exactly (transforms/statistics.py), or asks the job to read them back from
@@ -15,7 +15,6 @@ The end of the convert command stops it (`stop`); it exits by itself once its pa
 from __future__ import annotations
 
 import atexit
-import contextlib
 import json
 import os
 import pickle
@@ -234,18 +233,11 @@ def _build(handoff: str, parent: int, exact: bool):
 
 def _main(handoff: str, parent: int, switches: Switches) -> None:
     startup.defer_keras(switches)
-    in_process = _in_process_pickles(switches)
-    with in_process():  # nothing this process pickles leaves it
+    with patches.in_process_pickles(switches)():  # nothing this process pickles leaves it
         with startup.without_gc(switches):
             _import_tft_without_keras(switches)
             p = _build(handoff, parent, switches.exact_statistics)
         p.run().wait_until_finish()
-
-
-def _in_process_pickles(switches: Switches):
-    if switches.patch_on("pickles_kept_in_process"):
-        return patches.pickles_kept_in_process
-    return contextlib.nullcontext
 
 
 def _run(handoff: str, parent: int, switches: Switches) -> None:

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from pipeline.launch.switches import Switches
 
 __all__ = [
+    "in_process_pickles",
     "install",
     "memoize_dofn_specs",
     "memoize_function_arguments",
@@ -356,6 +357,13 @@ def pickles_kept_in_process():
                 _bz2_users -= 1
                 if _bz2_users == 0:
                     _take_bz2_shim()
+
+
+def in_process_pickles(switches: Switches) -> Callable[[], contextlib.AbstractContextManager]:
+    """The context an in-memory run runs in: `pickles_kept_in_process`, unless switched off."""
+    if switches.patch_on("pickles_kept_in_process"):
+        return pickles_kept_in_process
+    return contextlib.nullcontext
 
 
 # Applied by `install()`, in this order.

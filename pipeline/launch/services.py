@@ -29,7 +29,7 @@ from pipeline.launch.forked_workers import Zygote
 from pipeline.launch.plan import LaunchPlan
 from pipeline.launch.switches import Switches
 
-__all__ = ["LocalServices", "local_services", "wanted_processes"]
+__all__ = ["LocalServices", "can_fork_workers", "local_services", "wanted_processes"]
 
 
 @dataclasses.dataclass
@@ -67,10 +67,8 @@ class LocalServices:
 
         if not is_direct_runner(_runner_name(options)):
             return None
-        in_process = contextlib.nullcontext
-        if self.switches.patch_on("pickles_kept_in_process"):
-            in_process = patches.pickles_kept_in_process
         command = self.zygote.command() if self.zygote else None
+        in_process = patches.in_process_pickles(self.switches)
         return DirectRunner(worker_command=command, in_process=in_process)
 
     def stop_workers(self) -> None:
@@ -109,8 +107,7 @@ def local_services(plan: LaunchPlan, request=None):
 
 
 def _start_convert_services(services: LocalServices, plan: LaunchPlan, request, fresh: bool):
-    runner = _runner_name(request.options)
-    if request.dry_run or not is_local_runner(runner):
+    if not _runs_here(request):
         return
     services.progress_dir = tempfile.mkdtemp(prefix="imgrec-progress-")
     analysis, zygote = wanted_processes(plan, request)
@@ -125,13 +122,23 @@ def _start_convert_services(services: LocalServices, plan: LaunchPlan, request, 
 def wanted_processes(plan: LaunchPlan, request) -> tuple[bool, bool]:
     """(the analysis process, the zygote): which of them the `imgrec` program starts for a
     conversion's request. Neither for a library caller, a dry run or a runner elsewhere."""
-    runner = _runner_name(request.options)
-    if not plan.as_program or request.dry_run or not is_local_runner(runner):
+    if not plan.as_program or not _runs_here(request):
         return False, False
-    switches = plan.switches
-    analysis = switches.analysis_process and _analyses_in_temp(request)
-    zygote = switches.forked_workers and is_direct_runner(runner) and request.may_fork
+    analysis = plan.switches.analysis_process and _analyses_in_temp(request)
+    direct = is_direct_runner(_runner_name(request.options))
+    zygote = can_fork_workers(plan) and direct and request.may_fork
     return analysis, zygote
+
+
+def can_fork_workers(plan: LaunchPlan) -> bool:
+    """Whether DirectRunner's workers may be forked from a zygote in this launch: the `imgrec`
+    program on Linux, unless IMGREC_FORKED_WORKERS=0 (pipeline/launch/forked_workers.py)."""
+    return plan.as_program and plan.switches.forked_workers and sys.platform == "linux"
+
+
+def _runs_here(request) -> bool:
+    """Whether the conversion runs on this machine (not a dry run, not a distributed runner)."""
+    return not request.dry_run and is_local_runner(_runner_name(request.options))
 
 
 def _analyses_in_temp(request) -> bool:

@@ -24,7 +24,8 @@ ENV = {
     "type_inference": "IMGREC_BEAM_TYPE_INFERENCE",  # 1: Beam's construction-time inference
     "exact_statistics": "IMGREC_EXACT_STATISTICS",  # 0: statistics read back from TFT's export
 }
-# Without IMGREC_PROGRESS_EVERY_S: a plain progress line this often (CI logs stay short).
+# Without IMGREC_PROGRESS_EVERY_S: a plain progress line (off a terminal) this often, so CI
+# logs stay short.
 _PROGRESS_EVERY_S = 10.0
 
 

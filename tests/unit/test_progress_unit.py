@@ -51,7 +51,7 @@ def test_each_run_counts_into_its_own_folder(tmp_path):
 def test_plain_lines_when_not_a_terminal(tmp_path):
     stream = io.StringIO()
     (tmp_path / "1.json").write_text('{"listed": 50, "inspected": 25}')
-    with progress.Progress(str(tmp_path), stream, plain_every_s=0.05):
+    with progress.Progress(str(tmp_path), plain_every_s=0.05, stream=stream):
         # Several lines, however long a loaded machine keeps the display thread waiting.
         assert wait_until(lambda: stream.getvalue().count("\n") >= 3, 60)
     lines = stream.getvalue().splitlines()
