@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import json
-import xml.etree.ElementTree as ET
 from typing import Literal
-from xml.parsers.expat import ErrorString
 
 import yaml
 
 from transforms.annotations.objects import AnnotationError
+from transforms.annotations.voc import parse_xml
 
 __all__ = ["AnnotationFormat", "annotation_format"]
 
@@ -62,16 +61,7 @@ def _json_format(text: str, name: str) -> AnnotationFormat:
 
 
 def _xml_format(data: bytes, name: str) -> AnnotationFormat:
-    try:
-        root = ET.fromstring(data)
-    except ET.ParseError as error:
-        line, column = error.position  # expat counts columns from 0, JSON and YAML from 1
-        raise AnnotationError(
-            name,
-            f"line {line} column {column + 1}",
-            f"malformed XML ({ErrorString(error.code)})",
-            _FIX,
-        ) from None
+    root = parse_xml(data, name, _FIX)
     if root.tag == "annotation":
         return "voc"
     raise AnnotationError(name, "", f"XML whose root is <{root.tag}>, not <annotation>", _FIX)

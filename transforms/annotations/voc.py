@@ -17,9 +17,27 @@ from xml.parsers.expat import ErrorString
 
 from transforms.annotations.objects import AnnotationError, Box, ImageAnnotations, ImageObject
 
-__all__ = ["read_voc"]
+__all__ = ["parse_xml", "read_voc"]
 
 _FIX_FORMAT = "fix: write the file as Pascal VOC XML (<annotation> with <object> entries)"
+
+
+def parse_xml(data: bytes, path: str, fix: str) -> ET.Element:
+    """The root element of an XML file.
+
+    Raises:
+        AnnotationError: malformed XML, naming its line and column and `fix`.
+    """
+    try:
+        return ET.fromstring(data)
+    except ET.ParseError as error:
+        line, column = error.position  # expat counts columns from 0, JSON and YAML from 1
+        raise AnnotationError(
+            path,
+            f"line {line} column {column + 1}",
+            f"malformed XML ({ErrorString(error.code)})",
+            fix,
+        ) from None
 
 
 def read_voc(data: bytes, path: str) -> ImageAnnotations:
@@ -37,16 +55,7 @@ def read_voc(data: bytes, path: str) -> ImageAnnotations:
         AnnotationError: malformed XML (naming its line), a root other than <annotation>, or a
             missing or non-numeric field (naming the object).
     """
-    try:
-        root = ET.fromstring(data)
-    except ET.ParseError as error:
-        line, column = error.position  # expat counts columns from 0, JSON and YAML from 1
-        raise AnnotationError(
-            path,
-            f"line {line} column {column + 1}",
-            f"malformed XML ({ErrorString(error.code)})",
-            _FIX_FORMAT,
-        ) from error
+    root = parse_xml(data, path, _FIX_FORMAT)
     if root.tag != "annotation":
         raise AnnotationError(path, "", f"the root element is <{root.tag}>", _FIX_FORMAT)
     filename = (root.findtext("filename") or "").strip()
