@@ -36,6 +36,21 @@ __all__ = [
     "DICOM_KEYS",
     "GEO_KEYS",
     "OPTIONAL_FEATURES",
+    "SOURCE_ID",
+    "OBJECT_BBOX",
+    "OBJECT_LABEL",
+    "OBJECT_TEXT",
+    "OBJECT_AREA",
+    "OBJECT_IS_CROWD",
+    "OBJECT_DIFFICULT",
+    "OBJECT_TRUNCATED",
+    "OBJECT_MASK",
+    "SEGMENTATION",
+    "SEGMENTATION_FORMAT",
+    "OBJECT_FEATURES",
+    "LABEL_MAP",
+    "UNMATCHED_ANNOTATIONS",
+    "OBJECTS_CHANGED",
     "STORE_MODES",
     "COMPRESSIONS",
     "FEATURE_SPEC_JSON",
@@ -57,6 +72,11 @@ SCHEMA_VERSION = 1
 DATASET_INFO = "dataset_info.json"
 REJECTED = "rejected.jsonl"
 DUPLICATES = "duplicates.jsonl"
+# With --annotations: the Object Detection API's label map, annotations naming no listed image,
+# and every object clipped or dropped on its way in.
+LABEL_MAP = "label_map.pbtxt"
+UNMATCHED_ANNOTATIONS = "unmatched_annotations.jsonl"
+OBJECTS_CHANGED = "objects_changed.jsonl"
 
 # tf.train.Example feature keys.
 ENCODED = "image/encoded"
@@ -154,6 +174,39 @@ OPTIONAL_FEATURES: tuple[tuple[str, str, tuple[int, ...], Any], ...] = (
     ),
     *((key, dtype, (), default) for key, dtype, default in GEO_KEYS.values()),
 )
+
+# Objects (--annotations, --masks): exactly the keys the TensorFlow Object Detection API and TF
+# Model Garden's detection and segmentation decoders read. Lists with one value per object
+# (VarLenFeature); boxes normalised to [0, 1] of the stored image; one PNG per instance mask.
+SOURCE_ID = "image/source_id"
+OBJECT_BBOX = {
+    side: f"image/object/bbox/{side}" for side in ("xmin", "ymin", "xmax", "ymax")
+}
+OBJECT_LABEL = "image/object/class/label"
+OBJECT_TEXT = "image/object/class/text"
+OBJECT_AREA = "image/object/area"
+OBJECT_IS_CROWD = "image/object/is_crowd"
+OBJECT_DIFFICULT = "image/object/difficult"
+OBJECT_TRUNCATED = "image/object/truncated"
+OBJECT_MASK = "image/object/mask"
+# A semantic label map (--masks): a PNG of class values at the stored image's size.
+SEGMENTATION = "image/segmentation/class/encoded"
+SEGMENTATION_FORMAT = "image/segmentation/class/format"
+# key -> (dtype, per object: a list with one value per object; else one value per record).
+# Written only by annotated runs: a dataset without --annotations keeps today's feature_spec.
+OBJECT_FEATURES: dict[str, tuple[str, bool]] = {
+    SOURCE_ID: ("string", False),
+    **{key: ("float", True) for key in OBJECT_BBOX.values()},
+    OBJECT_LABEL: ("int64", True),
+    OBJECT_TEXT: ("string", True),
+    OBJECT_AREA: ("float", True),
+    OBJECT_IS_CROWD: ("int64", True),
+    OBJECT_DIFFICULT: ("int64", True),
+    OBJECT_TRUNCATED: ("int64", True),
+    OBJECT_MASK: ("string", True),
+    SEGMENTATION: ("string", False),
+    SEGMENTATION_FORMAT: ("string", False),
+}
 
 # (key, dtype) of every feature each record has (a scalar FixedLenFeature).
 _FEATURES: tuple[tuple[str, str], ...] = (
