@@ -7,6 +7,7 @@ This module must stay importable without Apache Beam (the reader runs in trainin
 from __future__ import annotations
 
 import json
+import math
 import struct
 from typing import Any
 
@@ -48,6 +49,7 @@ __all__ = [
     "SEGMENTATION",
     "SEGMENTATION_FORMAT",
     "OBJECT_FEATURES",
+    "OBJECT_FEATURE_SPEC_JSON",
     "LABEL_MAP",
     "UNMATCHED_ANNOTATIONS",
     "OBJECTS_CHANGED",
@@ -55,6 +57,7 @@ __all__ = [
     "COMPRESSIONS",
     "FEATURE_SPEC_JSON",
     "feature_spec",
+    "object_feature_spec",
     "pixel_layout",
     "pixel_layout_parts",
     "shard_name",
@@ -179,9 +182,7 @@ OPTIONAL_FEATURES: tuple[tuple[str, str, tuple[int, ...], Any], ...] = (
 # Model Garden's detection and segmentation decoders read. Lists with one value per object
 # (VarLenFeature); boxes normalised to [0, 1] of the stored image; one PNG per instance mask.
 SOURCE_ID = "image/source_id"
-OBJECT_BBOX = {
-    side: f"image/object/bbox/{side}" for side in ("xmin", "ymin", "xmax", "ymax")
-}
+OBJECT_BBOX = {side: f"image/object/bbox/{side}" for side in ("xmin", "ymin", "xmax", "ymax")}
 OBJECT_LABEL = "image/object/class/label"
 OBJECT_TEXT = "image/object/class/text"
 OBJECT_AREA = "image/object/area"
@@ -233,6 +234,17 @@ FEATURE_SPEC_JSON: dict[str, dict[str, Any]] = {
     },
 }
 _OPTIONAL = {key: (dtype, shape, default) for key, dtype, shape, default in OPTIONAL_FEATURES}
+_ZERO = {"string": "", "int64": 0, "float": 0.0}
+# What an annotated dataset adds to dataset_info.json["feature_spec"]: per-object lists parse as
+# VarLenFeature (any number of objects, 0 included), the others as one value ("" when absent).
+OBJECT_FEATURE_SPEC_JSON: dict[str, dict[str, Any]] = {
+    key: (
+        {"type": "VarLenFeature", "dtype": dtype}
+        if per_object
+        else {"type": "FixedLenFeature", "shape": [], "dtype": dtype, "default": _ZERO[dtype]}
+    )
+    for key, (dtype, per_object) in OBJECT_FEATURES.items()
+}
 
 
 def feature_spec(keys: tuple[str, ...] | None = None) -> dict:
@@ -258,6 +270,30 @@ def feature_spec(keys: tuple[str, ...] | None = None) -> dict:
             value = [default] * shape[0] if shape else default
             spec[key] = tf.io.FixedLenFeature(list(shape), dtypes[dtype], default_value=value)
     return spec
+
+
+def object_feature_spec(keys: tuple[str, ...] | None = None) -> dict:
+    """The `tf.io.parse_example` spec of the object features (OBJECT_FEATURES).
+
+    Args:
+        keys: only these features (default: all).
+
+    Returns:
+        A dict of feature key to `tf.io.VarLenFeature` (per-object lists: parsed as a
+        SparseTensor) or `tf.io.FixedLenFeature` of a string defaulting to "".
+    """
+    import tensorflow as tf  # Deferred, as in feature_spec.
+
+    dtypes = {"string": tf.string, "int64": tf.int64, "float": tf.float32}
+    return {
+        key: (
+            tf.io.VarLenFeature(dtypes[dtype])
+            if per_object
+            else tf.io.FixedLenFeature([], dtypes[dtype], default_value=_ZERO[dtype])
+        )
+        for key, (dtype, per_object) in OBJECT_FEATURES.items()
+        if keys is None or key in keys
+    }
 
 
 def pixel_layout(dtype: str, channels: int) -> str:
@@ -308,8 +344,8 @@ def _bytes_feature(value: str | bytes) -> tuple[bytes, bytes]:
     return b"\x0a" + _length(len(inner) + len(value)) + inner, value  # Feature.bytes_list
 
 
-def _int64_feature(value: int) -> tuple[bytes, bytes]:
-    """Feature{int64_list: Int64List{value: [value]}} (packed, as proto3 repeats scalars).
+def _int64(value: int) -> bytes:
+    """The varint of one Int64List value.
 
     Raises:
         ValueError: `value` is outside int64 (as protobuf refuses it).
@@ -317,35 +353,108 @@ def _int64_feature(value: int) -> tuple[bytes, bytes]:
     value = int(value)
     if not -(1 << 63) <= value < 1 << 63:
         raise ValueError(f"{value} is outside the int64 range of a tf.train.Int64List")
-    packed = _varint(value)
+    return _varint(value)
+
+
+def _int64_feature(value: int) -> tuple[bytes, bytes]:
+    """Feature{int64_list: Int64List{value: [value]}} (packed, as proto3 repeats scalars).
+
+    Raises:
+        ValueError: `value` is outside int64 (as protobuf refuses it).
+    """
+    packed = _int64(value)
     int_list = b"\x0a" + _length(len(packed)) + packed
     return b"\x1a" + _length(len(int_list)) + int_list, b""  # Feature.int64_list, field 3
 
 
 def _float_feature(values) -> tuple[bytes, bytes]:
     """Feature{float_list: FloatList{value: values}} (packed float32, little-endian)."""
-    packed = struct.pack(f"<{len(values)}f", *values)
-    float_list = b"\x0a" + _length(len(packed)) + packed
+    try:
+        packed = struct.pack(f"<{len(values)}f", *values)
+    except OverflowError:  # protobuf stores a double beyond float32 as +-inf; struct refuses it
+        packed = struct.pack(f"<{len(values)}f", *map(_float32, values))
+    # proto3 writes no packed field for an empty list: the FloatList is empty, Feature b"\x12\x00".
+    float_list = b"\x0a" + _length(len(packed)) + packed if packed else b""
     return b"\x12" + _length(len(float_list)) + float_list, b""  # Feature.float_list, field 2
 
 
-def _optional_feature(key: str, value) -> tuple[bytes, bytes]:
-    """One optional feature's Feature, typed as OPTIONAL_FEATURES says.
+def _float32(value: float) -> float:
+    """`value` as a C cast to float32 rounds it: beyond float32's range, infinity."""
+    try:
+        struct.pack("<f", value)
+    except OverflowError:
+        return math.copysign(math.inf, value)
+    return value
+
+
+def _int64_list_feature(values) -> tuple[bytes, bytes]:
+    """Feature{int64_list: Int64List{value: values}} (packed varints; empty: b"\x1a\x00").
 
     Raises:
-        ValueError: `key` is no optional feature (add it to OPTIONAL_FEATURES).
+        ValueError: a value outside int64.
     """
+    packed = b"".join(map(_int64, values))
+    int_list = b"\x0a" + _length(len(packed)) + packed if packed else b""
+    return b"\x1a" + _length(len(int_list)) + int_list, b""
+
+
+def _bytes_list_feature(values) -> tuple[bytes, bytes]:
+    """Feature{bytes_list: BytesList{value: values}}: one length-delimited entry per value."""
+    parts = []
+    for value in values:
+        if isinstance(value, str):
+            value = value.encode("utf-8")
+        parts += (b"\x0a", _length(len(value)), value)
+    bytes_list = b"".join(parts)
+    return b"\x0a" + _length(len(bytes_list)), bytes_list
+
+
+def _optional_feature(key: str, value) -> tuple[bytes, bytes]:
+    """One optional or object feature's Feature, typed as OPTIONAL_FEATURES / OBJECT_FEATURES say.
+
+    Raises:
+        ValueError: `key` is neither (add it to core/schema.py), or `value` is not its type.
+    """
+    if key in OBJECT_FEATURES:
+        return _object_feature(key, value)
     if key not in _OPTIONAL:
         raise ValueError(f"{key!r} is not an Example feature: add it to core/schema.py")
     dtype, shape, _ = _OPTIONAL[key]
+    if not shape:
+        return _scalar_feature(dtype, value)
+    values = list(value)
+    if len(values) != shape[0]:
+        raise ValueError(f"{key} holds {shape} values, got {value!r}")
+    return _float_feature([float(v) for v in values])
+
+
+# Per-object features by dtype: a list of any length (0 included) in one Feature.
+_LIST_FEATURES = {"string": _bytes_list_feature, "int64": _int64_list_feature}
+
+
+def _object_feature(key: str, value) -> tuple[bytes, bytes]:
+    """One OBJECT_FEATURES feature: a list per object for per-object keys, else one value.
+
+    Raises:
+        ValueError: a per-object key given a single value (a str or bytes, a number).
+    """
+    dtype, per_object = OBJECT_FEATURES[key]
+    if not per_object:
+        return _scalar_feature(dtype, value)
+    if isinstance(value, str | bytes) or not hasattr(value, "__iter__"):
+        raise ValueError(f"{key} holds one value per object: give a list, got {value!r}")
+    if dtype == "float":
+        return _float_feature([float(v) for v in value])
+    return _LIST_FEATURES[dtype](value)
+
+
+def _scalar_feature(dtype: str, value) -> tuple[bytes, bytes]:
+    """One value's Feature of `dtype`."""
     if dtype == "string":
         return _bytes_feature(value)
     if dtype == "int64":
         return _int64_feature(value)
-    values = list(value) if shape else [value]
-    if len(values) != (shape[0] if shape else 1):
-        raise ValueError(f"{key} holds {shape or 1} values, got {value!r}")
-    return _float_feature([float(v) for v in values])
+    return _float_feature([float(value)])
 
 
 # Each map entry's key field (Features.feature is map<string, Feature>; an entry is
@@ -380,7 +489,9 @@ def make_example(
     edge values.
 
     Args:
-        extra: optional features ({key of OPTIONAL_FEATURES: value}) this record has.
+        extra: optional features this record has: {key of OPTIONAL_FEATURES: value}, and
+            {key of OBJECT_FEATURES: value}, a list with one value per object (possibly
+            empty) for per-object keys, one value for the others.
 
     Returns:
         The serialized Example.
