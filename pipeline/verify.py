@@ -15,6 +15,7 @@ import zlib
 from core import dali_index, schema, storage
 from core.tfrecord import read_record
 from core.versions import VersionError, resolve_dataset_dir
+from pipeline import verify_objects
 from transforms.images.headers import probe_png
 
 __all__ = ["verify_dataset", "main", "VerifyReport"]
@@ -125,14 +126,17 @@ def verify_dataset(data_dir: str, decode: bool = True) -> VerifyReport:
         report.problem(f"{info_path}: missing; not a converted dataset (or the run failed)")
         return report
     info = json.loads(storage.read_bytes(info_path))
+    # Annotated datasets only: the others parse no object keys.
+    objects = verify_objects.object_checks(info, decode)
     checks = _RecordChecks(
         label_names=info.get("label_names", []),
-        spec=schema.feature_spec(),
+        spec=schema.feature_spec() | (objects.spec if objects else {}),
         # The run asked for JPEG only (--transcode jpeg): every record must be a JPEG.
         jpeg_only=info.get("transcode") == "jpeg",
         decode=decode,
         group_splits={},
         layouts={},
+        objects=objects,
     )
     for split, entry in info["splits"].items():
         split_records = 0
@@ -143,6 +147,8 @@ def verify_dataset(data_dir: str, decode: bool = True) -> VerifyReport:
             report.problem(
                 f"split {split}: {split_records} records, dataset_info says {entry['num_examples']}"
             )
+    for problem in verify_objects.count_problems(info, objects) if objects else ():
+        report.problem(problem)
     _check_groups(report, info, checks.group_splits)
     _check_layouts(report, info, checks.layouts)
     _check_totals(report, data_dir, info)
@@ -191,6 +197,7 @@ class _RecordChecks:
     decode: bool
     group_splits: dict  # image/group -> the splits its records are in (filled while checking)
     layouts: dict  # split -> Counter of "uint16x13" pixel layouts (filled while checking)
+    objects: verify_objects.ObjectChecks | None = None  # an annotated dataset's
 
 
 def _check_shard(report: VerifyReport, data_dir: str, shard: dict, checks: _RecordChecks) -> int:
@@ -245,6 +252,9 @@ def _check_record(
     label_names = checks.label_names
     if label_names and (not 0 <= label < len(label_names) or label_names[label] != text):
         report.problem(f"{where}: label {label} / {text!r} not in label_names")
+    if checks.objects is not None:
+        for problem in verify_objects.record_problems(ex, split, checks.objects):
+            report.problem(f"{where}: {problem}")
     dtype = ex[schema.DTYPE].numpy().decode()
     layout = schema.pixel_layout(dtype, ex[schema.CHANNELS].numpy())
     checks.layouts.setdefault(split, collections.Counter())[layout] += 1
