@@ -66,9 +66,11 @@ def _inspect(argv: list[str]) -> int:
         f"{elapsed.get('versions', {}).get('imgrec', '?')}"
     )
     _print_version(data_dir)
+    from pipeline.report.objects import object_count_lines
     from pipeline.report.scan import class_histogram_lines
 
-    print("\n".join(class_histogram_lines(info, data_dir)))
+    # An annotated dataset's objects follow its images' classes ([] for the others).
+    print("\n".join(class_histogram_lines(info, data_dir) + object_count_lines(info)))
     return 0
 
 

@@ -30,6 +30,8 @@ from PIL import Image, ImageFile
 from core import names as file_names
 from core import schema, storage
 from pipeline.report import charts, thumbs
+from pipeline.report.object_section import object_section
+from pipeline.report.overlay import ObjectDrawer
 from pipeline.report.scan import (
     SCAN_KEYS,
     exact_label_counts,
@@ -66,12 +68,16 @@ def _data_uri(data: bytes, mime: str) -> str:
     return f"data:{mime};base64,{base64.b64encode(data).decode('ascii')}"
 
 
-def _thumb(image) -> str:
-    """A PIL image -> JPEG data URI, longer side THUMB_PX."""
+def _thumb(image, drawn: bool = False) -> str:
+    """A PIL image -> JPEG data URI, longer side THUMB_PX.
+
+    `drawn`: objects are drawn on it; its colour is kept at full resolution (4:4:4), since the
+    default 4:2:0 averages a 2-px coloured line with the image beside it.
+    """
     image = image.convert("RGB")
     image.thumbnail((THUMB_PX, THUMB_PX))
     buf = io.BytesIO()
-    image.save(buf, "JPEG", quality=80)
+    image.save(buf, "JPEG", quality=80, **({"subsampling": 0} if drawn else {}))
     return _data_uri(buf.getvalue(), "image/jpeg")
 
 
@@ -146,7 +152,8 @@ def _eval_crops(info: dict, records: list[bytes]) -> list[str | None]:
 
 
 def _contact_sheet(data_dir: str, info: dict, split: str) -> dict[str, list[dict]]:
-    """label -> up to PER_CLASS {"path", "size", "original", "eval"} from `split`'s records.
+    """label -> up to PER_CLASS {"path", "size", "original", "eval", "objects"} from `split`'s
+    records ("objects": the class names drawn on an annotated dataset's original).
 
     Reads records until every class has PER_CLASS of them (or EVAL_SEARCH_RECORDS were read):
     at a few classes that is a few dozen records, not the whole first shard.
@@ -156,6 +163,7 @@ def _contact_sheet(data_dir: str, info: dict, split: str) -> dict[str, list[dict
     chosen = collections.defaultdict(list)
     keys = SCAN_KEYS | {schema.ENCODED, schema.SHA256, schema.CHANNELS, schema.DTYPE}
     shards = [s for s in info["splits"][split].get("shards", []) if s.get("num_examples")]
+    drawer = ObjectDrawer.of(info, THUMB_PX)
     read = 0
     for record in (r for sh in shards for r in read_records(storage.join(data_dir, sh["file"]))):
         if read >= EVAL_SEARCH_RECORDS or not wanted:
@@ -166,10 +174,14 @@ def _contact_sheet(data_dir: str, info: dict, split: str) -> dict[str, list[dict
         name = names[label] if 0 <= label < len(names) else "(no label)"
         if len(chosen[name]) >= PER_CLASS:
             continue
+        drawn = []
         try:
             # JPEGs decoded at twice the thumbnail's side (Image.thumbnail's reducing_gap, which
             # _thumb's convert("RGB") would defeat).
-            original = _thumb(thumbs.open_stored(fields[schema.ENCODED], fields, 2 * THUMB_PX))
+            image = thumbs.open_stored(fields[schema.ENCODED], fields, 2 * THUMB_PX)
+            if drawer is not None:
+                image, drawn = drawer.draw(image, record)
+            original = _thumb(image, drawn=drawer is not None)
         except Exception:  # noqa: BLE001 - shown as missing; `imgrec verify` names the cause
             original = None
         chosen[name].append(
@@ -178,6 +190,7 @@ def _contact_sheet(data_dir: str, info: dict, split: str) -> dict[str, list[dict
                 "size": f"{fields.get(schema.WIDTH)}×{fields.get(schema.HEIGHT)}",
                 "record": record,
                 "original": original,
+                "objects": drawn,
             }
         )
         if len(chosen[name]) >= PER_CLASS:
@@ -283,6 +296,7 @@ def build_report(data_dir: str) -> str:
     all_rows = [r for rows in scan["records"].values() for r in rows]
     out = _summary_section(data_dir, info, scan, all_rows)
     out += _classes_section(info, counts, names)
+    out += object_section(info, scan)  # annotated datasets only
     out += _contact_sheet_section(data_dir, info)
     out += _rejects_section(data_dir, info)
     out += _transcodes_section(info, all_rows)
@@ -382,6 +396,11 @@ def _contact_sheet_section(data_dir: str, info: dict) -> list[str]:
         f"what <code>make_dataset(..., training=False, image_size={EVAL_SIZE})</code> "
         "returns (right: the reader's evaluation centre crop).</p>"
     ]
+    if "annotations" in info:
+        out.append(
+            "<p class=muted id=objects-note>Stored images show their objects: boxes with class "
+            "names, instance masks and label maps as translucent colour (Objects: colours).</p>"
+        )
     if _wide_layouts(info):
         out.append(
             "<p class=muted id=wide-note>Images of more than 8 bits or more than 4 bands: the "
@@ -391,10 +410,11 @@ def _contact_sheet_section(data_dir: str, info: dict) -> list[str]:
     for n, items in _contact_sheet(data_dir, info, split).items():
         out.append(f'<h3 id="class-{e(n)}">{e(n)}</h3><div class=sheet>')
         for c in items:
+            drawn = "".join(f" · <span class=objects>{e(n)}</span>" for n in c["objects"])
             out.append(
                 "<figure><div class=pair>"
                 f"{_img(c['original'], 'original')}{_img(c['eval'], 'eval crop')}</div>"
-                f"<figcaption>{e(c['size'])} · {e(c['path'])}</figcaption></figure>"
+                f"<figcaption>{e(c['size'])} · {e(c['path'])}{drawn}</figcaption></figure>"
             )
         out.append("</div>")
     return out

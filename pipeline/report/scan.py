@@ -16,12 +16,14 @@ from core import schema, storage
 from core.names import printable
 
 __all__ = [
+    "OBJECTS",
     "SCAN_BYTES",
     "SCAN_KEYS",
     "class_histogram_lines",
     "exact_label_counts",
     "label_counts",
     "parse_example",
+    "parse_example_lists",
     "read_records",
     "scan_dataset",
 ]
@@ -115,7 +117,17 @@ def _feature_values(buf: bytes, start: int, end: int) -> list:
 
 def parse_example(record: bytes, keys: set[str] | None = None) -> dict:
     """A serialized tf.train.Example -> {key: first value} (bytes or int), for `keys` only."""
-    out = {}
+    return {name: values[0] if values else None for name, values in _features(record, keys)}
+
+
+def parse_example_lists(record: bytes, keys: set[str] | None = None) -> dict:
+    """A serialized tf.train.Example -> {key: [every value]}, for `keys` only (an object
+    feature holds one value per object)."""
+    return dict(_features(record, keys))
+
+
+def _features(record: bytes, keys: set[str] | None):
+    """(key, its values) of each feature of a serialized tf.train.Example, for `keys` only."""
     for number, _, (s, e) in _fields(record):
         if number != 1:
             continue
@@ -130,9 +142,7 @@ def parse_example(record: bytes, keys: set[str] | None = None) -> dict:
                     value = (vs, ve)
             if name is None or value is None or (keys is not None and name not in keys):
                 continue
-            values = _feature_values(record, *value)
-            out[name] = values[0] if values else None
-    return out
+            yield name, _feature_values(record, *value)
 
 
 # --- Reading the dataset ----------------------------------------------------------------------
@@ -147,10 +157,24 @@ SCAN_KEYS = {
     schema.TRANSCODE_REASON,
     schema.TRANSCODED_FROM,
 }
+# A scan row's count of objects (annotated datasets only: the length of its class labels).
+OBJECTS = "objects"
+
+
+def _scan_row(record: bytes, count_objects: bool) -> dict:
+    """A record's SCAN_KEYS fields (their first values), and its OBJECTS when `count_objects`."""
+    if not count_objects:
+        return parse_example(record, SCAN_KEYS)
+    fields = parse_example_lists(record, SCAN_KEYS | {schema.OBJECT_LABEL})
+    labels = fields.pop(schema.OBJECT_LABEL, [])
+    return {key: values[0] if values else None for key, values in fields.items()} | {
+        OBJECTS: len(labels)
+    }
 
 
 def scan_dataset(data_dir: str, info: dict, max_bytes: int = SCAN_BYTES) -> dict:
-    """Per-record header fields of the dataset (all records when it fits in `max_bytes`).
+    """Per-record header fields of the dataset (all records when it fits in `max_bytes`); an
+    annotated dataset's rows also count their OBJECTS.
 
     Returns:
         {"exact": bool, "records": {split: [fields dict]}, "read_bytes": N}
@@ -158,6 +182,7 @@ def scan_dataset(data_dir: str, info: dict, max_bytes: int = SCAN_BYTES) -> dict
     total = sum(s.get("num_bytes", 0) for s in info["splits"].values()) or 1
     exact = total <= max_bytes
     records, read_bytes = {}, 0
+    count_objects = "annotations" in info
     for split, s in info["splits"].items():
         rows = []
         # Each split gets its share of the budget, spread over its shards.
@@ -167,7 +192,7 @@ def scan_dataset(data_dir: str, info: dict, max_bytes: int = SCAN_BYTES) -> dict
         for sh in shards:
             for record in read_records(storage.join(data_dir, sh["file"]), per_shard):
                 read_bytes += len(record)
-                rows.append(parse_example(record, SCAN_KEYS))
+                rows.append(_scan_row(record, count_objects))
         records[split] = rows
     return {"exact": exact, "records": records, "read_bytes": read_bytes}
 
