@@ -355,7 +355,7 @@ def test_yolo_nan_box_is_dropped_with_its_reason():
         (b"0 0.5 0.5 0.1", "l.txt, line 2: 3 values after the class"),
         (b"0 0.5 0.5 0.1 0.1 0.2", "l.txt, line 2: 5 values after the class"),
         (b"person 0.5 0.5 0.1 0.1", "l.txt, line 2: 'person 0.5 0.5 0.1 0.1' is not numbers"),
-        (b"7 0.5 0.5 0.1 0.1", "l.txt, line 2: class 7 is not in data.yaml's names (ids 0, 1, 2)"),
+        (b"7 0.5 0.5 0.1 0.1", "l.txt, line 2: class 7 is not in the class names (ids 0, 1, 2)"),
     ],
 )
 def test_yolo_bad_line_names_file_and_line_number(line, message):

@@ -1,9 +1,13 @@
-"""Reading YOLO annotations: a data.yaml's class names and folders, and one image's label file.
+"""Reading YOLO annotations: class names (data.yaml, obj.names, classes.txt), data.yaml's folders,
+and one image's label file.
 
 A label file has one object per line, normalised to the image's size: `class cx cy w h` for a
 box, `class x1 y1 x2 y2 ...` (three points or more) for a segment, as Ultralytics writes them.
 Boxes come out in source pixels; a segment becomes its polygon in pixels and its bounding box.
 Values outside [0, 1] are kept: clip_box clips or drops them against the image and says why.
+
+Class names come from Ultralytics' data.yaml ('names'), or from a names file, one name a line, the
+line's 0-based index its id: Darknet's and CVAT's obj.names, Label Studio's classes.txt.
 """
 
 from __future__ import annotations
@@ -23,10 +27,11 @@ from transforms.annotations.objects import (
     ImageObject,
 )
 
-__all__ = ["YoloData", "read_yolo_labels", "read_yolo_yaml"]
+__all__ = ["YoloData", "read_class_names", "read_yolo_labels", "read_yolo_yaml"]
 
 _FIX_YAML = "fix: give data.yaml 'names' as a list or an {id: name} mapping"
 _FIX_LINE = "fix: write 'class cx cy w h' or 'class x1 y1 x2 y2 x3 y3 ...', normalised to [0, 1]"
+_FIX_NAMES = "fix: write one class name a line, class 0 on the first (obj.names, classes.txt)"
 _SPLITS = ("train", "val", "test")
 
 
@@ -86,6 +91,40 @@ def _names(names: Any, path: str) -> tuple[Category, ...]:
     return tuple(sorted(categories, key=lambda category: category.id))
 
 
+def read_class_names(data: bytes, path: str) -> tuple[Category, ...]:
+    """Reads a names file: Darknet's and CVAT's obj.names, Label Studio's classes.txt.
+
+    Args:
+        data: the file's bytes: one class name a line (spaces inside a name are kept).
+        path: the file's path, for messages.
+
+    Returns:
+        One category a line, its id the line's 0-based index. Blank lines at the end are not
+        classes (every tool ends the file with a newline, some with more).
+
+    Raises:
+        AnnotationError: not UTF-8, no names, a blank line before a name (every id after it would
+            be off by one, depending on the reader), or a name given twice, naming the line.
+    """
+    text = _text(data, path, _FIX_NAMES)
+    names = [line.strip() for line in text.splitlines()]
+    while names and not names[-1]:
+        names.pop()
+    if not names:
+        raise AnnotationError(path, "", "no class names", _FIX_NAMES)
+    first_line: dict[str, int] = {}
+    for number, name in enumerate(names, start=1):
+        where = f"line {number}"
+        if not name:
+            problem = "a blank line before the last name shifts every id after it"
+            raise AnnotationError(path, where, problem, "fix: remove it or name its class")
+        if name in first_line:
+            problem = f"{name!r} names line {first_line[name]}'s class too"
+            raise AnnotationError(path, where, problem, "fix: name each class once")
+        first_line[name] = number
+    return tuple(Category(index, name) for index, name in enumerate(names))
+
+
 def read_yolo_labels(
     data: bytes,
     path: str,
@@ -102,7 +141,7 @@ def read_yolo_labels(
         path: the file's path, for messages.
         width: the image's width in pixels (the file's values are fractions of it).
         height: the image's height in pixels.
-        names: the classes, from read_yolo_yaml.
+        names: the classes, from read_yolo_yaml or read_class_names.
         image: the image reference; "" gives the label file's stem (labels/a.txt names a.*).
 
     Returns:
@@ -112,10 +151,7 @@ def read_yolo_labels(
         AnnotationError: a line that is not a box or a polygon, a value that is not a number, or
             a class id not in `names`, each naming the file and line number.
     """
-    try:
-        text = data.decode("utf-8-sig")
-    except UnicodeDecodeError as error:
-        raise AnnotationError(path, "", f"not UTF-8 text ({error.reason})", _FIX_LINE) from error
+    text = _text(data, path, _FIX_LINE)
     by_id = {category.id: category for category in names}
     objects = []
     for number, line in enumerate(text.splitlines(), start=1):
@@ -151,8 +187,8 @@ def _read_line(
         raise AnnotationError(
             path,
             where,
-            f"class {class_id} is not in data.yaml's names (ids {known})",
-            "fix: add the class to 'names' or correct the line",
+            f"class {class_id} is not in the class names (ids {known})",
+            "fix: add it to data.yaml's names, obj.names or classes.txt, or correct the line",
         )
     if len(values) == 4:
         cx, cy, w, h = values
@@ -171,3 +207,10 @@ def _read_line(
 
 def _nan_or(pick: Any, values: list[float]) -> float:
     return math.nan if any(math.isnan(v) for v in values) else pick(values)
+
+
+def _text(data: bytes, path: str, fix: str) -> str:
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as error:
+        raise AnnotationError(path, "", f"not UTF-8 text ({error.reason})", fix) from error
