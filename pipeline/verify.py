@@ -368,7 +368,8 @@ def main(argv: list[str] | None = None) -> int:
         prog="imgrec verify",
         description=(
             "Re-read every shard of a converted dataset: TFRecord CRCs, Examples, image decodes, "
-            "counts, bytes and sha256 against dataset_info.json."
+            "an annotated dataset's objects (boxes, labels, masks), counts, bytes and sha256 "
+            "against dataset_info.json."
         ),
     )
     parser.add_argument("data_dir")
