@@ -174,6 +174,7 @@ def _decoded(png: bytes) -> tuple[np.ndarray | None, str]:
 def _mask_problems(masks: list[bytes], names: list[str], shape: tuple[int, int]) -> list[str]:
     """Each instance mask a PNG of the image's size holding only 0 and 1."""
     problems = []
+    # `masks` is empty (a record without masks) or one per object: _length_problems saw to it.
     for i, (mask, name) in enumerate(zip(masks, names, strict=False)):
         pixels, why = _decoded(mask)
         if pixels is None:

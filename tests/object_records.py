@@ -79,7 +79,7 @@ def example(name: str, objects: list[Obj], *, height: int = HEIGHT, width: int =
         schema.VERSION: [schema.SCHEMA_VERSION], schema.TRANSCODED_FROM: [b""],
         schema.TRANSCODE_REASON: [b""], schema.SOURCE_ID: [name.encode()],
     }  # fmt: skip
-    for side, i in zip(("xmin", "ymin", "xmax", "ymax"), range(4), strict=True):
+    for i, side in enumerate(("xmin", "ymin", "xmax", "ymax")):
         feature[schema.OBJECT_BBOX[side]] = [o.box[i] for o in objects]
     areas = [(o.box[2] - o.box[0]) * width * (o.box[3] - o.box[1]) * height for o in objects]
     feature |= {

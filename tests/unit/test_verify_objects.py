@@ -8,7 +8,16 @@ import pytest
 
 from core import schema
 from pipeline.verify import main, verify_dataset
-from tests.object_records import Obj, example, png, shard_file, with_values, write_dataset
+from tests.object_records import (
+    HEIGHT,
+    WIDTH,
+    Obj,
+    example,
+    png,
+    shard_file,
+    with_values,
+    write_dataset,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -89,7 +98,7 @@ def _masks(*arrays: np.ndarray):
     return lambda ex: with_values(ex, schema.OBJECT_MASK, [png(a) for a in arrays])
 
 
-_GOOD_MASK = np.zeros((120, 160), np.uint8)
+_GOOD_MASK = np.zeros((HEIGHT, WIDTH), np.uint8)
 
 
 @pytest.mark.parametrize(
@@ -100,7 +109,7 @@ _GOOD_MASK = np.zeros((120, 160), np.uint8)
             "object 0 (cat): mask is 60x80, the image 120x160 (height x width)",
         ),
         (
-            _masks(_GOOD_MASK, np.full((120, 160), 255, np.uint8)),
+            _masks(_GOOD_MASK, np.full((HEIGHT, WIDTH), 255, np.uint8)),
             "object 1 (dog): mask holds 255; expected only 0 and 1",
         ),
         (
@@ -128,7 +137,7 @@ def test_a_record_of_many_bad_boxes_is_one_line(tmp_path):
 
 
 def test_a_label_map_of_the_wrong_size_or_values_is_named(tmp_path):
-    label_map = np.full((120, 160), 7, np.uint8)
+    label_map = np.full((HEIGHT, WIDTH), 7, np.uint8)
 
     def change(ex):
         ex = with_values(ex, schema.SEGMENTATION, [png(label_map[:10])])
