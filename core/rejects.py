@@ -9,6 +9,7 @@ from __future__ import annotations
 from core import names
 
 __all__ = [
+    "ANNOTATION_REASONS",
     "IMAGE_REASONS",
     "LISTING_REASONS",
     "MAX_ERROR_DETAIL",
@@ -54,8 +55,19 @@ LISTING_REASONS = {
     "not_a_file": "the pattern matched a folder (e.g. one named x.jpg) or a FIFO/socket/device",
 }
 
+# Reasons of the annotation join and the writer's masks (transforms/match_annotations.py,
+# transforms/shard_objects.py).
+ANNOTATION_REASONS = {
+    "no_annotation": "--unannotated reject (or --split_from annotations) and no annotation file "
+    "names this image",
+    "mask_missing": "--masks: the image's mask file does not exist or cannot be read",
+    "mask_unreadable": "--masks: the mask file is no label-map image Pillow reads (8-bit or "
+    "16-bit grayscale, or a palette PNG)",
+    "mask_size_mismatch": "--masks: the mask's size is not the image's; detail names both",
+}
+
 # The whole taxonomy: every reason a rejected.jsonl line may hold.
-REASONS = {**IMAGE_REASONS, **LISTING_REASONS}
+REASONS = {**IMAGE_REASONS, **LISTING_REASONS, **ANNOTATION_REASONS}
 
 
 class Rejected(Exception):

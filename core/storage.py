@@ -534,6 +534,18 @@ def match_under(folder: str, *pattern: str) -> list:
     return FileSystems.match([join(glob_escape(folder), *pattern)])[0].metadata_list
 
 
+def match_pattern(pattern: str) -> list:
+    """FileMetadata of what a glob `pattern` matches (empty when nothing does)."""
+    return FileSystems.match([pattern])[0].metadata_list
+
+
+def is_folder(path: str) -> bool:
+    """Whether `path` is a local directory, or a bucket prefix holding objects under it."""
+    if is_local(path):
+        return os.path.isdir(names.local_path(path) if "://" in path else path)
+    return bool(match_under(path.rstrip("/"), "*")) and not FileSystems.exists(path)
+
+
 def delete(path: str) -> None:
     """Delete the file (or, locally, the folder tree) at `path`, whatever characters it holds.
 

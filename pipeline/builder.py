@@ -25,6 +25,7 @@ from transforms.describe import DescribeDataset
 from transforms.elements import ShardInfo
 from transforms.inspect_images import InspectImages
 from transforms.list_images import ListImages
+from transforms.match_annotations import MatchAnnotations
 from transforms.plan_shards import PlanShards
 from transforms.publish_version import DigestListing, PublishVersion, WriteFileIndex
 from transforms.reuse_inspections import RecordInspections, ReuseInspections, reuse_sources
@@ -106,6 +107,9 @@ def add_convert(
         # A set-union combine, pre-combined per bundle: no shuffle element per file.
         | "LabelSet" >> beam.CombineGlobally(_LabelSetFn())
     )
+    matched = _match_annotations(listed, config)  # None: a run without --annotations
+    if matched is not None:
+        listed = matched["listed"]  # [ListedFile], each with its objects
     inspection, inspected, reused = _inspect(listed, config, num_listed)  # [InspectedImage]
     deduped = (
         inspected | "Dedupe" >> DropDuplicates()
@@ -120,6 +124,7 @@ def add_convert(
     statistics = analysis.statistics(after=written["shards"])
     rejected = (
         listing["rejected"],
+        *((matched["rejected"],) if matched is not None else ()),
         inspection["rejected"],
         written["rejected"],
     ) | "AllRejected" >> beam.Flatten()
@@ -138,10 +143,26 @@ def add_convert(
         plan=planned["plan"],
         label_names=label_names,
         statistics=statistics,
+        objects=_object_outputs(p, matched, written) if config.annotations else None,
     )
     if config.versioned:
         _publish_version(config, described, planned["groups"], listing, rerun_key)
     return described
+
+
+def _match_annotations(listed, config: ConvertConfig) -> dict | None:
+    """The listed files joined to their objects (--annotations), or None."""
+    if config.annotations is None or not config.annotations.paths:
+        return None
+    return listed | "MatchAnnotations" >> MatchAnnotations(config)
+
+
+def _object_outputs(p, matched, written) -> dict:
+    """What Describe writes besides the records of an annotated run."""
+    unmatched = matched["unmatched"] if matched is not None else None
+    if unmatched is None:  # --masks alone: no annotation files to match
+        unmatched = p | "NoUnmatched" >> beam.Create([])
+    return {"unmatched": unmatched, "objects_changed": written["objects_changed"]}
 
 
 def _count_listed(listing) -> beam.PCollection:

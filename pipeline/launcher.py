@@ -34,6 +34,7 @@ from pipeline.launch.choose import (
 )
 from pipeline.launch.plan import LaunchPlan, PlanError, read_plan
 from pipeline.launch.services import LocalServices, can_fork_workers, local_services
+from pipeline.launch_annotations import read_annotations, remove_staging
 from pipeline.options import ConvertConfig, ConvertOptions, OptionError
 from pipeline.preflight import PreflightError, check_writable, delete_dataset, preflight
 from pipeline.quiet import log_hint
@@ -41,6 +42,7 @@ from pipeline.report.page import write_report
 from pipeline.report.summary import format_summary
 from pipeline.runners import dask_runner
 from pipeline.versions import fast_rerun
+from transforms.annotations.objects import AnnotationError
 from transforms.list_images import ManifestError, resolve_local
 from transforms.splice_records import splice_lines
 
@@ -222,7 +224,14 @@ class ConvertRequest:
 
 
 # What a bad option, input, output or version answers with: one line, exit status 2.
-_USAGE_ERRORS = (OptionError, PreflightError, ManifestError, versions.VersionError, PlanError)
+_USAGE_ERRORS = (
+    OptionError,
+    PreflightError,
+    ManifestError,
+    versions.VersionError,
+    PlanError,
+    AnnotationError,
+)
 
 
 def read_request(argv: list[str]) -> ConvertRequest:
@@ -248,6 +257,7 @@ def prepare(request: ConvertRequest, forked: bool) -> ConvertRequest:
     options, config, dry_run = request.options, request.config, request.dry_run
     if config.versioned:  # --output is the root; the run writes one version folder in it
         config, version_note = versions.plan_run(config)
+    config = read_annotations(config)  # before anything is written: exit 2 on a bad file
     num_files = preflight(config, count_up_to=AUTO_PROCESSES_MIN_FILES)
     if not dry_run:
         check_writable(config, options)
@@ -313,7 +323,10 @@ def _run(plan: LaunchPlan, request: ConvertRequest, services: LocalServices, sta
     # What a no-change rerun compares (pipeline/versions/fast_rerun.py): the command line as given.
     rerun_key = fast_rerun.run_key(list(plan.args), plan.convert)
     pipeline = build_pipeline(config, options, provenance, rerun_key, services)
-    status, result = _run_pipeline(pipeline, options, services, plan.log_path)
+    try:
+        status, result = _run_pipeline(pipeline, options, services, plan.log_path)
+    finally:
+        remove_staging(config)
     if status is None:
         _summarise(config, options, result, started)
         status = 0

@@ -7,6 +7,11 @@ from __future__ import annotations
 
 from core.retention import DEFAULT_KEEP_FOR
 from core.schema import COMPRESSIONS, STORE_MODES
+from transforms.annotations.options import (
+    DEFAULT_MASK_IGNORE,
+    RELABEL_MODES,
+    UNANNOTATED_MODES,
+)
 from transforms.images.limits import (
     BIT_DEPTHS,
     DEFAULT_MAX_PIXELS,
@@ -70,9 +75,10 @@ def _add_split_options(g) -> None:
     g.add_argument(
         "--split_from",
         default="hash",
-        choices=("hash", "path", "manifest"),
+        choices=("hash", "path", "manifest", "annotations"),
         help="hash: salted hash of the file key; path: <split>/<label>/file "
-        "layout; manifest: the manifest's split column.",
+        "layout; manifest: the manifest's split column; annotations: the annotation file "
+        "naming the image (instances_train2017.json: train, data.yaml's train/val folders).",
     )
     g.add_argument(
         "--label_from",
@@ -355,9 +361,58 @@ def _add_analysis_options(g) -> None:
     )
 
 
+def _add_annotation_options(g) -> None:
+    """Objects and masks (docs/annotations.md)."""
+    g.add_argument(
+        "--annotations",
+        action="append",
+        default=None,
+        help="COCO JSON, Pascal VOC XML, YOLO data.yaml or labels/ (repeatable; a file, glob or "
+        "folder; local, gs:// or s3://), found from the content. Without --input, the images "
+        "are the ones the annotations name.",
+    )
+    g.add_argument(
+        "--masks",
+        default="",
+        help="Semantic label-map PNG of each image, e.g. 'masks/{stem}.png' ({stem}, {name}, "
+        "{key_stem}: the image's base name without/with extension, its key without extension).",
+    )
+    g.add_argument(
+        "--mask_classes",
+        default="",
+        help="Text file naming the --masks values: one name per line (line N: value N), or "
+        "'VALUE NAME' lines.",
+    )
+    g.add_argument(
+        "--mask_ignore",
+        type=int,
+        default=DEFAULT_MASK_IGNORE,
+        help="The --masks value meaning 'ignore' (default %(default)s).",
+    )
+    g.add_argument(
+        "--unannotated",
+        default="keep",
+        choices=UNANNOTATED_MODES,
+        help="A listed image no annotation names: keep (a negative, no objects; default) or "
+        "reject (no_annotation).",
+    )
+    g.add_argument(
+        "--no_instance_masks",
+        action="store_true",
+        help="Leave image/object/mask out (written by default where objects have polygons or RLE).",
+    )
+    g.add_argument(
+        "--relabel",
+        default="keep",
+        choices=RELABEL_MODES,
+        help="keep (default): the files' category ids; contiguous: ids 1..N in id order.",
+    )
+
+
 def add_flag_groups(g) -> None:
     """Every convert flag, added to the argparse group `g`."""
     _add_input_options(g)
+    _add_annotation_options(g)
     _add_split_options(g)
     _add_run_options(g)
     _add_version_options(g)

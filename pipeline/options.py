@@ -10,6 +10,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from core.retention import DEFAULT_KEEP_FOR, parse_duration
 from core.schema import COMPRESSIONS, STORE_MODES
 from transforms import groups
+from transforms.annotations.options import AnnotationOptions
 from transforms.images.limits import (
     CheckOptions,
 )
@@ -125,6 +126,8 @@ class ConvertConfig:
     analyze: bool = True
     stats_sample_fraction: float = 1.0
     stats_max_images: int = DEFAULT_STATS_MAX_IMAGES
+    # --annotations, --masks and their choices; None: a run without objects (today's records).
+    annotations: AnnotationOptions | None = None
 
     def __post_init__(self):
         self._check_sources()
@@ -134,14 +137,18 @@ class ConvertConfig:
 
     def _check_sources(self) -> None:
         """--input/--manifest, --output, where splits and labels come from, shard planning."""
-        if not self.inputs and not self.manifest:
-            raise OptionError("give --input PATTERN (repeatable) or --manifest FILE")
+        if not self.inputs and not self.manifest and not self._annotated:
+            raise OptionError(
+                "give --input PATTERN (repeatable), --manifest FILE or --annotations PATH"
+            )
         if self.inputs and self.manifest:
             raise OptionError("--input and --manifest exclude each other; give one")
         if not self.output:
             raise OptionError("--output DIR is required")
         if self.split_from == "manifest" and not self.manifest:
             raise OptionError("--split_from manifest needs --manifest FILE with a split column")
+        if self.split_from == "annotations" and not self._annotated:
+            raise OptionError("--split_from annotations needs --annotations PATH")
         if self.label_from == "manifest" and not self.manifest:
             raise OptionError("--label_from manifest needs --manifest FILE")
         try:
@@ -241,6 +248,10 @@ class ConvertConfig:
             )
 
     @property
+    def _annotated(self) -> bool:
+        return self.annotations is not None and bool(self.annotations.paths)
+
+    @property
     def split_names(self) -> tuple[str, ...]:
         return tuple(name for name, _ in self.splits)
 
@@ -260,9 +271,7 @@ class ConvertConfig:
             output=(o.output or "").rstrip("/"),
             splits=parse_splits(o.splits),
             split_from=o.split_from,
-            label_from=(
-                ("manifest" if o.manifest else "parent") if o.label_from == "auto" else o.label_from
-            ),
+            label_from=_label_from(o),
             group_by=o.group_by or "",
             group_salt=o.group_salt or "",
             target_shard_mb=o.target_shard_mb,
@@ -286,7 +295,42 @@ class ConvertConfig:
             analyze=not o.no_analyze,
             stats_sample_fraction=o.stats_sample_fraction,
             stats_max_images=o.stats_max_images,
+            annotations=_annotation_options(o),
         )
+
+
+def _label_from(o: ConvertOptions) -> str:
+    """--label_from auto: the manifest's label column, none for a detection dataset (its
+    classes are its objects'), else the parent folder's name."""
+    if o.label_from != "auto":
+        return o.label_from
+    if o.manifest:
+        return "manifest"
+    return "none" if o.annotations else "parent"
+
+
+def _annotation_options(o: ConvertOptions) -> AnnotationOptions | None:
+    """--annotations and its companions; None for a run without objects or masks."""
+    try:
+        options = AnnotationOptions(
+            paths=tuple(o.annotations or ()),
+            masks=o.masks or "",
+            mask_classes=o.mask_classes or "",
+            mask_ignore=o.mask_ignore,
+            unannotated=o.unannotated,
+            instance_masks=not o.no_instance_masks,
+            relabel=o.relabel,
+        )
+    except ValueError as e:
+        raise OptionError(str(e)) from e
+    if not options.active:
+        if o.unannotated != "keep" or o.relabel != "keep" or o.no_instance_masks:
+            raise OptionError(
+                "--unannotated, --relabel and --no_instance_masks apply to --annotations: "
+                "give --annotations PATH"
+            )
+        return None
+    return options
 
 
 def _keep_for_seconds(text: str) -> float:

@@ -13,6 +13,7 @@ from apache_beam import pvalue
 
 from core import dali_index, schema, storage
 from core.errors import ERROR_PREFIX
+from transforms.describe_objects import describe_objects
 from transforms.elements import ShardInfo
 
 __all__ = ["DescribeDataset", "TooManyRejectsError", "ERROR_PREFIX"]
@@ -117,7 +118,19 @@ class _DescribeFn(beam.DoFn):
         self._config = config
         self._provenance = provenance
 
-    def process(self, _, num_listed, shards, rejected, duplicates, plan, label_names, statistics):
+    def process(
+        self,
+        _,
+        num_listed,
+        shards,
+        rejected,
+        duplicates,
+        plan,
+        label_names,
+        statistics,
+        unmatched=None,
+        objects_changed=None,
+    ):
         out = self._config.output
         rejected = sorted(rejected, key=lambda r: (r["path"], r["reason"]))
         duplicates = sorted(duplicates, key=lambda r: r["path"])
@@ -137,6 +150,11 @@ class _DescribeFn(beam.DoFn):
             written=_written_totals(every_shard),
             statistics=statistics,
         )
+        if self._config.annotations is not None:
+            info["annotations"] = describe_objects(
+                self._config, every_shard, unmatched or [], objects_changed or []
+            )
+            info["feature_spec"] = {**info["feature_spec"], **schema.OBJECT_FEATURE_SPEC_JSON}
         _check_accounting(info)
         _check_training_split(self._config, info)
         # Written last: its presence means the dataset is complete.
@@ -264,10 +282,13 @@ class DescribeDataset(beam.PTransform):
         plan,
         label_names,
         statistics,
+        objects=None,
     ):
         super().__init__()
         self._config = config
         self._provenance = provenance
+        # Annotated runs: {"unmatched": ..., "objects_changed": ...} PCollections.
+        self._objects = objects
         self._inputs = dict(
             num_listed=num_listed,
             shards=shards,
@@ -280,6 +301,9 @@ class DescribeDataset(beam.PTransform):
 
     def expand(self, pbegin):
         i = self._inputs
+        objects = {}
+        if self._objects is not None:
+            objects = {name: pvalue.AsList(pc) for name, pc in self._objects.items()}
         return (
             pbegin
             | "Once" >> beam.Create([None])
@@ -293,5 +317,6 @@ class DescribeDataset(beam.PTransform):
                 plan=pvalue.AsSingleton(i["plan"]),
                 label_names=pvalue.AsSingleton(i["label_names"]),
                 statistics=pvalue.AsSingleton(i["statistics"]),
+                **objects,
             )
         )

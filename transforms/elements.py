@@ -10,6 +10,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, NamedTuple
 
+from transforms.annotations.objects import ImageAnnotations
+
 __all__ = [
     "INSPECTION_FIELDS",
     "AnalysisRow",
@@ -46,6 +48,8 @@ class ListedFile:
     stamp: str | None
     # --group_by: a salted hash of the file's group ("" without --group_by); the split follows it.
     group: str = dataclasses.field(default="", kw_only=True)
+    # --annotations: the image's objects (transforms/match_annotations.py); None: a run without.
+    objects: ImageAnnotations | None = dataclasses.field(default=None, kw_only=True)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -99,6 +103,7 @@ class WriterEntry(NamedTuple):
     channels: int
     transcode: str
     group: str = ""
+    objects: ImageAnnotations | None = None
 
     @classmethod
     def of(cls, image: InspectedImage) -> WriterEntry:
@@ -139,6 +144,7 @@ class ShardInfo:
     num_files: int | None = None  # files written (--frames all: fewer than num_examples)
     groups: list | None = None  # --group_by: the sorted image/group hashes of its records
     layouts: dict | None = None  # records per pixel layout, "uint16x13" (dtype x channels)
+    objects: dict | None = None  # annotated runs: the shard's object tally (ObjectTally.to_dict)
 
     @classmethod
     def from_dict(cls, d: dict) -> ShardInfo:

@@ -37,6 +37,7 @@ from transforms.images.arrays import ARRAY_FORMATS
 from transforms.images.check import ImageInfo
 from transforms.images.store_modes import PIXELS_REASON, StoredImage, store_records
 from transforms.keys import int_hash
+from transforms.shard_objects import ShardObjects
 from transforms.shard_sinks import GzipSink, HashingWriter, discard
 from transforms.splice_records import PreviousRecords, index_entry, record_settings
 
@@ -131,8 +132,11 @@ def _plan_digest(settings: tuple, entries: list[WriterEntry], label_ids: dict) -
     return digest.hexdigest()
 
 
-def _example(entry: WriterEntry, data: bytes, stored: StoredImage, label_id: int):
-    """(serialized Example, its transcode reasons) of one file stored as `stored`."""
+def _example(
+    entry: WriterEntry, data: bytes, stored: StoredImage, label_id: int, objects: dict | None
+):
+    """(serialized Example, its transcode reasons) of one file stored as `stored`; `objects`:
+    its object and mask features (annotated runs)."""
     transcode = entry.transcode
     if stored.raw:
         transcode = ",".join(filter(None, [transcode, PIXELS_REASON]))
@@ -149,7 +153,11 @@ def _example(entry: WriterEntry, data: bytes, stored: StoredImage, label_id: int
         transcoded_from=entry.source_format if transcode else "",
         transcode_reason=transcode,
         # Its image's own optional features (arrays.py) and its --group_by group.
-        extra={**(stored.features or {}), **({schema.GROUP: entry.group} if entry.group else {})},
+        extra={
+            **(stored.features or {}),
+            **({schema.GROUP: entry.group} if entry.group else {}),
+            **(objects or {}),
+        },
     )
     return example, transcode
 
@@ -175,6 +183,7 @@ class _ShardContents:
         self.layouts = collections.Counter()  # records per pixel layout (dtype x channels)
         self.idx_lines = []  # --dali_index: one line per record, at its offset in the shard
         self.located = []  # each record's RecordLocation: where the next run finds it
+        self.objects = None  # annotated runs: the shard's ObjectTally as a dict
 
     def add(self, entry: WriterEntry, label_id: int, offset: int, frame_length: int, fmt, why):
         """Count the record of `entry` whose frame (`frame_length` bytes) starts at `offset`."""
@@ -195,9 +204,11 @@ class _WriteShardFn(beam.DoFn):
     """((split, index), [WriterEntry]) -> ShardInfo; files that fail at write time -> REJECTED."""
 
     REJECTED = "rejected"
+    OBJECTS_CHANGED = "objects_changed"
 
     def __init__(self, config):
         self._output = config.output
+        self._annotations = config.annotations
         self._seed = config.seed
         self._resume = config.resume
         self._opts = config.check
@@ -221,7 +232,10 @@ class _WriteShardFn(beam.DoFn):
             self._opts, self._store, self._compression, self._software
         )
         self._splicer = None
-        if self._previous:  # unchanged files' records come from its shards (splice_records)
+        # Annotated records are written whole: a splice would not count their objects.
+        if (
+            self._previous and self._annotations is None
+        ):  # unchanged files' records come from its shards (splice_records)
             self._splicer = PreviousRecords(
                 self._previous, self._record_settings, self._compression
             )
@@ -257,6 +271,8 @@ class _WriteShardFn(beam.DoFn):
         settings = (self._opts, self._store, self._compression)
         if self._dali_index:  # (only then: the default run's digests stay what they were)
             settings += ("dali_index",)
+        if self._annotations is not None:  # any annotation changed: every shard rewritten
+            settings += ("annotations", self._annotations)
         return _Shard(
             split=split,
             index=index,
@@ -364,6 +380,7 @@ class _WriteShardFn(beam.DoFn):
         out = HashingWriter(tmp)
         sink = GzipSink(out) if self._compression == "gzip" else out
         contents = _ShardContents(self._dali_index)
+        objects = ShardObjects(self._annotations) if self._annotations is not None else None
         try:
             for entry, data, error, splice in self._prefetched(entries, label_ids):
                 label_id = label_ids.get(entry.label, -1)
@@ -379,13 +396,16 @@ class _WriteShardFn(beam.DoFn):
                     sink.write(frame)
                     continue
                 records, reject = self._stored_or_reject(entry, data, error)
+                extras, reject = _with_objects(objects, entry, data, records, reject)
                 if reject is not None:
                     Metrics.counter("imgrec", f"rejected_{reject['reason']}").inc()
                     yield pvalue.TaggedOutput(self.REJECTED, reject)
                     continue
                 contents.num_files += 1
-                for stored in records:  # one, or one per frame (--frames all)
-                    example, why = _example(entry, data, stored, label_id)
+                for stored, (extra, changes) in zip(records, extras, strict=True):
+                    for change in changes:
+                        yield pvalue.TaggedOutput(self.OBJECTS_CHANGED, change.to_dict())
+                    example, why = _example(entry, data, stored, label_id, extra)
                     frame_length = len(example) + dali_index.RECORD_OVERHEAD
                     contents.add(entry, label_id, out.num_bytes, frame_length, stored.format, why)
                     contents.layouts[stored.layout()] += 1
@@ -394,6 +414,8 @@ class _WriteShardFn(beam.DoFn):
             discard(sink, out, tmp)
             raise
         sink.close()
+        if objects is not None:
+            contents.objects = objects.tally.to_dict()
         return self._finish(shard, tmp, out, contents), contents.located
 
     def _finish(self, shard: _Shard, tmp: str, out, contents: _ShardContents) -> ShardInfo:
@@ -428,6 +450,7 @@ class _WriteShardFn(beam.DoFn):
             label_counts=dict(sorted(contents.labels.items())),
             layouts=dict(sorted(contents.layouts.items())),
             dali_index=written_index,
+            objects=contents.objects,
         )
 
     def _prefetched(self, entries: list[WriterEntry], label_ids: dict):
@@ -500,7 +523,8 @@ class _WriteShardFn(beam.DoFn):
 
 
 class WriteShards(beam.PTransform):
-    """((split, index), [WriterEntry]) -> {"shards": ShardInfo, "rejected": Reject}."""
+    """((split, index), [WriterEntry]) -> {"shards": ShardInfo, "rejected": Reject}, and with
+    annotations "objects_changed": ObjectChange dicts (objects_changed.jsonl)."""
 
     def __init__(self, config, plan, label_names):
         super().__init__()
@@ -509,9 +533,27 @@ class WriteShards(beam.PTransform):
         self._label_names = label_names
 
     def expand(self, groups):
+        annotated = self._config.annotations is not None
+        tags = (_WriteShardFn.REJECTED,) + ((_WriteShardFn.OBJECTS_CHANGED,) if annotated else ())
         out = groups | "WriteShard" >> beam.ParDo(
             _WriteShardFn(self._config),
             plan=pvalue.AsSingleton(self._plan),
             label_names=pvalue.AsSingleton(self._label_names),
-        ).with_outputs(_WriteShardFn.REJECTED, main="shards")
-        return {"shards": out.shards, "rejected": out[_WriteShardFn.REJECTED]}
+        ).with_outputs(*tags, main="shards")
+        written = {"shards": out.shards, "rejected": out[_WriteShardFn.REJECTED]}
+        if annotated:
+            written["objects_changed"] = out[_WriteShardFn.OBJECTS_CHANGED]
+        return written
+
+
+def _with_objects(objects: ShardObjects | None, entry: WriterEntry, data, records, reject):
+    """([(object features, changes)] per record, reject): the file's objects and mask, or a
+    reject when its --masks file fails."""
+    if reject is not None or records is None:
+        return None, reject
+    if objects is None:
+        return [(None, ())] * len(records), None
+    try:
+        return [objects.features(entry, data, stored) for stored in records], None
+    except Rejected as e:
+        return None, make_reject(entry.path, e.reason, e.detail)

@@ -23,7 +23,18 @@ COMMANDS = ("convert", "verify", "inspect", "preview", "versions", "help")
 # strings, which refuse surrogate escapes).
 _FILE_OPTIONS = ("--input", "--manifest")
 # Options that make a versioned run something the no-change rerun does not serve.
-_NOT_FAST = ("full", "dry_run", "config", "manifest", "overwrite", "help")
+# Runs the no-change rerun never serves; annotated ones among them: it lists images only, and an
+# annotation file may change alone.
+_NOT_FAST = (
+    "full",
+    "dry_run",
+    "config",
+    "manifest",
+    "overwrite",
+    "help",
+    "annotations",
+    "masks",
+)
 
 
 class PlanError(ValueError):
@@ -99,7 +110,7 @@ def _convert_parser() -> argparse.ArgumentParser:
     for flag in ("versioned", "resume", "no_analyze", "no_report", "dry_run", "full", "overwrite"):
         # Beam's own flags may come as `--dry_run=true`; the real parsers judge the value.
         parser.add_argument(f"--{flag}", nargs="?", const=True, default=False, type=_truthy)
-    for option in ("config", "manifest"):
+    for option in ("config", "manifest", "annotations", "masks"):
         parser.add_argument(f"--{option}")
     parser.add_argument("-h", "--help", action="store_true")
     return parser

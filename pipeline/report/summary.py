@@ -7,7 +7,7 @@ import posixpath
 
 from core import schema
 
-__all__ = ["format_summary", "non_jpeg_warning", "stored_forms"]
+__all__ = ["format_summary", "non_jpeg_warning", "object_lines", "stored_forms"]
 
 
 def _join(base: str, name: str) -> str:
@@ -55,6 +55,33 @@ def stored_forms(info: dict) -> tuple[str, str]:
     return formats_text, "; ".join(per_split)
 
 
+def object_lines(info: dict, output: str) -> list[str]:
+    """The summary's lines about objects (annotated datasets; none otherwise)."""
+    annotations = info.get("annotations")
+    if not annotations:
+        return []
+    splits = annotations.get("splits", {}).values()
+    objects = sum(s.get("objects", 0) for s in splits)
+    negatives = sum(s.get("negatives", 0) for s in splits)
+    clipped = sum(s.get("boxes_clipped", 0) for s in splits)
+    dropped = sum(sum(s.get("dropped", {}).values()) for s in splits)
+    masks = sum(s.get("masks", 0) for s in splits)
+    classes = len(annotations.get("label_map", []))
+    lines = [
+        f"  objects     {objects:>7}   {classes} classes; {negatives} images without objects"
+        + (f"; {masks} instance masks" if masks else ""),
+        f"  boxes       {clipped:>7}   clipped, {dropped} dropped"
+        + (f" (each in {_join(output, schema.OBJECTS_CHANGED)})" if clipped or dropped else ""),
+    ]
+    unmatched = annotations.get("num_unmatched_annotations", 0)
+    if unmatched:
+        lines.append(
+            f"  unmatched   {unmatched:>7}   annotated images not found: "
+            f"{_join(output, schema.UNMATCHED_ANNOTATIONS)}"
+        )
+    return lines
+
+
 def format_summary(info: dict, output: str, seconds: float) -> str:
     """The human summary printed after a conversion."""
     lines = [
@@ -83,6 +110,7 @@ def format_summary(info: dict, output: str, seconds: float) -> str:
         f"  shards      {nshards:>7}   {total / 1e6:.1f} MB in all; labels: "
         f"{len(info['label_names'])}"
     )
+    lines += object_lines(info, output)
     if info.get("num_rejected"):
         lines.append(f"  reasons per file: {_join(output, schema.REJECTED)}")
     warning = non_jpeg_warning(info)

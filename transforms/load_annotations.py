@@ -1,0 +1,374 @@
+"""The launcher's one read of --annotations: files found, formats told by content, one label map.
+
+Every annotation file is read once per job, here, before anything is written: a malformed file,
+an unknown category or conflicting class names stop the run (exit 2) naming the file and the fix.
+What was read goes to the job as `AnnotatedImage` parts in a staging folder, split by image stem,
+so that each worker receives only the objects of its own images (transforms/match_annotations.py).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import os
+import pickle
+import posixpath
+import zlib
+from collections.abc import Iterable
+
+from core import storage
+from transforms.annotations.coco import read_coco
+from transforms.annotations.detect import annotation_format
+from transforms.annotations.objects import AnnotationError, Category, ImageAnnotations
+from transforms.annotations.options import AnnotationOptions
+from transforms.annotations.voc import read_voc
+from transforms.annotations.yolo import read_yolo_labels, read_yolo_yaml
+
+__all__ = [
+    "AnnotatedImage",
+    "LoadedAnnotations",
+    "load_annotations",
+    "read_part",
+    "split_of",
+    "stem_of",
+]
+
+# Files a folder given to --annotations may hold annotations in; images beside them stay unread.
+_ANNOTATION_SUFFIXES = (".json", ".xml", ".yaml", ".yml", ".txt", ".names")
+# Images per staged part: small enough that a worker holds one part's objects at a time.
+_IMAGES_PER_PART = 5_000
+# An annotation file's split name -> imgrec's split names (its default ones where they mean it).
+_SPLIT_NAMES = {"val": "validation", "valid": "validation", "validation": "validation"}
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class AnnotatedImage:
+    """One image's objects as an annotation file names the image: the element joined to the
+    listed files by stem (transforms/match_annotations.py)."""
+
+    name: str  # the image as the file names it: COCO file_name, VOC filename, YOLO label stem
+    stem: str  # the join key: the name's base name without its extension
+    candidates: tuple[str, ...]  # full paths it may be (YOLO: without the extension)
+    split: str  # its annotation file's split ("" when the file says none)
+    annotations: ImageAnnotations
+    any_extension: bool = False  # YOLO: a label file names a.txt, the image is a.<any>
+
+    @property
+    def num_objects(self) -> int:
+        return len(self.annotations.objects)
+
+
+@dataclasses.dataclass(frozen=True)
+class LoadedAnnotations:
+    """What the launcher read: the options completed, and what the summary and docs name."""
+
+    options: AnnotationOptions
+    num_objects: int
+    # Every image the files name (without --input, the job's manifest is made of them).
+    images: tuple[AnnotatedImage, ...]
+
+
+def stem_of(name: str) -> str:
+    """The join key of an image or annotation name: its base name without the extension."""
+    base = name.rsplit("/", 1)[-1]
+    return base.rsplit(".", 1)[0] if "." in base[1:] else base
+
+
+def split_of(source: str, hint: str = "") -> str:
+    """The split an annotation file gives its images: a YOLO split key (`hint`), else the COCO
+    file's name (instances_train2017.json -> train); val -> validation."""
+    name = hint or stem_of(source)
+    for prefix in ("instances_", "person_keypoints_", "panoptic_", "captions_"):
+        name = name.removeprefix(prefix)
+    name = name.rstrip("0123456789").rstrip("_-") or name
+    return _SPLIT_NAMES.get(name, name)
+
+
+def load_annotations(options: AnnotationOptions, staging: str) -> LoadedAnnotations:
+    """Reads every --annotations file once, stages the objects by stem in `staging`.
+
+    Raises:
+        AnnotationError: a file that cannot be read as annotations, naming it and the fix.
+    """
+    files = _expand(options.paths)
+    reader = _Reader()
+    for path, data in _read_all(files):
+        reader.add(path, data)
+    images = reader.images()
+    label_map = _label_map(reader, images, options.relabel)
+    images = [_resolved(image, label_map) for image in images]
+    parts = _stage(images, staging)
+    digest = hashlib.sha256(repr(sorted(reader.digests.items())).encode()).hexdigest()
+    completed = dataclasses.replace(
+        options,
+        staged=staging,
+        num_parts=parts,
+        label_map=tuple((new, name) for _, (new, name) in sorted(label_map.items())),
+        split_names=tuple(sorted({image.split for image in images if image.split})),
+        digest=digest,
+        formats=tuple(sorted(reader.formats)),
+        sources=tuple(_absolute(spec) for spec in options.paths),
+        num_images=len(images),
+    )
+    return LoadedAnnotations(
+        options=completed,
+        num_objects=sum(image.num_objects for image in images),
+        images=tuple(images),
+    )
+
+
+def read_part(path: str) -> list[AnnotatedImage]:
+    """One staged part's images (the job's read)."""
+    return pickle.loads(zlib.decompress(storage.read_bytes(path)))
+
+
+def _expand(paths: Iterable[str]) -> list[str]:
+    """--annotations values -> the files they name, in order, each once.
+
+    Raises:
+        AnnotationError: a value that matches nothing.
+    """
+    files: list[str] = []
+    for spec in paths:
+        spec = _absolute(spec)
+        found = _matches(spec)
+        if not found:
+            raise AnnotationError(
+                spec,
+                "",
+                "no such file, folder or match",
+                "fix: check the --annotations path (a file, a glob or a folder)",
+            )
+        files += [f for f in found if f not in files]
+    return files
+
+
+def _absolute(spec: str) -> str:
+    return spec if "://" in spec else os.path.abspath(os.path.expanduser(spec))
+
+
+def _matches(spec: str) -> list[str]:
+    if any(c in spec for c in "*?["):
+        return sorted(m.path for m in storage.match_pattern(spec))
+    if storage.is_folder(spec):
+        found = storage.match_under(spec.rstrip("/"), "**")
+        return sorted(m.path for m in found if m.path.lower().endswith(_ANNOTATION_SUFFIXES))
+    return [spec] if storage.exists(spec) else []
+
+
+def _read_all(files: list[str]):
+    for path, result in storage.read_many(files):
+        if isinstance(result, storage.ReadError):
+            raise AnnotationError(path, "", f"unreadable ({result.detail})", "fix: check access")
+        yield path, result
+
+
+class _Reader:
+    """The files read so far, by format; YOLO label files wait for their class names."""
+
+    def __init__(self):
+        self.digests: dict[str, str] = {}
+        self.formats: set[str] = set()
+        self.coco_categories: dict[int, tuple[str, str]] = {}  # id -> (name, source)
+        self.yolo_names: dict[str, tuple[Category, ...]] = {}  # folder -> names
+        self.yolo_labels: list[tuple[str, bytes, str]] = []  # (path, data, split)
+        self.listed_labels: set[str] = set()
+        self._images: list[AnnotatedImage] = []
+
+    def add(self, path: str, data: bytes) -> None:
+        self.digests[path] = hashlib.sha256(data).hexdigest()
+        kind = annotation_format(data, path)
+        self.formats.add("yolo" if kind.startswith("yolo") else kind)
+        if kind == "coco":
+            self._add_coco(path, data)
+        elif kind == "voc":
+            self._add_voc(path, data)
+        elif kind == "yolo_yaml":
+            self._add_yolo_yaml(path, data)
+        elif kind == "yolo_names":
+            self.yolo_names[posixpath.dirname(path)] = _names_file(data, path)
+        elif path not in self.listed_labels:
+            self.yolo_labels.append((path, data, ""))
+            self.listed_labels.add(path)
+
+    def _add_coco(self, path: str, data: bytes) -> None:
+        coco = read_coco(data, path)
+        for category in coco.categories:
+            known = self.coco_categories.get(category.id)
+            if known and known[0] != category.name:
+                raise AnnotationError(
+                    path,
+                    f"category {category.id}",
+                    f"named {category.name!r} here and {known[0]!r} in {known[1]}",
+                    "fix: give each category id one name in every file",
+                )
+            self.coco_categories[category.id] = (category.name, path)
+        folder = posixpath.dirname(path)
+        split = split_of(path)
+        for image in coco.images:
+            self._images.append(_annotated(image, _coco_candidates(folder, image.image), split))
+
+    def _add_voc(self, path: str, data: bytes) -> None:
+        image = read_voc(data, path)
+        folder = posixpath.dirname(path)
+        candidates = (
+            posixpath.join(posixpath.dirname(folder), "JPEGImages", image.image),
+            posixpath.join(folder, image.image),
+        )
+        self._images.append(_annotated(image, candidates, ""))
+
+    def _add_yolo_yaml(self, path: str, data: bytes) -> None:
+        yolo = read_yolo_yaml(data, path)
+        folder = posixpath.dirname(path)
+        root = posixpath.normpath(posixpath.join(folder, yolo.root)) if yolo.root else folder
+        for split, image_dirs in yolo.splits.items():
+            for image_dir in image_dirs:
+                labels = _labels_folder(posixpath.join(root, image_dir))
+                self.yolo_names[labels] = yolo.categories
+                for label_path in _label_files(labels):
+                    if label_path not in self.listed_labels:
+                        data = storage.read_bytes(label_path)
+                        self.digests[label_path] = hashlib.sha256(data).hexdigest()
+                        self.yolo_labels.append((label_path, data, split_of("", split)))
+                        self.listed_labels.add(label_path)
+        self.yolo_names.setdefault(folder, yolo.categories)
+
+    def images(self) -> list[AnnotatedImage]:
+        """Every image read, YOLO label files read with their class names now."""
+        for path, data, split in self.yolo_labels:
+            names = self._yolo_names_for(path)
+            image = read_yolo_labels(data, path, width=1, height=1, names=names)
+            folder = posixpath.dirname(path)
+            images_folder = _images_folder(folder)
+            candidates = tuple(
+                posixpath.join(f, image.image) for f in dict.fromkeys((images_folder, folder))
+            )
+            self._images.append(_annotated(image, candidates, split, any_extension=True))
+        return self._images
+
+    def _yolo_names_for(self, label_path: str) -> tuple[Category, ...]:
+        folder = posixpath.dirname(label_path)
+        while True:
+            for known, names in self.yolo_names.items():
+                if folder == known or _images_folder(folder) == known:
+                    return names
+            parent = posixpath.dirname(folder)
+            if parent == folder or "://" in folder and parent.endswith(":/"):
+                break
+            folder = parent
+        raise AnnotationError(
+            label_path,
+            "",
+            "YOLO labels without class names",
+            "fix: give the data.yaml (or classes.txt / obj.names) too, e.g. --annotations DIR",
+        )
+
+
+def _annotated(
+    image: ImageAnnotations, candidates: tuple[str, ...], split: str, any_extension: bool = False
+) -> AnnotatedImage:
+    normalised = tuple(dict.fromkeys(posixpath.normpath(c) for c in candidates))
+    if any("://" in c for c in candidates):  # normpath would fold gs:// into gs:/
+        normalised = tuple(dict.fromkeys(candidates))
+    return AnnotatedImage(
+        name=image.image,
+        stem=stem_of(image.image),
+        candidates=normalised,
+        split=split,
+        annotations=image,
+        any_extension=any_extension,
+    )
+
+
+def _coco_candidates(folder: str, file_name: str) -> tuple[str, ...]:
+    """Where a COCO file_name may be: beside the JSON, or in the layouts COCO and its exporters
+    use (annotations/ beside images/ or the split's folder)."""
+    parent = posixpath.dirname(folder)
+    return (
+        posixpath.join(folder, file_name),
+        posixpath.join(parent, file_name),
+        posixpath.join(parent, "images", file_name),
+    )
+
+
+def _labels_folder(images_folder: str) -> str:
+    """Ultralytics' rule: the labels of .../images/x are in .../labels/x."""
+    head, sep, tail = images_folder.rpartition("/images")
+    return f"{head}/labels{tail}" if sep else images_folder
+
+
+def _images_folder(labels_folder: str) -> str:
+    head, sep, tail = labels_folder.rpartition("/labels")
+    return f"{head}/images{tail}" if sep else labels_folder
+
+
+def _label_files(folder: str) -> list[str]:
+    if not storage.is_folder(folder):
+        return []
+    return sorted(m.path for m in storage.match_under(folder, "**") if m.path.endswith(".txt"))
+
+
+def _names_file(data: bytes, path: str) -> tuple[Category, ...]:
+    """classes.txt (Label Studio) / obj.names (Darknet, CVAT): line N names class N."""
+    lines = [line.strip() for line in data.decode("utf-8-sig").splitlines()]
+    return tuple(Category(i, name) for i, name in enumerate(lines) if name)
+
+
+def _label_map(
+    reader: _Reader, images: list[AnnotatedImage], relabel: str
+) -> dict[object, tuple[int, str]]:
+    """(format's class key) -> (id written, name): COCO ids as they are, YOLO's k as k + 1 (the
+    Object Detection API keeps 0 for the background), VOC's names after them in name order."""
+    by_key: dict[object, tuple[int, str]] = {
+        ("coco", cid): (cid, name) for cid, (name, _) in reader.coco_categories.items()
+    }
+    for names in reader.yolo_names.values():
+        for category in names:
+            by_key[("yolo", category.id)] = (category.id + 1, category.name)
+    by_name = {name: cid for cid, name in by_key.values()}
+    voc_names = sorted(
+        {o.class_text for i in images for o in i.annotations.objects if o.class_id is None}
+    )
+    next_id = max(by_name.values(), default=0) + 1
+    for name in voc_names:
+        if name not in by_name:
+            by_name[name] = next_id
+            next_id += 1
+        by_key[("voc", name)] = (by_name[name], name)
+    if relabel == "contiguous":
+        order = {cid: n for n, cid in enumerate(sorted({c for c, _ in by_key.values()}), 1)}
+        by_key = {key: (order[cid], name) for key, (cid, name) in by_key.items()}
+    return by_key
+
+
+def _resolved(image: AnnotatedImage, label_map: dict) -> AnnotatedImage:
+    """`image` with each object's final class id and name."""
+    objects = []
+    for obj in image.annotations.objects:
+        if obj.class_id is None:
+            key = ("voc", obj.class_text)
+        elif image.any_extension:
+            key = ("yolo", obj.class_id)
+        else:
+            key = ("coco", obj.class_id)
+        cid, name = label_map[key]
+        objects.append(dataclasses.replace(obj, class_id=cid, class_text=name))
+    annotations = dataclasses.replace(image.annotations, objects=tuple(objects))
+    return dataclasses.replace(image, annotations=annotations)
+
+
+def _stage(images: list[AnnotatedImage], staging: str) -> int:
+    """Writes `images` as parts by stem hash; returns the number of parts."""
+    num_parts = max(1, -(-len(images) // _IMAGES_PER_PART))
+    parts: list[list[AnnotatedImage]] = [[] for _ in range(num_parts)]
+    for image in images:
+        parts[zlib.crc32(image.stem.encode()) % num_parts].append(image)
+    for index, part in enumerate(parts):
+        body = zlib.compress(pickle.dumps(part, protocol=pickle.HIGHEST_PROTOCOL), 1)
+        storage.write_bytes_atomic(part_path(staging, index), body)
+    return num_parts
+
+
+def part_path(staging: str, index: int) -> str:
+    """The staged part `index` of `staging`."""
+    return storage.join(staging, f"part-{index:05d}.pickle.z")
