@@ -147,6 +147,12 @@ def _expected(images, shift: float = 0.0) -> dict[str, list[tuple[str, tuple[flo
     }
 
 
+def _written_segmentations(export: Export) -> dict:
+    """A COCO export's segmentations by annotation id, as its JSON holds them."""
+    document = json.loads(export.annotations.read_text())
+    return {a["id"]: a["segmentation"] for a in document["annotations"]}
+
+
 def _assert_same(read: dict, expected: dict) -> None:
     assert read.keys() == expected.keys()
     for stem, objects in expected.items():
@@ -203,3 +209,161 @@ def test_label_studio_voc_truncates_corners_as_label_studio_does(tmp_path):
     (annotations,) = [read_voc(path.read_bytes(), str(path)) for path in export.files]
     (dog,) = annotations.objects
     assert dog.box == Box(199.0, 8.0, 300.0, 59.0)
+
+
+def test_cvat_coco_keeps_polygons_and_its_uncompressed_crowd_rle(tmp_path):
+    export = write_cvat_coco(tmp_path, IMAGES)
+    coco = read_coco(export.annotations.read_bytes(), str(export.annotations))
+    assert coco.categories == (
+        Category(1, "person", ""),
+        Category(2, "car", ""),
+        Category(3, "dog", ""),
+    )
+    assert [(i.image, i.image_id, i.width, i.height) for i in coco.images] == [
+        ("frame_000001.jpg", 1, 640, 512),
+        ("street_2.png", 2, 320, 240),
+        ("empty.jpg", 3, 64, 48),
+    ]
+    person = coco.images[0].objects[0]
+    assert (person.segmentation, person.is_crowd, person.area, person.annotation_id) == (
+        None,
+        False,
+        161216.0,
+        1,
+    )
+    polygon, crowd, _ = coco.images[1].objects
+    assert polygon.segmentation == [[48.0, 32.0, 80.0, 64.0, 48.0, 96.0, 16.0, 64.0]]
+    assert (polygon.box, polygon.is_crowd) == (Box(16.0, 32.0, 80.0, 96.0), False)
+    assert (crowd.box, crowd.is_crowd) == (Box(160.0, 120.0, 224.0, 200.0), True)
+    # The crowd's uncompressed RLE (a list of runs) is kept as the file gave it.
+    written = _written_segmentations(export)[crowd.annotation_id]
+    assert isinstance(written["counts"], list) and crowd.segmentation == written
+    mask = mask_utils.decode(mask_utils.frPyObjects(written, 240, 320))
+    assert mask.sum() == crowd.area == 64 * 80 and mask[120:200, 160:224].all()
+
+
+def test_cvat_voc_reads_float_corners_flags_and_an_empty_depth(tmp_path):
+    write_cvat_voc(tmp_path, IMAGES)
+    annotations = tmp_path / "Annotations"
+    frame = read_voc((annotations / "frame_000001.xml").read_bytes(), "frame_000001.xml")
+    assert (frame.image, frame.width, frame.height) == ("frame_000001.jpg", 640, 512)
+    person, car, dog = frame.objects
+    assert (person.class_id, person.class_text, person.box) == (
+        None,
+        "person",
+        Box(7, 11, 360, 470),
+    )
+    assert (car.truncated, car.difficult, dog.truncated, dog.difficult) == (
+        True,
+        False,
+        False,
+        True,
+    )
+    # CVAT's VOC holds boxes only: the polygon and the mask went to its segmentation PNGs.
+    street = read_voc((annotations / "street_2.xml").read_bytes(), "street_2.xml")
+    assert [o.class_text for o in street.objects] == ["dog"]
+    assert read_voc((annotations / "empty.xml").read_bytes(), "empty.xml").objects == ()
+
+
+def test_voc_zero_size_missing_flags_and_fractional_corners_read(tmp_path):
+    export = write_cvat_voc(tmp_path, BOXES_ONLY[:1])
+    data = export.files[0].read_bytes()
+    for element in (b"<difficult>0</difficult>", b"<difficult>1</difficult>"):
+        data = data.replace(element, b"")
+    for element in (b"<truncated>0</truncated>", b"<truncated>1</truncated>"):
+        data = data.replace(element, b"")
+    data = data.replace(b"<width>640</width>", b"<width>0</width>")
+    data = data.replace(b"<height>512</height>", b"<height>0</height>")
+    data = data.replace(b"<xmin>8.0</xmin>", b"<xmin>8.25</xmin>")
+    image = read_voc(data, "a.xml")
+    # 0 is a size the exporter did not know: the image's own size decides.
+    assert (image.width, image.height) == (None, None)
+    assert not any(o.difficult or o.truncated for o in image.objects)
+    assert image.objects[0].box == Box(7.25, 11.0, 360.0, 470.0)
+
+
+def test_cvat_yolo_names_come_from_obj_names_and_only_boxes_are_exported(tmp_path):
+    export = write_cvat_yolo(tmp_path, IMAGES)
+    names = read_class_names((tmp_path / "obj.names").read_bytes(), "obj.names")
+    assert names == (Category(0, "person"), Category(1, "car"), Category(2, "dog"))
+    read = _read(export)
+    assert [name for name, _ in read["street_2"]] == ["dog"]
+    assert (tmp_path / "obj_train_data" / "empty.txt").read_bytes() == b""
+    assert read["empty"] == []
+
+
+def test_label_studio_coco_ids_from_zero_are_kept(tmp_path):
+    upload = "../../label-studio/data/upload/1/"
+    export = write_label_studio_coco(tmp_path, IMAGES, file_prefix=upload)
+    coco = read_coco(export.annotations.read_bytes(), str(export.annotations))
+    assert coco.categories == (Category(0, "car"), Category(1, "dog"), Category(2, "person"))
+    first, street, empty = coco.images
+    assert (first.image_id, first.image) == (0, upload + "frame_000001.jpg")
+    person, car, _ = first.objects
+    assert (person.class_id, person.annotation_id, car.class_id, car.class_text) == (2, 0, 0, "car")
+    # The crowd mask is no Label Studio region: the export has the polygon and the box.
+    polygon, dog = street.objects
+    assert (polygon.class_id, polygon.annotation_id, dog.annotation_id) == (0, 3, 4)
+    written = _written_segmentations(export)[3]
+    assert written[0] == pytest.approx([48, 32, 80, 64, 48, 96, 16, 64], abs=1e-9)
+    assert polygon.segmentation == written
+    assert (empty.image_id, empty.objects) == (2, ())
+
+
+def test_label_studio_yolo_classes_txt_is_sorted_and_polygons_are_segments(tmp_path):
+    write_label_studio_yolo(tmp_path, IMAGES)
+    names = read_class_names((tmp_path / "classes.txt").read_bytes(), "classes.txt")
+    assert names == (Category(0, "car"), Category(1, "dog"), Category(2, "person"))
+    labels = tmp_path / "labels" / "street_2.txt"
+    polygon, dog = read_yolo_labels(
+        labels.read_bytes(), str(labels), width=320, height=240, names=names
+    ).objects
+    assert (polygon.class_text, dog.class_text) == ("car", "dog")
+    assert polygon.segmentation[0] == pytest.approx([48, 32, 80, 64, 48, 96, 16, 64], abs=1e-9)
+    corners = (polygon.box.xmin, polygon.box.ymin, polygon.box.xmax, polygon.box.ymax)
+    assert corners == pytest.approx((16, 32, 80, 96), abs=1e-9)
+
+
+@pytest.mark.parametrize("names_as", ["dict", "list"])
+def test_ultralytics_dataset_names_splits_and_segments(names_as, tmp_path):
+    export = write_ultralytics(tmp_path, IMAGES[:1], val=IMAGES[1:], names_as=names_as)
+    yolo = read_yolo_yaml(export.annotations.read_bytes(), str(export.annotations))
+    assert yolo.categories == (Category(0, "person"), Category(1, "car"), Category(2, "dog"))
+    assert yolo.root == str(tmp_path.resolve())
+    assert yolo.splits == {"train": ("images/train",), "val": ("images/val",)}
+    labels = tmp_path / "labels" / "val" / "street_2.txt"
+    polygon, dog = read_yolo_labels(
+        labels.read_bytes(), str(labels), width=320, height=240, names=yolo.categories
+    ).objects  # the crowd mask is dropped, as Ultralytics' convert_coco drops iscrowd
+    assert (polygon.class_text, dog.class_text) == ("car", "dog")
+    assert polygon.segmentation[0] == pytest.approx([48, 32, 80, 64, 48, 96, 16, 64], abs=1e-3)
+    assert export.image_paths["street_2.png"] == tmp_path / "images" / "val" / "street_2.png"
+
+
+def test_pycocotools_dataset_keeps_compressed_rle_counts_as_str(tmp_path):
+    export = write_pycocotools_dataset(tmp_path, IMAGES)
+    coco = read_coco(export.annotations.read_bytes(), str(export.annotations))
+    written = _written_segmentations(export)
+    person = coco.images[0].objects[0]
+    assert isinstance(written[1]["counts"], str) and person.segmentation == written[1]
+    assert (person.box, person.is_crowd) == (Box(8.0, 12.0, 360.0, 470.0), False)
+    crowd = coco.images[1].objects[1]
+    mask = mask_utils.decode(written[crowd.annotation_id])  # compressed: decode takes it as is
+    assert crowd.is_crowd and mask.sum() == crowd.area == 64 * 80
+
+
+@pytest.mark.parametrize(
+    "writer",
+    [write_cvat_coco, write_label_studio_coco, write_pycocotools_dataset],
+    ids=lambda writer: writer.__name__,
+)
+def test_pycocotools_reads_every_coco_export(writer, tmp_path, capsys):
+    # The reference implementation loads each file and rasterises every segmentation in it.
+    from pycocotools.coco import COCO
+
+    export = writer(tmp_path, IMAGES)
+    coco = COCO(str(export.annotations))
+    annotations = coco.loadAnns(coco.getAnnIds())
+    assert len(annotations) == len(json.loads(export.annotations.read_text())["annotations"])
+    masks = [coco.annToMask(a) for a in annotations if a["segmentation"]]
+    assert masks and all(np.any(mask) for mask in masks)
