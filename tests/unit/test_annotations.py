@@ -24,7 +24,7 @@ from transforms.annotations.objects import (
     clip_box,
 )
 from transforms.annotations.voc import read_voc
-from transforms.annotations.yolo import read_yolo_labels, read_yolo_yaml
+from transforms.annotations.yolo import read_class_names, read_yolo_labels, read_yolo_yaml
 
 # 640 x 512: every normalised YOLO value below is an exact decimal, so pixels agree to 1e-6.
 WIDTH, HEIGHT = 640, 512
@@ -402,6 +402,14 @@ def test_clip_box(box, expected):
         (YOLO_SAME, "yolo_labels"),
         (b"", "yolo_labels"),
         (DATA_YAML, "yolo_yaml"),
+        (b"person\ntraffic light\nstop sign\n", "yolo_names"),
+        (b"0\n1\n2\n", "yolo_names"),  # digits as class names: a label line has five numbers
+        (b"0 0.5 0.5 0.1\n", "yolo_labels"),  # a bad label line, which the reader names
+        (b"car 0.5 0.5 0.1 0.1\n", "yolo_labels"),  # a class named, not numbered: likewise
+        (b'{"categories": [{"id": 0, "name": "car"}], "info": {}}', "companion"),
+        (b"classes = 2\ntrain = data/train.txt\nnames = data/obj.names\n", "companion"),
+        (b"data/obj_train_data/a.jpg\ndata/obj_train_data/b.PNG\n", "companion"),
+        (b"# label:color_rgb:parts:actions\nbackground:0,0,0::\ncar:128,0,0::\n", "companion"),
     ],
 )
 def test_annotation_format_from_content(data, expected):
@@ -417,9 +425,51 @@ def test_annotation_format_from_content(data, expected):
         (b"hello: world\n", "x: text that is no annotation format (starts 'hello: world')"),
         (b"\x89PNG\r\n\x1a\n\x00\xff", "x: binary data, not text"),
         (b'{"images": [\n}', "x, line 2 column 1: malformed JSON"),
+        (b"- person\n- car\n", "x: text that is no annotation format (starts '- person')"),
+        (
+            b'[{"image_id": 1, "category_id": 3, "bbox": [1, 2, 3, 4], "score": 0.9}]',
+            "x: a JSON list of detections (COCO results, as COCO.loadRes reads them); fix: pass",
+        ),
     ],
 )
 def test_annotation_format_says_what_it_saw(data, message):
     with pytest.raises(AnnotationError) as caught:
         annotation_format(data, "x")
     assert str(caught.value).startswith(message)
+
+
+def test_class_names_one_a_line_ids_from_zero():
+    data = "\ufeffperson\r\ntraffic light\r\n dog \n\n\n".encode()
+    assert read_class_names(data, "obj.names") == (
+        Category(0, "person"),
+        Category(1, "traffic light"),
+        Category(2, "dog"),
+    )
+
+
+@pytest.mark.parametrize(
+    "data, message",
+    [
+        (b"\n\n", "classes.txt: no class names; fix: write one class name a line"),
+        (
+            b"person\n\ncar\n",
+            "classes.txt, line 2: a blank line before the last name shifts every id after it; "
+            "fix: remove it or name its class",
+        ),
+        (
+            b"person\ncar\nperson\n",
+            "classes.txt, line 3: 'person' names line 1's class too; fix: name each class once",
+        ),
+        (b"car\n\xff\n", "classes.txt: not UTF-8 text (invalid start byte)"),
+    ],
+)
+def test_class_names_errors_name_the_line_and_the_fix(data, message):
+    with pytest.raises(AnnotationError) as caught:
+        read_class_names(data, "classes.txt")
+    assert str(caught.value).startswith(message)
+
+
+def test_yolo_labels_read_with_names_from_a_names_file():
+    names = read_class_names(b"person\ncar\ndog\n", "classes.txt")
+    yolo = read_yolo_labels(YOLO_SAME, "a.txt", width=WIDTH, height=HEIGHT, names=names).objects
+    assert [(o.class_id, o.class_text) for o in yolo] == [(0, "person"), (1, "car"), (2, "dog")]
