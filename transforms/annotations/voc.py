@@ -8,6 +8,10 @@ Detectron2's reading (it subtracts 1 from xmin and ymin only). LabelImg writes a
 the image's left edge as xmin=1, which this reads back as 0. The TF Object Detection API's
 create_pascal_tf_record.py divides xmin by the width without the shift, one pixel to the right
 of this. A file whose corners are 0 (0-based tools) reads as -1; clip_box clips it and says so.
+CVAT (Datumaro's converter: x, y, x + w, y + h as floats) and Label Studio (the same, int()-cut)
+write continuous 0-based corners: their boxes read 1 pixel left of and above where they were
+drawn (tests/unit/test_annotation_exports.py). Corners may be fractional ("300.5"); a size of 0
+or none means the file did not know it; a missing <difficult> or <truncated> is 0.
 """
 
 from __future__ import annotations
