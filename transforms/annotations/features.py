@@ -58,6 +58,7 @@ from transforms.annotations.objects import (
     ImageAnnotations,
     ImageObject,
     clip_box,
+    coco_segmentation,
 )
 
 __all__ = [
@@ -76,19 +77,16 @@ MASK_FROM_BOX = "mask_from_box"
 _SIZES = (("small", 32**2), ("medium", 96**2), ("large", math.inf))
 _DROPS = (NO_AREA_INSIDE, NEGATIVE_SIZE, NOT_FINITE)
 
-# EXIF orientation -> how the raw frame becomes the displayed one: PIL's transpose (as
+# EXIF orientation -> how a raw frame becomes the displayed one: PIL's transpose (as
 # ImageOps.exif_transpose and headers.py ORIENTATION_TRANSPOSE apply it), and the same map on a
-# normalised point (u, v): swap u and v, then flip u (1 - u), then flip v.
+# normalised point (u, v): swap u and v, then flip u (1 - u), then flip v. Only 5..8 swap the
+# sides; 2..4 keep the size, so a raw frame of theirs cannot be told from the displayed one.
 _ORIENTATIONS = {
-    2: (Image.Transpose.FLIP_LEFT_RIGHT, False, True, False),
-    3: (Image.Transpose.ROTATE_180, False, True, True),
-    4: (Image.Transpose.FLIP_TOP_BOTTOM, False, False, True),
-    5: (Image.Transpose.TRANSPOSE, True, False, False),
-    6: (Image.Transpose.ROTATE_270, True, True, False),
-    7: (Image.Transpose.TRANSVERSE, True, True, True),
-    8: (Image.Transpose.ROTATE_90, True, False, True),
+    5: (Image.Transpose.TRANSPOSE, False, False),
+    6: (Image.Transpose.ROTATE_270, True, False),
+    7: (Image.Transpose.TRANSVERSE, True, True),
+    8: (Image.Transpose.ROTATE_90, False, True),
 }
-_SWAPPING = (5, 6, 7, 8)
 # Polygon coordinates beyond one canvas size outside it are clipped away (see the docstring);
 # within that margin they pass to pycocotools untouched, so masks equal annToMask's.
 _POLYGON_MARGIN = 1.0
@@ -230,7 +228,7 @@ def _frame(annotations: ImageAnnotations, width: int, height: int, orientation: 
     if None in declared or declared == (width, height):
         return _Frame(width, height, 1, (width, height), 1.0, True)
     fw, fh = declared
-    if orientation in _SWAPPING and declared == (height, width):
+    if orientation in _ORIENTATIONS and declared == (height, width):
         return _Frame(fw, fh, orientation, (fw, fh), 1.0, True)
     unit = declared == (1, 1)
     pixel_area = width * height if unit else 1.0
@@ -243,9 +241,8 @@ def _normalised(box: Box, frame: _Frame) -> Box:
     x0, y0 = box.xmin / frame.width, box.ymin / frame.height
     x1, y1 = box.xmax / frame.width, box.ymax / frame.height
     if frame.orientation != 1:
-        _, swap, flip_x, flip_y = _ORIENTATIONS[frame.orientation]
-        if swap:
-            x0, y0, x1, y1 = y0, x0, y1, x1
+        _, flip_x, flip_y = _ORIENTATIONS[frame.orientation]
+        x0, y0, x1, y1 = y0, x0, y1, x1
         if flip_x:
             x0, x1 = 1.0 - x1, 1.0 - x0
         if flip_y:
@@ -359,6 +356,7 @@ def _instance_mask(
 
 def _decoded_segmentation(segmentation: Any, frame: _Frame) -> np.ndarray | None:
     """The 0/1 mask of a segmentation over the frame (any size), None if it is unusable."""
+    segmentation = coco_segmentation(segmentation)  # COCO's lists or dict, from compact forms
     if isinstance(segmentation, list):
         return _rasterised(segmentation, frame)
     if not isinstance(segmentation, dict) or not frame.rle_ok:
@@ -484,7 +482,7 @@ def semantic_mask(
     """
     image = _open_mask(data, path)
     size, displayed = image.size, (image_width, image_height)
-    turn = size != displayed and orientation in _SWAPPING and size == (image_height, image_width)
+    turn = size != displayed and orientation in _ORIENTATIONS and size == displayed[::-1]
     if size != displayed and not turn:
         raise MaskError(
             "mask_size_mismatch",
@@ -493,9 +491,10 @@ def semantic_mask(
         )
     stored = (stored_width, stored_height)
     eight_bit = image.mode == "L" and _raw_mode(image) == "L"
+    values = _label_values(image, path)  # decoded also when kept as is: a cut file is refused
     if eight_bit and not turn and size == stored:
         return data
-    image = Image.fromarray(_label_values(image, path))
+    image = Image.fromarray(values)
     if turn:
         image = image.transpose(_ORIENTATIONS[orientation][0])
     if image.size != stored:
