@@ -609,40 +609,38 @@ def _label_studio_yolo_line(obj: ExportObject, image: ExportImage, category_id: 
 
 
 def _label_studio_voc_document(image: ExportImage, boxes: list[ExportObject]):
+    """convert_to_voc's minidom document: Label Studio's placeholders for source and owner."""
     document = xml.dom.minidom.getDOMImplementation().createDocument(None, "annotation", None)
-    root = document.documentElement
-
-    def child(parent, tag: str, text: str) -> None:
-        node = document.createElement(tag)
-        node.appendChild(document.createTextNode(text))
-        parent.appendChild(node)
-
-    def group(tag: str, *children: tuple[str, str]):
-        node = document.createElement(tag)
-        for child_tag, text in children:
-            child(node, child_tag, text)
-        return node
-
-    child(root, "folder", "images")
-    child(root, "filename", posixpath.basename(image.name))
-    source = (("database", "MyDatabase"), ("annotation", "COCO2017"), ("image", "flickr"))
-    annotator = ("annotator", "annotator@example.com")
-    root.appendChild(group("source", *source, ("flickrid", "NULL"), annotator))
-    root.appendChild(group("owner", ("flickrid", "NULL"), ("name", "Label Studio")))
-    size = (("width", str(image.width)), ("height", str(image.height)), ("depth", "3"))
-    root.appendChild(group("size", *size))
-    child(root, "segmented", "0")
-    for obj in boxes:
-        px, py, pw, ph = _percent(obj, image)
-        x, y = int(px / 100 * image.width), int(py / 100 * image.height)
-        w, h = int(pw / 100 * image.width), int(ph / 100 * image.height)
-        node = group("object", ("name", obj.name), ("pose", "Unspecified"))
-        child(node, "truncated", "0")
-        child(node, "difficult", "0")
-        corners = (("xmin", x), ("ymin", y), ("xmax", x + w), ("ymax", y + h))
-        node.appendChild(group("bndbox", *((tag, str(v)) for tag, v in corners)))
-        root.appendChild(node)
+    source = [("database", "MyDatabase"), ("annotation", "COCO2017"), ("image", "flickr")]
+    source += [("flickrid", "NULL"), ("annotator", "annotator@example.com")]
+    size = [("width", str(image.width)), ("height", str(image.height)), ("depth", "3")]
+    content = [("folder", "images"), ("filename", posixpath.basename(image.name))]
+    content += [("source", source), ("owner", [("flickrid", "NULL"), ("name", "Label Studio")])]
+    content += [("size", size), ("segmented", "0")]
+    content += [("object", _label_studio_voc_object(obj, image)) for obj in boxes]
+    for tag, value in content:
+        document.documentElement.appendChild(_dom_element(document, tag, value))
     return document
+
+
+def _label_studio_voc_object(obj: ExportObject, image: ExportImage) -> list[tuple[str, object]]:
+    px, py, pw, ph = _percent(obj, image)
+    x, y = int(px / 100 * image.width), int(py / 100 * image.height)
+    w, h = int(pw / 100 * image.width), int(ph / 100 * image.height)
+    corners = [("xmin", x), ("ymin", y), ("xmax", x + w), ("ymax", y + h)]
+    flags = [("pose", "Unspecified"), ("truncated", "0"), ("difficult", "0")]
+    return [("name", obj.name), *flags, ("bndbox", [(tag, str(v)) for tag, v in corners])]
+
+
+def _dom_element(document, tag: str, content: str | list):
+    """An element holding `content`: text, or (tag, content) pairs as its children, in order."""
+    node = document.createElement(tag)
+    if isinstance(content, str):
+        node.appendChild(document.createTextNode(content))
+    else:
+        for child_tag, child_content in content:
+            node.appendChild(_dom_element(document, child_tag, child_content))
+    return node
 
 
 # Ultralytics.
