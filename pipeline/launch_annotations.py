@@ -10,6 +10,7 @@ import dataclasses
 import json
 import posixpath
 import shutil
+import sys
 import tempfile
 
 from core import storage
@@ -40,6 +41,13 @@ def read_annotations(config: ConvertConfig) -> ConvertConfig:
         return dataclasses.replace(config, annotations=options)
     staging = _staging_folder(config.output)
     loaded = load_annotations(options, staging)
+    if any(cid == 0 for cid, _ in loaded.options.label_map):
+        print(
+            "imgrec: note: a category has id 0, which the Object Detection API keeps for the "
+            "background (Label Studio's COCO export starts at 0); --relabel contiguous writes "
+            "ids 1..N",
+            file=sys.stderr,
+        )
     changes: dict = {"annotations": loaded.options}
     if not config.inputs and not config.manifest:
         changes["manifest"] = _write_manifest(staging, loaded)

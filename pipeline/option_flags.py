@@ -78,7 +78,7 @@ def _add_split_options(g) -> None:
         choices=("hash", "path", "manifest", "annotations"),
         help="hash: salted hash of the file key; path: <split>/<label>/file "
         "layout; manifest: the manifest's split column; annotations: the annotation file "
-        "naming the image (instances_train2017.json: train, data.yaml's train/val folders).",
+        "naming the image (COCO instances_train2017: train; a YOLO YAML's train/val folders).",
     )
     g.add_argument(
         "--label_from",
@@ -367,7 +367,7 @@ def _add_annotation_options(g) -> None:
         "--annotations",
         action="append",
         default=None,
-        help="COCO JSON, Pascal VOC XML, YOLO data.yaml or labels/ (repeatable; a file, glob or "
+        help="COCO JSON, Pascal VOC XML, a YOLO dataset YAML or labels/ (repeatable; a file, glob or "
         "folder; local, gs:// or s3://), found from the content. Without --input, the images "
         "are the ones the annotations name.",
     )

@@ -22,7 +22,7 @@ from transforms.annotations.detect import annotation_format
 from transforms.annotations.objects import AnnotationError, Category, ImageAnnotations
 from transforms.annotations.options import AnnotationOptions
 from transforms.annotations.voc import read_voc
-from transforms.annotations.yolo import read_yolo_labels, read_yolo_yaml
+from transforms.annotations.yolo import read_class_names, read_yolo_labels, read_yolo_yaml
 
 __all__ = [
     "AnnotatedImage",
@@ -173,12 +173,16 @@ class _Reader:
         self.yolo_names: dict[str, tuple[Category, ...]] = {}  # folder -> names
         self.yolo_labels: list[tuple[str, bytes, str]] = []  # (path, data, split)
         self.listed_labels: set[str] = set()
+        # The names files label files were read with: only their classes enter the label map
+        # (a names-like list elsewhere, e.g. VOC's ImageSets/Main/*.txt, names no class).
+        self.used_names: dict[str, tuple[Category, ...]] = {}
         self._images: list[AnnotatedImage] = []
 
     def add(self, path: str, data: bytes) -> None:
         self.digests[path] = hashlib.sha256(data).hexdigest()
         kind = annotation_format(data, path)
-        self.formats.add("yolo" if kind.startswith("yolo") else kind)
+        if kind != "companion":
+            self.formats.add("yolo" if kind.startswith("yolo") else kind)
         if kind == "coco":
             self._add_coco(path, data)
         elif kind == "voc":
@@ -186,7 +190,9 @@ class _Reader:
         elif kind == "yolo_yaml":
             self._add_yolo_yaml(path, data)
         elif kind == "yolo_names":
-            self.yolo_names[posixpath.dirname(path)] = _names_file(data, path)
+            self.yolo_names[posixpath.dirname(path)] = read_class_names(data, path)
+        elif kind == "companion":  # notes.json, obj.data, train.txt: nothing to read
+            pass
         elif path not in self.listed_labels:
             self.yolo_labels.append((path, data, ""))
             self.listed_labels.add(path)
@@ -221,6 +227,7 @@ class _Reader:
         yolo = read_yolo_yaml(data, path)
         folder = posixpath.dirname(path)
         root = posixpath.normpath(posixpath.join(folder, yolo.root)) if yolo.root else folder
+        self.used_names[path] = yolo.categories
         for split, image_dirs in yolo.splits.items():
             for image_dir in image_dirs:
                 labels = _labels_folder(posixpath.join(root, image_dir))
@@ -251,6 +258,7 @@ class _Reader:
         while True:
             for known, names in self.yolo_names.items():
                 if folder == known or _images_folder(folder) == known:
+                    self.used_names[known] = names
                     return names
             parent = posixpath.dirname(folder)
             if parent == folder or "://" in folder and parent.endswith(":/"):
@@ -308,12 +316,6 @@ def _label_files(folder: str) -> list[str]:
     return sorted(m.path for m in storage.match_under(folder, "**") if m.path.endswith(".txt"))
 
 
-def _names_file(data: bytes, path: str) -> tuple[Category, ...]:
-    """classes.txt (Label Studio) / obj.names (Darknet, CVAT): line N names class N."""
-    lines = [line.strip() for line in data.decode("utf-8-sig").splitlines()]
-    return tuple(Category(i, name) for i, name in enumerate(lines) if name)
-
-
 def _label_map(
     reader: _Reader, images: list[AnnotatedImage], relabel: str
 ) -> dict[object, tuple[int, str]]:
@@ -322,9 +324,16 @@ def _label_map(
     by_key: dict[object, tuple[int, str]] = {
         ("coco", cid): (cid, name) for cid, (name, _) in reader.coco_categories.items()
     }
-    for names in reader.yolo_names.values():
+    for path, names in reader.used_names.items():
         for category in names:
-            by_key[("yolo", category.id)] = (category.id + 1, category.name)
+            known = by_key.setdefault(("yolo", category.id), (category.id + 1, category.name))
+            if known[1] != category.name:
+                raise AnnotationError(
+                    path,
+                    f"class {category.id}",
+                    f"named {category.name!r} here and {known[1]!r} in another names file",
+                    "fix: give every YOLO folder the same class names",
+                )
     by_name = {name: cid for cid, name in by_key.values()}
     voc_names = sorted(
         {o.class_text for i in images for o in i.annotations.objects if o.class_id is None}

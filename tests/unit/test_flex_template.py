@@ -100,6 +100,8 @@ def test_regexes_accept_defaults_and_examples_and_the_parser_accepts_them_too():
                 else "--input=gs://b/x/*.jpg"
             )
             base = [source, "--output=gs://b/out", "--versioned=true"]
+            if value == "annotations":  # --split_from annotations reads them
+                base.append("--annotations=gs://b/instances_train.json")
             if p["name"] != "config":  # parsing --config reads the file
                 parse_convert_args(flex.flex_argv([*base, f"--{p['name']}={value}"]))
     for bad in ("gs:/missing-slash", "/local/path"):
