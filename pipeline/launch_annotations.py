@@ -15,6 +15,8 @@ import tempfile
 
 from core import storage
 from pipeline.options import ConvertConfig
+from transforms.annotations.objects import AnnotationError
+from transforms.annotations.options import parse_mask_classes
 from transforms.list_images import resolve_local
 from transforms.load_annotations import AnnotatedImage, LoadedAnnotations, load_annotations
 
@@ -37,6 +39,14 @@ def read_annotations(config: ConvertConfig) -> ConvertConfig:
         return config
     if options.masks:
         options = dataclasses.replace(options, masks=resolve_local(options.masks))
+    if options.mask_classes:
+        path = resolve_local(options.mask_classes)
+        try:
+            text = storage.read_bytes(path).decode("utf-8-sig")
+        except (storage.ReadError, UnicodeDecodeError) as e:
+            raise AnnotationError(path, "", f"unreadable ({e})", "fix: check --mask_classes") from e
+        classes = parse_mask_classes(text, path)
+        options = dataclasses.replace(options, segmentation_classes=classes)
     if not options.paths:
         return dataclasses.replace(config, annotations=options)
     staging = _staging_folder(config.output)

@@ -55,6 +55,10 @@ def describe_objects(config, shards: list[ShardInfo], unmatched: list, changed: 
         "instance_masks": options.instance_masks,
         "masks": options.masks,
         "ignore_value": options.mask_ignore if options.masks else None,
+        "segmentation_classes": [
+            {"value": value, "name": name} for value, name in options.segmentation_classes
+        ]
+        or None,
         "num_annotated_images": options.num_images,
         "num_unmatched_annotations": len(unmatched),
         "num_objects_changed": len(changed),

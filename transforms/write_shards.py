@@ -272,7 +272,7 @@ class _WriteShardFn(beam.DoFn):
         if self._dali_index:  # (only then: the default run's digests stay what they were)
             settings += ("dali_index",)
         if self._annotations is not None:  # any annotation changed: every shard rewritten
-            settings += ("annotations", self._annotations)
+            settings += ("annotations", self._annotations.fingerprint)
         return _Shard(
             split=split,
             index=index,

@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import dataclasses
 
+from transforms.annotations.objects import AnnotationError
+
 __all__ = [
     "MASK_PLACEHOLDERS",
+    "parse_mask_classes",
     "RELABEL_MODES",
     "UNANNOTATED_MODES",
     "AnnotationOptions",
@@ -51,6 +54,7 @@ class AnnotationOptions:
     formats: tuple[str, ...] = ()  # "coco", "voc", "yolo"
     sources: tuple[str, ...] = ()  # the annotation files read
     num_images: int = 0  # images the annotation files name
+    segmentation_classes: tuple[tuple[int, str], ...] = ()  # --mask_classes: (value, name)
 
     def __post_init__(self):
         if self.unannotated not in UNANNOTATED_MODES:
@@ -73,6 +77,19 @@ class AnnotationOptions:
             raise ValueError("--mask_classes names the values of --masks images: give --masks")
 
     @property
+    def fingerprint(self) -> tuple:
+        """What decides the records' object bytes (not where this run staged them): the
+        writer's plan digests hold it, so a changed annotation rewrites the shards."""
+        return (
+            self.digest,
+            self.masks,
+            self.mask_ignore,
+            self.instance_masks,
+            self.relabel,
+            self.label_map,
+        )
+
+    @property
     def active(self) -> bool:
         """Whether the run has annotations or masks at all."""
         return bool(self.paths or self.masks)
@@ -84,3 +101,33 @@ def mask_path(template: str, key: str) -> str:
     stem = name.rsplit(".", 1)[0] if "." in name else name
     key_stem = key[: len(key) - len(name)] + stem
     return template.replace("{stem}", stem).replace("{name}", name).replace("{key_stem}", key_stem)
+
+
+def parse_mask_classes(text: str, path: str) -> tuple[tuple[int, str], ...]:
+    """--mask_classes: one name per line (line N names value N), or "VALUE NAME" / "VALUE: NAME"
+    lines; blank lines and "#" comments skipped in the second form.
+
+    Raises:
+        AnnotationError: naming the line and the fix.
+    """
+    lines = [line.strip() for line in text.splitlines()]
+    pairs = []
+    numbered = any(line.split(":")[0].split()[0].isdigit() for line in lines if line.split())
+    for number, line in enumerate(lines, start=1):
+        if not numbered:
+            if line:
+                pairs.append((number - 1, line))
+            continue
+        if not line or line.startswith("#"):
+            continue
+        value, _, name = line.replace(":", " ", 1).partition(" ")
+        if not value.isdigit() or not name.strip() or int(value) > 255:
+            raise AnnotationError(
+                path, f"line {number}", f"{line!r} is not 'VALUE NAME'",
+                "fix: write one class a line, 'VALUE NAME' with VALUE in 0..255",
+            )  # fmt: skip
+        pairs.append((int(value), name.strip()))
+    values = [v for v, _ in pairs]
+    if len(set(values)) != len(values):
+        raise AnnotationError(path, "", "a value is named twice", "fix: name each value once")
+    return tuple(sorted(pairs))
