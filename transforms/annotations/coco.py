@@ -44,6 +44,11 @@ except ImportError:  # no C extension for this platform: the same events, severa
 
 # ijson's own default read size: larger reads did not parse faster.
 _CHUNK = 64 * 1024
+# The types of JSON's numbers (a JSON true is no coordinate), and of what isinstance(v, int) takes.
+_NUMBERS = frozenset((int, float))
+_INTEGERS = frozenset((int, bool))
+# What the reader keeps of an annotation until the file's categories and images are known.
+_PENDING = ("annotation_id", "image_id", "category_id", "box", "is_crowd", "area", "segmentation")
 # The lists a COCO file must hold, in the order their absence is reported.
 _LISTS = ("categories", "images", "annotations")
 
@@ -337,7 +342,8 @@ class _Reader:
         self._category_ids: set[int] = set()
         self._images: list[tuple[str, int | None, int | None, Any]] = []
         self._objects: dict[Any, list[ImageObject]] = {}
-        # (annotation_id, image_id, category_id, box, is_crowd, area, segmentation), file order
+        # _PENDING values per annotation, in file order, in one flat list: a tuple each would
+        # leave its memory unusable for the objects built from it (another size of block).
         self._pending: list[Any] = []
 
     def categories(self, item: dict[str, Any]) -> None:
@@ -367,16 +373,16 @@ class _Reader:
         self._images.append(_read_image(image, image_id, self.path))
 
     def annotations(self, annotation: dict[str, Any]) -> None:
-        where = f"annotation #{len(self._pending) + 1}"
+        where = f"annotation #{len(self._pending) // len(_PENDING) + 1}"
         annotation_id = _field(annotation, "id", self.path, where)
-        self._pending.append(_read_annotation(annotation, annotation_id, self.path))
+        self._pending += _read_annotation(annotation, annotation_id, self.path)
 
     def result(self) -> CocoAnnotations:
         by_category = {category.id: category for category in self._categories}
-        pending, objects = self._pending, self._objects
-        for index, entry in enumerate(pending):
+        objects, values = self._objects, iter(self._pending)
+        for entry in zip(*[values] * len(_PENDING), strict=True):
             objects[self._image_of(entry, by_category)].append(_image_object(entry, by_category))
-            pending[index] = None  # the object reuses the entry's memory
+        self._pending = []
         images = tuple(
             ImageAnnotations(
                 image=file_name,
@@ -474,7 +480,8 @@ def _segmentation(value: Any, path: str, where: str) -> Segmentation | None:
         return None
     if isinstance(value, list):
         for part in value:
-            if not isinstance(part, list) or len(part) % 2 or not all(_number(v) for v in part):
+            # One type check per distinct type, not per coordinate: polygons are most of a file.
+            if not isinstance(part, list) or len(part) % 2 or not set(map(type, part)) <= _NUMBERS:
                 raise AnnotationError(
                     path,
                     where,
@@ -501,7 +508,7 @@ def _rle_ok(rle: dict[str, Any]) -> bool:
     size_ok = isinstance(size, list) and len(size) == 2 and all(isinstance(v, int) for v in size)
     # Compressed RLE is a string (pycocotools' LEB128-like text); uncompressed is a list of runs.
     counts_ok = isinstance(counts, str) or (
-        isinstance(counts, list) and all(isinstance(v, int) for v in counts)
+        isinstance(counts, list) and set(map(type, counts)) <= _INTEGERS
     )
     return size_ok and counts_ok
 

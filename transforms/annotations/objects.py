@@ -37,37 +37,43 @@ NOT_FINITE = "not_finite"
 
 class Polygons:
     """An object's polygon parts, compact: every part's x1, y1, x2, y2, ... in one float32 array,
-    and where each part ends in it. Lists of Python floats cost ~8x more: COCO train2017's
-    polygons would not fit a launcher's memory (bench/coco_memory.py).
+    and where in it the second and later parts start (none for one part, as most objects have).
+    Lists of Python floats cost ~8x more: COCO train2017's polygons would not fit a launcher's
+    memory (bench/coco_memory.py).
 
     float32 keeps COCO's 2-decimal coordinates within 0.004 pixel below 131072 pixels (rounding
     to 2 decimals gives the file's numbers back), integers exactly. Equal to the lists of numbers
     that round to the same float32s. Picklable; treat as read-only.
     """
 
-    __slots__ = ("coords", "ends")
+    __slots__ = ("coords", "starts")
 
-    def __init__(self, coords: array, ends: tuple[int, ...]) -> None:
+    def __init__(self, coords: array, starts: tuple[int, ...] = ()) -> None:
         self.coords = coords
-        self.ends = ends
+        self.starts = starts
 
     @classmethod
     def from_parts(cls, parts: Sequence[Sequence[float]]) -> Polygons:
-        """The compact form of `parts`, one sequence of x1, y1, x2, y2, ... per part."""
+        """The compact form of `parts`, one sequence of x1, y1, x2, y2, ... per part.
+
+        Raises:
+            ValueError: no parts.
+            TypeError, OverflowError: a value that is no float.
+        """
+        if not parts:
+            raise ValueError("a polygon needs a part")
         # From a list, array() allocates exactly; extend() would over-allocate.
         flat = parts[0] if len(parts) == 1 else list(itertools.chain.from_iterable(parts))
-        ends = tuple(itertools.accumulate(len(part) for part in parts))
-        return cls(array("f", flat), ends)
+        starts = tuple(itertools.accumulate(len(part) for part in parts[:-1]))
+        return cls(array("f", flat), starts)
 
     def parts(self) -> list[list[float]]:
         """The parts as lists of floats, as pycocotools' mask.frPyObjects takes them."""
-        starts = (0, *self.ends[:-1])
-        return [
-            self.coords[start:end].tolist() for start, end in zip(starts, self.ends, strict=True)
-        ]
+        bounds = (0, *self.starts, len(self.coords))
+        return [self.coords[start:end].tolist() for start, end in itertools.pairwise(bounds)]
 
     def __len__(self) -> int:
-        return len(self.ends)
+        return len(self.starts) + 1
 
     def __iter__(self) -> Iterator[list[float]]:
         return iter(self.parts())
@@ -76,16 +82,16 @@ class Polygons:
         if isinstance(other, list):
             try:
                 other = Polygons.from_parts(other)
-            except (TypeError, OverflowError):  # not lists of numbers
+            except (TypeError, ValueError, OverflowError):  # not lists of numbers
                 return False
         if not isinstance(other, Polygons):
             return NotImplemented
-        return self.ends == other.ends and self.coords == other.coords
+        return self.starts == other.starts and self.coords == other.coords
 
     __hash__ = None  # type: ignore[assignment]  # equal to lists, which have no hash
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (Polygons, (self.coords, self.ends))
+        return (Polygons, (self.coords, self.starts))
 
     def __repr__(self) -> str:
         return f"Polygons({self.parts()!r})"
