@@ -252,8 +252,8 @@ def write_label_studio_voc(folder: Path, images: Iterable) -> Export:
     minidom's XML with its declaration, one element a line, no indent; <folder>images</folder>,
     Label Studio's <source> and <owner>, <size> with depth 3, objects with pose Unspecified,
     truncated and difficult 0, and <bndbox> corners int()-truncated from Label Studio's
-    percentages (0-based, xmax = int(x) + int(w): not VOC's 1-based pixels; float noise can make
-    a corner one pixel lower). Boxes only; an image without boxes gets no file. Images go to
+    percentages (0-based, xmax = int(x) + int(w): not the VOC devkit's 1-based pixels; float noise
+    can make a corner one pixel lower). Boxes only; an image without boxes gets no file. Images go to
     images/ under their base names.
     """
     images = [_image(image) for image in images]
@@ -362,7 +362,7 @@ def write_voc_devkit(folder: Path, images: Iterable) -> Export:
 
     Tab-indented XML, <folder>VOC2012</folder>, the devkit's <source>, <size> with depth 3,
     objects with pose, truncated, difficult and <bndbox> corners as 1-based pixel indices, both
-    inclusive (xmin = left + 1, xmax = right: the convention transforms/annotations/voc.py reads).
+    inclusive (xmin = left + 1, xmax = right; transforms/annotations/voc.py reads them as written).
     Boxes only (give integer corners). Also ImageSets/Main/trainval.txt; images go to JPEGImages/.
     """
     images = [_image(image) for image in images]

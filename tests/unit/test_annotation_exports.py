@@ -1,7 +1,8 @@
 """Annotation files as real tools export them (tests/annotation_exports.py) are detected by content
 and read into the right objects: CVAT's COCO, VOC and YOLO, Label Studio's COCO, YOLO and VOC, an
-Ultralytics dataset, pycocotools' RLE masks, the VOC devkit's XML; and the same boxes exported by
-each read back to the same normalised corners and class names."""
+Ultralytics dataset, pycocotools' RLE masks, the VOC devkit's XML; the same boxes exported by each
+tool read back to the same normalised corners and class names, whatever the format, and the VOC
+devkit's 1-based corners read as written."""
 
 from __future__ import annotations
 
@@ -137,7 +138,7 @@ def _normalised(image: ImageAnnotations) -> list[tuple[str, tuple[float, ...]]]:
 
 
 def _expected(images, shift: float = 0.0) -> dict[str, list[tuple[str, tuple[float, ...]]]]:
-    """The test's boxes, normalised; `shift` pixels off xmin and ymin."""
+    """The test's boxes, normalised; `shift` pixels off xmin and ymin (negative: added)."""
     return {
         posixpath.splitext(name)[0]: [
             (obj[0], ((obj[1] - shift) / w, (obj[2] - shift) / h, obj[3] / w, obj[4] / h))
@@ -181,11 +182,20 @@ WRITERS_OF_PIXEL_BOXES = [
     write_cvat_coco,
     write_label_studio_coco,
     write_pycocotools_dataset,
+    write_cvat_voc,
     write_cvat_yolo,
     write_label_studio_yolo,
     write_ultralytics,
-    write_voc_devkit,
 ]
+
+# Each tool's COCO, VOC and YOLO writers, with images whose boxes each of them writes exactly.
+TOOL_EXPORTS = {
+    "cvat": ((write_cvat_coco, write_cvat_voc, write_cvat_yolo), BOXES_ONLY),
+    "label_studio": (
+        (write_label_studio_coco, write_label_studio_voc, write_label_studio_yolo),
+        BOXES_ONLY[:1],  # 640 x 512: Label Studio's percentages come back exact, int() or not
+    ),
+}
 
 
 @pytest.mark.parametrize("writer", WRITERS_OF_PIXEL_BOXES, ids=lambda writer: writer.__name__)
@@ -193,12 +203,24 @@ def test_same_boxes_read_back_the_same_from_every_format(writer, tmp_path):
     _assert_same(_read(writer(tmp_path, BOXES_ONLY)), _expected(BOXES_ONLY))
 
 
-@pytest.mark.parametrize("writer", [write_cvat_voc, write_label_studio_voc])
-def test_tools_voc_corners_read_one_pixel_left_and_up_by_the_devkit_convention(writer, tmp_path):
-    # CVAT and Label Studio write continuous 0-based corners (x, y, x + w, y + h); voc.py reads
-    # every VOC file as the devkit's 1-based pixels, so their xmin and ymin come out 1 px lower.
-    images = BOXES_ONLY[:1]  # 640 x 512: Label Studio's percentages come back exact
-    _assert_same(_read(writer(tmp_path, images)), _expected(images, shift=1.0))
+@pytest.mark.parametrize("tool", TOOL_EXPORTS)
+def test_a_tools_coco_voc_and_yolo_exports_of_the_same_boxes_agree(tool, tmp_path):
+    # CVAT and Label Studio write continuous 0-based VOC corners (x, y, x + w, y + h), which
+    # voc.py reads as written: the VOC boxes are the COCO and YOLO ones, not 1 px off.
+    writers, images = TOOL_EXPORTS[tool]
+    coco, voc, yolo = (_read(writer(tmp_path / writer.__name__, images)) for writer in writers)
+    _assert_same(voc, coco)
+    _assert_same(yolo, coco)
+    _assert_same(coco, _expected(images))
+
+
+def test_voc_devkit_corners_read_as_written_one_pixel_inside_on_the_left_and_top(tmp_path):
+    # The devkit's corners are 1-based inclusive pixels (xmin = left + 1, xmax = right); read as
+    # written, as TF's create_pascal_tf_record.py reads them, xmin and ymin land 1 px inside.
+    export = write_voc_devkit(tmp_path, BOXES_ONLY)
+    person = read_voc(export.files[0].read_bytes(), str(export.files[0])).objects[0]
+    assert person.box == Box(9.0, 13.0, 360.0, 470.0)  # drawn as (8, 12, 360, 470)
+    _assert_same(_read(export), _expected(BOXES_ONLY, shift=-1.0))
 
 
 def test_label_studio_voc_truncates_corners_as_label_studio_does(tmp_path):
@@ -208,7 +230,7 @@ def test_label_studio_voc_truncates_corners_as_label_studio_does(tmp_path):
     )
     (annotations,) = [read_voc(path.read_bytes(), str(path)) for path in export.files]
     (dog,) = annotations.objects
-    assert dog.box == Box(199.0, 8.0, 300.0, 59.0)
+    assert dog.box == Box(200.0, 9.0, 300.0, 59.0)
 
 
 def test_cvat_coco_keeps_polygons_and_its_uncompressed_crowd_rle(tmp_path):
@@ -251,7 +273,7 @@ def test_cvat_voc_reads_float_corners_flags_and_an_empty_depth(tmp_path):
     assert (person.class_id, person.class_text, person.box) == (
         None,
         "person",
-        Box(7, 11, 360, 470),
+        Box(8, 12, 360, 470),
     )
     assert (car.truncated, car.difficult, dog.truncated, dog.difficult) == (
         True,
@@ -279,7 +301,7 @@ def test_voc_zero_size_missing_flags_and_fractional_corners_read(tmp_path):
     # 0 is a size the exporter did not know: the image's own size decides.
     assert (image.width, image.height) == (None, None)
     assert not any(o.difficult or o.truncated for o in image.objects)
-    assert image.objects[0].box == Box(7.25, 11.0, 360.0, 470.0)
+    assert image.objects[0].box == Box(8.25, 12.0, 360.0, 470.0)
 
 
 def test_cvat_yolo_names_come_from_obj_names_and_only_boxes_are_exported(tmp_path):

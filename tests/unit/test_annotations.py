@@ -66,7 +66,7 @@ COCO_SAME = {
     ],
 }  # fmt: skip
 
-# As LabelImg writes it (integer corners, 1-based: see voc.py's convention).
+# As LabelImg writes it (integer 0-based corners, read as written: see voc.py's convention).
 VOC_SAME = b"""<annotation>
 \t<folder>images</folder>
 \t<filename>000000397133.jpg</filename>
@@ -86,8 +86,8 @@ VOC_SAME = b"""<annotation>
 \t\t<truncated>0</truncated>
 \t\t<difficult>0</difficult>
 \t\t<bndbox>
-\t\t\t<xmin>9</xmin>
-\t\t\t<ymin>13</ymin>
+\t\t\t<xmin>8</xmin>
+\t\t\t<ymin>12</ymin>
 \t\t\t<xmax>360</xmax>
 \t\t\t<ymax>470</ymax>
 \t\t</bndbox>
@@ -98,8 +98,8 @@ VOC_SAME = b"""<annotation>
 \t\t<truncated>1</truncated>
 \t\t<difficult>0</difficult>
 \t\t<bndbox>
-\t\t\t<xmin>301</xmin>
-\t\t\t<ymin>101</ymin>
+\t\t\t<xmin>300</xmin>
+\t\t\t<ymin>100</ymin>
 \t\t\t<xmax>420</xmax>
 \t\t\t<ymax>180</ymax>
 \t\t</bndbox>
@@ -110,8 +110,8 @@ VOC_SAME = b"""<annotation>
 \t\t<truncated>0</truncated>
 \t\t<difficult>1</difficult>
 \t\t<bndbox>
-\t\t\t<xmin>49</xmin>
-\t\t\t<ymin>241</ymin>
+\t\t\t<xmin>48</xmin>
+\t\t\t<ymin>240</ymin>
 \t\t\t<xmax>195</xmax>
 \t\t\t<ymax>371</ymax>
 \t\t</bndbox>
@@ -252,7 +252,7 @@ def test_coco_malformed_json_names_file_and_line():
     assert "fix: " in str(caught.value)
 
 
-def test_voc_reads_labelimg_file_with_one_based_corners():
+def test_voc_reads_labelimg_file_with_corners_as_written():
     annotations = read_voc(VOC_SAME, "Annotations/000000397133.xml")
     assert (annotations.image, annotations.width, annotations.height) == (
         "000000397133.jpg",
@@ -260,7 +260,7 @@ def test_voc_reads_labelimg_file_with_one_based_corners():
         512,
     )
     person, car, dog = annotations.objects
-    # xmin=9 (1-based, inclusive) is the pixel spanning [8, 9]; xmax=360 ends at 360.
+    # Continuous coordinates, no 1-based shift: xmin=8 is the left edge at 8 (TF's reading).
     assert person == ImageObject(
         class_id=None, class_text="person", box=Box(8.0, 12.0, 360.0, 470.0), annotation_id=1
     )
@@ -273,8 +273,8 @@ def test_voc_reads_labelimg_file_with_one_based_corners():
 
 
 def test_voc_whole_image_box_covers_the_whole_image():
-    data = VOC_SAME.replace(b"<xmin>9</xmin>", b"<xmin>1</xmin>").replace(
-        b"<ymin>13</ymin>", b"<ymin>1</ymin>"
+    data = VOC_SAME.replace(b"<xmin>8</xmin>", b"<xmin>0</xmin>").replace(
+        b"<ymin>12</ymin>", b"<ymin>0</ymin>"
     )
     data = data.replace(b"<xmax>360</xmax>", b"<xmax>640</xmax>").replace(
         b"<ymax>470</ymax>", b"<ymax>512</ymax>"

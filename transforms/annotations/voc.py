@@ -1,17 +1,16 @@
 """Reading one Pascal VOC XML (filename, size, objects) into ImageAnnotations.
 
-Pixel convention: VOC's bndbox corners are 1-based pixel indices, both inclusive (the devkit's
-own meaning: xmin=1, xmax=width covers the whole row). They become continuous source-pixel
-coordinates as (xmin - 1, ymin - 1, xmax, ymax): a pixel at 1-based index i spans [i - 1, i].
-That is COCO's coordinate system, so a box gives the same pixels from either file, and it is
-Detectron2's reading (it subtracts 1 from xmin and ymin only). LabelImg writes a box drawn from
-the image's left edge as xmin=1, which this reads back as 0. The TF Object Detection API's
-create_pascal_tf_record.py divides xmin by the width without the shift, one pixel to the right
-of this. A file whose corners are 0 (0-based tools) reads as -1; clip_box clips it and says so.
-CVAT (Datumaro's converter: x, y, x + w, y + h as floats) and Label Studio (the same, int()-cut)
-write continuous 0-based corners: their boxes read 1 pixel left of and above where they were
-drawn (tests/unit/test_annotation_exports.py). Corners may be fractional ("300.5"); a size of 0
-or none means the file did not know it; a missing <difficult> or <truncated> is 0.
+Pixel convention: bndbox corners are read as written, as continuous source-pixel coordinates
+(xmin, ymin, xmax, ymax) with (0, 0) the image's top-left corner: COCO's system. That is how the
+TF Object Detection API's create_pascal_tf_record.py reads them (xmin / width, no shift; imgrec
+writes the keys that API reads), and what today's exporters mean: CVAT (Datumaro: x, y, x + w,
+y + h as floats), Label Studio (the same, int()-cut) and LabelImg (int()-cut, xmin and ymin at
+least 1) write 0-based corners, so a tool's COCO and VOC exports of the same objects give the same
+boxes (tests/unit/test_annotation_exports.py). The original VOC devkit's own XML holds 1-based
+inclusive pixel indices (xmin=1, xmax=width is the whole row): its boxes land with their left and
+top edges one pixel inside, width and height one pixel short, as with TensorFlow's converter
+(Detectron2 subtracts 1 from xmin and ymin instead). Corners may be fractional ("300.5"); a size
+of 0 or none means the file did not know it; a missing <difficult> or <truncated> is 0.
 """
 
 from __future__ import annotations
@@ -102,7 +101,7 @@ def _read_object(element: ET.Element, index: int, path: str) -> ImageObject:
     return ImageObject(
         class_id=None,
         class_text=name,
-        box=Box(xmin=xmin - 1.0, ymin=ymin - 1.0, xmax=xmax, ymax=ymax),
+        box=Box(xmin=xmin, ymin=ymin, xmax=xmax, ymax=ymax),
         difficult=_flag(element, "difficult"),
         truncated=_flag(element, "truncated"),
         annotation_id=index,
