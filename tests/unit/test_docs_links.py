@@ -25,7 +25,16 @@ _PATH = re.compile(
 )
 
 # File names the docs mention that are not this repository's files.
-_NOT_OURS = {"submission_environment_dependencies.txt"}  # Beam stages it on Dataflow
+_NOT_OURS = {
+    "submission_environment_dependencies.txt",  # Beam stages it on Dataflow
+    # Annotation tools' and TensorFlow's file names (docs/annotations.md)
+    "create_pascal_tf_record.py",
+    "create_coco_tf_record.py",
+    "data.yaml",
+    "classes.txt",
+    "train.txt",
+    "notes.json",
+}
 
 
 def _tracked() -> set[str]:
