@@ -103,7 +103,7 @@ def load_annotations(options: AnnotationOptions, staging: str) -> LoadedAnnotati
         options,
         staged=staging,
         num_parts=parts,
-        label_map=tuple((new, name) for _, (new, name) in sorted(label_map.items())),
+        label_map=_written_map(label_map),
         split_names=tuple(sorted({image.split for image in images if image.split})),
         digest=digest,
         formats=tuple(sorted(reader.formats)),
@@ -348,6 +348,21 @@ def _label_map(
         order = {cid: n for n, cid in enumerate(sorted({c for c, _ in by_key.values()}), 1)}
         by_key = {key: (order[cid], name) for key, (cid, name) in by_key.items()}
     return by_key
+
+
+def _written_map(label_map: dict) -> tuple[tuple[int, str], ...]:
+    """The (id, name) pairs written; one id naming two classes across formats is an error."""
+    pairs = sorted(set(label_map.values()))
+    for (cid, name), (next_id, next_name) in zip(pairs, pairs[1:], strict=False):
+        if cid == next_id:
+            raise AnnotationError(
+                "--annotations",
+                f"class id {cid}",
+                f"names both {name!r} and {next_name!r} (a COCO category and a YOLO class k "
+                "written as k + 1)",
+                "fix: give the files one numbering, or convert them in separate runs",
+            )
+    return tuple(pairs)
 
 
 def _resolved(image: AnnotatedImage, label_map: dict) -> AnnotatedImage:
