@@ -92,7 +92,7 @@ def _annotation(rng: random.Random, annotation_id: int, image_id: int) -> str:
 
 
 def _polygon(rng: random.Random, x: float, y: float, w: float, h: float) -> str:
-    points = max(3, min(400, round(rng.lognormvariate(2.95, 0.55))))
+    points = max(3, min(400, round(rng.lognormvariate(2.84, 0.55))))
     values = []
     for _ in range(points):
         values += (x + rng.random() * w, y + rng.random() * h)

@@ -69,8 +69,10 @@ _LONGEST_TOKEN = len(b"-Infinity")
 # the error's byte is at column 40 (its yajl_render_error_string).
 _YAJL_CARET = 40
 _YAJL_SIDE = 30
-# yajl's errors that point at the offending byte itself, or just past it, not past a token.
-_AT_THE_BYTE = {"invalid character inside string"}
+# What an error's token start may need of the chunk before: a number's digits.
+_TAIL = 32
+# yajl's errors that point at the offending byte itself (or the end), or just past it.
+_AT_THE_BYTE = {"invalid character inside string", "premature EOF"}
 _PAST_THE_BYTE = {"invalid char in json text"}
 
 
@@ -122,6 +124,7 @@ class _JsonBytes:
         self._eof = False
         self.raw = b""  # the last chunk, as in the file
         self.parsed = b""  # and as the parser read it
+        self.tail = b""  # the end of the chunk before, as in the file
         # Per sentinel in it: (its start, its end, bytes added before it, and with it)
         self.shifts: list[tuple[int, int, int, int]] = []
         self.start = 0  # its offset in the file
@@ -144,6 +147,7 @@ class _JsonBytes:
 
     def _advance(self) -> None:
         raw = self.raw
+        self.tail = raw[-_TAIL:]
         newline = raw.rfind(b"\n")
         if newline >= 0:
             self.line_start = self.start + newline + 1
@@ -269,11 +273,13 @@ def _json_error(error: ijson.JSONError, source: _JsonBytes, path: str) -> Annota
         text = str(text).encode()
     problem, _, rest = text.partition(b"\n")
     problem = problem.decode(errors="replace").split(": ", 1)[-1].rstrip(".")
-    window = rest.split(b"\n")[0]
-    offset = _error_offset(source.parsed, window, problem)
+    offset = _error_offset(source.parsed, rest.split(b"\n")[0], problem)
     if offset is None:  # no window to find: name the chunk's first line
         where = f"line {source.lines + 1} or after"
     else:
+        # The token may start in the last chunk's tail (no sentinel: they are never cut).
+        tail = source.tail
+        offset = _token_start(tail + source.parsed, offset + len(tail), problem) - len(tail)
         where = _line_column(source, _original_offset(source, offset))
     if "UTF8" in problem:
         return AnnotationError(path, where, f"not UTF-8 text ({problem})", _FIX_FORMAT)
@@ -281,42 +287,37 @@ def _json_error(error: ijson.JSONError, source: _JsonBytes, path: str) -> Annota
 
 
 def _error_offset(chunk: bytes, window: bytes, problem: str) -> int | None:
-    """Where in the chunk (as the parser read it) the error's token starts, or None."""
+    """Where in the chunk (as the parser read it) yajl's error lies, or None."""
     if problem == "premature EOF":
         return len(chunk)
     plain = chunk.replace(b"\n", b" ").replace(b"\r", b" ")
-    found = next(
-        (
-            offset
-            for offset in range(min(_YAJL_SIDE, len(plain) + 1))
-            if window == b" " * (_YAJL_CARET - offset) + plain[: offset + _YAJL_SIDE]
-        ),
-        None,
-    )
-    if found is None and window.startswith(b" " * (_YAJL_CARET - _YAJL_SIDE)):
-        start = plain.find(window[_YAJL_CARET - _YAJL_SIDE :])
-        found = None if start < 0 else start + _YAJL_SIDE
-    return found if not found else _token_start(chunk, found, problem)
+    for offset in range(min(_YAJL_SIDE, len(plain) + 1)):
+        if window == b" " * (_YAJL_CARET - offset) + plain[: offset + _YAJL_SIDE]:
+            return offset
+    start = plain.find(window[_YAJL_CARET - _YAJL_SIDE :])
+    return None if start < 0 else start + _YAJL_SIDE
 
 
-def _token_start(chunk: bytes, offset: int, problem: str) -> int:
-    # yajl points past the token it refused (into it, for a string); Python's json, and a
-    # reader, point at its start.
-    if problem in _AT_THE_BYTE:
+def _token_start(text: bytes, offset: int, problem: str) -> int:
+    """Where the token that yajl refused at `offset` of `text` starts: yajl points past it (or
+    into it, for a string), Python's json and a reader at its start."""
+    if problem in _AT_THE_BYTE or not offset:
         return offset
-    if problem in _PAST_THE_BYTE or "UTF8" in problem or chunk[offset - 1] in b"{}[],:":
+    before = text[offset - 1 : offset]
+    if problem in _PAST_THE_BYTE or "UTF8" in problem or before in b"{}[],:":
         return offset - 1
-    if chunk[offset - 1] == ord('"'):
-        return max(chunk.rfind(b'"', 0, offset - 1), 0)
+    if before == b'"':
+        return max(text.rfind(b'"', 0, offset - 1), 0)
     start = offset
-    while start and (chunk[start - 1 : start].isalnum() or chunk[start - 1] in b".+-"):
+    while start and (text[start - 1 : start].isalnum() or text[start - 1 : start] in b".+-"):
         start -= 1
-    if start and chunk[start - 1] == ord('"'):
+    if start < offset and text[start - 1 : start] == b'"':
         return start - 1
     return start if start < offset else offset - 1
 
 
 def _original_offset(source: _JsonBytes, offset: int) -> int:
+    """The file's offset, relative to the chunk, of an offset in the chunk the parser read."""
     added = 0
     for start, end, before, after in source.shifts:
         if offset < end:
@@ -326,10 +327,12 @@ def _original_offset(source: _JsonBytes, offset: int) -> int:
 
 
 def _line_column(source: _JsonBytes, offset: int) -> str:
-    raw = source.raw
-    newline = raw.rfind(b"\n", 0, offset)
+    # A negative offset lies in the last chunk's tail, on the chunk's first line (a token holds
+    # no newline).
+    raw, offset_in = source.raw, max(offset, 0)
+    newline = raw.rfind(b"\n", 0, offset_in)
     column = offset - newline if newline >= 0 else source.start + offset - source.line_start + 1
-    line = source.lines + raw.count(b"\n", 0, offset) + 1
+    line = source.lines + raw.count(b"\n", 0, offset_in) + 1
     return f"line {line} column {column}"
 
 
