@@ -379,6 +379,29 @@ def test_an_image_no_annotation_names_is_kept_as_a_negative(masked):
     assert _label_map(out) == [(1, "car"), (2, "person")]
 
 
+def test_relabel_contiguous_and_no_instance_masks(tmp_path):
+    images = [("pair.jpg", 96, 72, [("car", 4, 4, 40, 40, POLYGON), ("person", 50, 8, 90, 70)])]
+    export = write_cvat_coco(tmp_path, images, labels=("car", "person"))
+    write_images(export, images)
+    document = json.loads(export.annotations.read_text(encoding="utf-8"))
+    ids = {1: 5, 2: 9}  # COCO's ids need not be contiguous
+    for category in document["categories"]:
+        category["id"] = ids[category["id"]]
+    for annotation in document["annotations"]:
+        annotation["category_id"] = ids[annotation["category_id"]]
+    export.annotations.write_text(json.dumps(document), encoding="utf-8")
+    out = tmp_path / "out"
+    _convert("--annotations", export.annotations, "--relabel", "contiguous",
+             "--no_instance_masks", "--output", out)  # fmt: skip
+    record = od_api_records(str(out))["pair.jpg"]
+    assert record["classes"].tolist() == [1, 2] and record["texts"] == ["car", "person"]
+    assert len(record["masks"]) == 0
+    assert _label_map(str(out)) == [(1, "car"), (2, "person")]
+    annotations = _info(str(out))["annotations"]
+    assert annotations["relabel"] == "contiguous" and annotations["instance_masks"] is False
+    assert annotations["label_map"] == [{"id": 1, "name": "car"}, {"id": 2, "name": "person"}]
+
+
 # --- Boxes crossing the edge, annotations naming a missing image, --unannotated reject. ---
 
 
