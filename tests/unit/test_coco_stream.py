@@ -227,7 +227,9 @@ def test_column_counts_bytes_after_non_ascii_text():
 
 def test_utf8_bom_is_read_and_utf16_is_refused_with_the_fix():
     data = _bytes(DOCUMENT)
-    assert repr(read_coco(b"\xef\xbb\xbf" + data, "a.json")) == repr(read_coco(data, "a.json"))
+    expected = repr(read_coco(data, "a.json"))
+    assert repr(read_coco(b"\xef\xbb\xbf" + data, "a.json")) == expected
+    assert repr(read_coco(_Trickle(b"\xef\xbb\xbf" + data, 1), "a.json")) == expected
     with pytest.raises(AnnotationError) as caught:
         read_coco(json.dumps(DOCUMENT).encode("utf-16"), "a.json")
     assert str(caught.value) == (
@@ -247,6 +249,9 @@ def test_utf8_bom_is_read_and_utf16_is_refused_with_the_fix():
         (b'{"images": [], "annotations": [3], "categories": []}',
          "a.json: 'annotations' holds a non-object entry"),
         (b"[]", "a.json: a JSON list, not an object"),
+        (b'{"images": [{"id": [1]}]}', "a.json, image #1: id [1] is no number or text"),
+        (b'{"images": [{"id": 1, "file_name": "a"}, {"id": 1, "file_name": "b"}]}',
+         "a.json, image id 1: the id appears twice"),
         (b"3.5", "a.json: a JSON float, not an object"),
     ],
 )  # fmt: skip

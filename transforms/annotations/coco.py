@@ -7,8 +7,8 @@ back); boxes are not clipped here (clip_box does that against the image's real s
 image is returned, those without annotations with no objects.
 
 The file is read in one streaming pass (ijson's C parser, yajl), one list entry at a time: a
-json.loads of COCO train2017's 448 MB would cost several times that in Python objects, the
-result here ~1.5x (bench/coco_memory.py). So the lists may come in any order (COCO writes
+json.loads of COCO train2017's 448 MB would cost ~7.7x that in Python objects, this read
+~1.6x (bench/coco_memory.py). So the lists may come in any order (COCO writes
 categories last): annotations' category and image ids are checked once the file is read.
 """
 
@@ -18,6 +18,7 @@ import dataclasses
 import io
 import math
 import re
+from collections.abc import Callable
 from typing import Any, BinaryIO
 
 import ijson
@@ -42,7 +43,7 @@ try:
 except ImportError:  # no C extension for this platform: the same events, several times slower
     _PARSER = ijson
 
-# ijson's own default read size: larger reads did not parse faster.
+# ijson's own default read size.
 _CHUNK = 64 * 1024
 # The types of JSON's numbers (a JSON true is no coordinate), and of what isinstance(v, int) takes.
 _NUMBERS = frozenset((int, float))
@@ -71,6 +72,8 @@ _YAJL_CARET = 40
 _YAJL_SIDE = 30
 # What an error's token start may need of the chunk before: a number's digits.
 _TAIL = 32
+# The names of the JSON types of a file that is no object, as type(value).__name__ gives them.
+_KINDS = {"start_array": "list", "string": "str", "boolean": "bool", "null": "NoneType"}
 # yajl's errors that point at the offending byte itself (or the end), or just past it.
 _AT_THE_BYTE = {"invalid character inside string", "premature EOF"}
 _PAST_THE_BYTE = {"invalid char in json text"}
@@ -88,8 +91,8 @@ def read_coco(data: bytes | BinaryIO, path: str) -> CocoAnnotations:
     """Reads a COCO instances JSON in one streaming pass.
 
     Args:
-        data: the file's bytes, or the file open for reading in binary mode (its memory is
-            then never more than a 64 KiB chunk of it).
+        data: the file's bytes, or the file open for reading in binary mode (then only 64 KiB
+            of it are held at a time).
         path: the file's path, for messages.
 
     Returns:
@@ -155,16 +158,15 @@ class _JsonBytes:
         self.start += len(raw)
 
     def _take(self, size: int) -> bytes:
-        raw = self._held
-        while not self._eof:
+        # Reads on until the chunk can end outside a token, and the first holds a BOM's 4 bytes.
+        raw, cut = self._held, 0
+        while not self._eof and (not cut or (not self.start and len(raw) < 4)):
             more = self._stream.read(size)
             self._eof = not more
             raw += more
             cut = len(raw)
             while cut and len(raw) - cut < _LONGEST_TOKEN and raw[cut - 1] in _TOKEN_BYTES:
                 cut -= 1
-            if cut or self._eof:
-                break
         if self._eof:
             self._held = b""
             return raw
@@ -213,14 +215,7 @@ def _read_document(events: Any, reader: _Reader) -> None:
             problem = f"'{key}' appears twice" if key in seen else f"'{key}' is not a list"
             raise AnnotationError(reader.path, "", problem, _FIX_FORMAT)
         seen.add(key)
-        add = getattr(reader, key)
-        for event, _ in events:
-            if event == "end_array":
-                break
-            if event != "start_map":
-                problem = f"'{key}' holds a non-object entry"
-                raise AnnotationError(reader.path, "", problem, _FIX_FORMAT)
-            add(_map(events))
+        _read_list(events, key, getattr(reader, key), reader.path)
     for _ in events:  # the parser's end: trailing garbage is an error
         pass
     for key in _LISTS:
@@ -229,7 +224,15 @@ def _read_document(events: Any, reader: _Reader) -> None:
             raise AnnotationError(reader.path, "", problem, _FIX_FORMAT)
 
 
-_KINDS = {"start_array": "list", "string": "str", "boolean": "bool", "null": "NoneType"}
+def _read_list(events: Any, key: str, add: Callable[[dict[str, Any]], None], path: str) -> None:
+    # One entry at a time: only the reader's compact form of it outlives the next.
+    for event, _ in events:
+        if event == "end_array":
+            break
+        if event != "start_map":
+            problem = f"'{key}' holds a non-object entry"
+            raise AnnotationError(path, "", problem, _FIX_FORMAT)
+        add(_map(events))
 
 
 def _value(events: Any, event: str, value: Any) -> Any:
@@ -366,11 +369,18 @@ class _Reader:
         self._categories.append(Category(category_id, str(name), supercategory))
 
     def images(self, image: dict[str, Any]) -> None:
-        image_id = _field(image, "id", self.path, f"image #{len(self._images) + 1}")
-        if not _key(image_id) or image_id in self._objects:
-            problem = "the id appears twice" if _key(image_id) else "the id is no number or text"
+        where = f"image #{len(self._images) + 1}"
+        image_id = _field(image, "id", self.path, where)
+        # A list or an object is no dict key; other ids keep json.loads' equality (1 == 1.0).
+        if isinstance(image_id, list | dict):
+            problem = f"id {image_id!r} is no number or text"
+            raise AnnotationError(self.path, where, problem, "fix: give each image its own id")
+        if image_id in self._objects:
             raise AnnotationError(
-                self.path, f"image id {image_id}", problem, "fix: give each image its own id"
+                self.path,
+                f"image id {image_id}",
+                "the id appears twice",
+                "fix: give each image its own id",
             )
         self._objects[image_id] = []
         self._images.append(_read_image(image, image_id, self.path))
