@@ -173,12 +173,12 @@ def _label_map(out: str) -> list[tuple[int, str]]:
     ]
 
 
-def write_photo(path: Path, width: int, height: int, seed: int, **save) -> None:
+def write_photo(path: Path, width: int, height: int, seed: int) -> None:
     """A JPEG of noise (no two alike: none is dropped as a duplicate)."""
     rng = np.random.default_rng(seed)
     pixels = rng.integers(0, 256, (height, width, 3), dtype=np.uint8)
     path.parent.mkdir(parents=True, exist_ok=True)
-    Image.fromarray(pixels).save(path, quality=90, **save)
+    Image.fromarray(pixels).save(path, quality=90)
 
 
 def write_images(export: Export, images, seed: int = 0) -> None:
