@@ -114,12 +114,29 @@ def _image_paths(images: list[AnnotatedImage]) -> list[str]:
         if image.any_extension:
             paths += _yolo_image(image, folders)
             continue
-        source = image.annotations.source
+        source = image.source
         if source not in chosen:
             found = [i for i, c in enumerate(image.candidates) if storage.exists(c)]
             chosen[source] = found[0] if found else 0
         paths.append(image.candidates[min(chosen[source], len(image.candidates) - 1)])
-    return sorted(dict.fromkeys(paths))
+    return _existing(sorted(dict.fromkeys(paths)))
+
+
+def _existing(paths: list[str]) -> list[str]:
+    """The paths that exist, one listing per folder: an image the annotations name but nobody
+    put there stays out of the manifest, so the job reports its annotation as unmatched."""
+    by_folder: dict[str, list[str]] = {}
+    for path in paths:
+        by_folder.setdefault(posixpath.dirname(path), []).append(path)
+    found = []
+    for folder, wanted in by_folder.items():
+        present = (
+            {m.path for m in storage.match_under(folder, "*")}
+            if storage.is_folder(folder)
+            else set()
+        )
+        found += [p for p in wanted if p in present]
+    return found
 
 
 def _yolo_image(image: AnnotatedImage, folders: dict[str, dict[str, str]]) -> list[str]:

@@ -376,7 +376,8 @@ def _failure_status(e: BaseException, remote: bool, log_path: str | None) -> int
     if not interrupted(e):  # Beam re-raises a DoFn's KeyboardInterrupt as a RuntimeError
         print(f"imgrec: {_beam_error_line(e)}{log_hint(log_path)}", file=sys.stderr)
         # Too many rejects is the input's problem, not a crash: its own status (see --help).
-        too_many = "TooManyRejectsError" in f"{type(e).__name__} {e}"  # Beam wraps ours
+        text = f"{type(e).__name__} {e}"  # Beam wraps ours
+        too_many = "TooManyRejectsError" in text or "TooManyUnmatchedError" in text
         return EXIT_TOO_MANY_REJECTS if too_many else 1
     if remote:
         print(

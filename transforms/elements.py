@@ -8,12 +8,15 @@ converts at that boundary (`to_record`, `to_dict`, `from_dict`), keeping the byt
 from __future__ import annotations
 
 import dataclasses
+import pickle
 from typing import Any, NamedTuple
 
 from transforms.annotations.objects import ImageAnnotations
 
 __all__ = [
     "INSPECTION_FIELDS",
+    "NO_OBJECTS",
+    "PackedObjects",
     "AnalysisRow",
     "InspectedImage",
     "ListedFile",
@@ -21,6 +24,27 @@ __all__ = [
     "ShardInfo",
     "WriterEntry",
 ]
+
+
+@dataclasses.dataclass(frozen=True)
+class PackedObjects:
+    """One image's ImageAnnotations, pickled once where they were read (the launcher): every
+    shuffle after that copies bytes, and only the writer unpacks them."""
+
+    data: bytes  # b"": an image without objects (a negative)
+
+    @classmethod
+    def pack(cls, annotations: ImageAnnotations) -> PackedObjects:
+        return cls(pickle.dumps(annotations, protocol=pickle.HIGHEST_PROTOCOL))
+
+    def unpack(self) -> ImageAnnotations:
+        if not self.data:
+            return ImageAnnotations("", None, None, ())
+        return pickle.loads(self.data)
+
+
+# A listed image no annotation names, kept as a negative.
+NO_OBJECTS = PackedObjects(b"")
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -49,7 +73,7 @@ class ListedFile:
     # --group_by: a salted hash of the file's group ("" without --group_by); the split follows it.
     group: str = dataclasses.field(default="", kw_only=True)
     # --annotations: the image's objects (transforms/match_annotations.py); None: a run without.
-    objects: ImageAnnotations | None = dataclasses.field(default=None, kw_only=True)
+    objects: PackedObjects | None = dataclasses.field(default=None, kw_only=True)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -103,7 +127,7 @@ class WriterEntry(NamedTuple):
     channels: int
     transcode: str
     group: str = ""
-    objects: ImageAnnotations | None = None
+    objects: PackedObjects | None = None
 
     @classmethod
     def of(cls, image: InspectedImage) -> WriterEntry:

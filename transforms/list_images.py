@@ -313,7 +313,7 @@ class _LabelAndSplitFn(beam.DoFn):
         else:
             label = ""
         group = groups.file_group(self._group_by, self._path_group, key, item.manifest_group, tags)
-        if self._split_from == "hash":
+        if self._split_from in ("hash", "annotations"):  # annotations: the join replaces it
             split = assign_split(split_key(key, group), self._seed, self._splits)
         elif self._split_from == "manifest":
             split = item.manifest_split

@@ -15,6 +15,7 @@ import pickle
 import posixpath
 import zlib
 from collections.abc import Iterable
+from typing import NamedTuple
 
 from core import storage
 from transforms.annotations.coco import read_coco
@@ -23,6 +24,7 @@ from transforms.annotations.objects import AnnotationError, Category, ImageAnnot
 from transforms.annotations.options import AnnotationOptions
 from transforms.annotations.voc import read_voc
 from transforms.annotations.yolo import read_class_names, read_yolo_labels, read_yolo_yaml
+from transforms.elements import PackedObjects
 
 __all__ = [
     "AnnotatedImage",
@@ -50,12 +52,19 @@ class AnnotatedImage:
     stem: str  # the join key: the name's base name without its extension
     candidates: tuple[str, ...]  # full paths it may be (YOLO: without the extension)
     split: str  # its annotation file's split ("" when the file says none)
-    annotations: ImageAnnotations
+    source: str  # the annotation file
+    num_objects: int
+    objects: PackedObjects  # its ImageAnnotations, class ids final
     any_extension: bool = False  # YOLO: a label file names a.txt, the image is a.<any>
 
-    @property
-    def num_objects(self) -> int:
-        return len(self.annotations.objects)
+
+class _Found(NamedTuple):
+    """An image as one annotation file gives it, before the label map is known."""
+
+    image: ImageAnnotations
+    candidates: tuple[str, ...]
+    split: str
+    any_extension: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -94,9 +103,9 @@ def load_annotations(options: AnnotationOptions, staging: str) -> LoadedAnnotati
     reader = _Reader()
     for path, data in _read_all(files):
         reader.add(path, data)
-    images = reader.images()
-    label_map = _label_map(reader, images, options.relabel)
-    images = [_resolved(image, label_map) for image in images]
+    found = reader.images()
+    label_map = _label_map(reader, found, options.relabel)
+    images = [_annotated(one, label_map) for one in found]
     parts = _stage(images, staging)
     digest = hashlib.sha256(repr(sorted(reader.digests.items())).encode()).hexdigest()
     completed = dataclasses.replace(
@@ -176,7 +185,7 @@ class _Reader:
         # The names files label files were read with: only their classes enter the label map
         # (a names-like list elsewhere, e.g. VOC's ImageSets/Main/*.txt, names no class).
         self.used_names: dict[str, tuple[Category, ...]] = {}
-        self._images: list[AnnotatedImage] = []
+        self._images: list[_Found] = []
 
     def add(self, path: str, data: bytes) -> None:
         self.digests[path] = hashlib.sha256(data).hexdigest()
@@ -212,7 +221,7 @@ class _Reader:
         folder = posixpath.dirname(path)
         split = split_of(path)
         for image in coco.images:
-            self._images.append(_annotated(image, _coco_candidates(folder, image.image), split))
+            self._images.append(_Found(image, _coco_candidates(folder, image.image), split))
 
     def _add_voc(self, path: str, data: bytes) -> None:
         image = read_voc(data, path)
@@ -221,7 +230,7 @@ class _Reader:
             posixpath.join(posixpath.dirname(folder), "JPEGImages", image.image),
             posixpath.join(folder, image.image),
         )
-        self._images.append(_annotated(image, candidates, ""))
+        self._images.append(_Found(image, candidates, ""))
 
     def _add_yolo_yaml(self, path: str, data: bytes) -> None:
         yolo = read_yolo_yaml(data, path)
@@ -240,7 +249,7 @@ class _Reader:
                         self.listed_labels.add(label_path)
         self.yolo_names.setdefault(folder, yolo.categories)
 
-    def images(self) -> list[AnnotatedImage]:
+    def images(self) -> list[_Found]:
         """Every image read, YOLO label files read with their class names now."""
         for path, data, split in self.yolo_labels:
             names = self._yolo_names_for(path)
@@ -250,7 +259,7 @@ class _Reader:
             candidates = tuple(
                 posixpath.join(f, image.image) for f in dict.fromkeys((images_folder, folder))
             )
-            self._images.append(_annotated(image, candidates, split, any_extension=True))
+            self._images.append(_Found(image, candidates, split, any_extension=True))
         return self._images
 
     def _yolo_names_for(self, label_path: str) -> tuple[Category, ...]:
@@ -272,19 +281,21 @@ class _Reader:
         )
 
 
-def _annotated(
-    image: ImageAnnotations, candidates: tuple[str, ...], split: str, any_extension: bool = False
-) -> AnnotatedImage:
-    normalised = tuple(dict.fromkeys(posixpath.normpath(c) for c in candidates))
-    if any("://" in c for c in candidates):  # normpath would fold gs:// into gs:/
-        normalised = tuple(dict.fromkeys(candidates))
+def _annotated(found: _Found, label_map: dict) -> AnnotatedImage:
+    """The staged form of one image: its objects with their final class ids, packed."""
+    candidates = found.candidates
+    if not any("://" in c for c in candidates):  # normpath would fold gs:// into gs:/
+        candidates = tuple(posixpath.normpath(c) for c in candidates)
+    annotations = _resolved(found, label_map)
     return AnnotatedImage(
-        name=image.image,
-        stem=stem_of(image.image),
-        candidates=normalised,
-        split=split,
-        annotations=image,
-        any_extension=any_extension,
+        name=found.image.image,
+        stem=stem_of(found.image.image),
+        candidates=tuple(dict.fromkeys(candidates)),
+        split=found.split,
+        source=found.image.source,
+        num_objects=len(annotations.objects),
+        objects=PackedObjects.pack(annotations),
+        any_extension=found.any_extension,
     )
 
 
@@ -317,7 +328,7 @@ def _label_files(folder: str) -> list[str]:
 
 
 def _label_map(
-    reader: _Reader, images: list[AnnotatedImage], relabel: str
+    reader: _Reader, images: list[_Found], relabel: str
 ) -> dict[object, tuple[int, str]]:
     """(format's class key) -> (id written, name): COCO ids as they are, YOLO's k as k + 1 (the
     Object Detection API keeps 0 for the background), VOC's names after them in name order."""
@@ -336,7 +347,7 @@ def _label_map(
                 )
     by_name = {name: cid for cid, name in by_key.values()}
     voc_names = sorted(
-        {o.class_text for i in images for o in i.annotations.objects if o.class_id is None}
+        {o.class_text for i in images for o in i.image.objects if o.class_id is None}
     )
     next_id = max(by_name.values(), default=0) + 1
     for name in voc_names:
@@ -365,20 +376,19 @@ def _written_map(label_map: dict) -> tuple[tuple[int, str], ...]:
     return tuple(pairs)
 
 
-def _resolved(image: AnnotatedImage, label_map: dict) -> AnnotatedImage:
-    """`image` with each object's final class id and name."""
+def _resolved(found: _Found, label_map: dict) -> ImageAnnotations:
+    """The image's objects with their final class ids and names."""
     objects = []
-    for obj in image.annotations.objects:
+    for obj in found.image.objects:
         if obj.class_id is None:
             key = ("voc", obj.class_text)
-        elif image.any_extension:
+        elif found.any_extension:
             key = ("yolo", obj.class_id)
         else:
             key = ("coco", obj.class_id)
         cid, name = label_map[key]
         objects.append(dataclasses.replace(obj, class_id=cid, class_text=name))
-    annotations = dataclasses.replace(image.annotations, objects=tuple(objects))
-    return dataclasses.replace(image, annotations=annotations)
+    return dataclasses.replace(found.image, objects=tuple(objects))
 
 
 def _stage(images: list[AnnotatedImage], staging: str) -> int:

@@ -16,8 +16,7 @@ from apache_beam import pvalue
 from apache_beam.metrics import Metrics
 
 from core.rejects import make_reject
-from transforms.annotations.objects import ImageAnnotations
-from transforms.elements import ListedFile
+from transforms.elements import NO_OBJECTS, ListedFile
 from transforms.list_images import LIST_BATCH
 from transforms.load_annotations import AnnotatedImage, part_path, read_part, stem_of
 
@@ -55,7 +54,7 @@ def _find(image: AnnotatedImage, files: list[ListedFile]) -> ListedFile | None:
         same = same or [f for f in pool if _base(f.path) == _base(image.name)]
     if len(same) > 1:
         raise AmbiguousImageError(
-            f"{image.annotations.source}: image {image.name!r} could be {same[0].path} or "
+            f"{image.source}: image {image.name!r} could be {same[0].path} or "
             f"{same[1].path}; fix: name the image by its path relative to the annotation file "
             "or the input root, or give --input only the folder it is in"
         )
@@ -80,7 +79,7 @@ class _MatchFn(beam.DoFn):
         _, grouped = element
         files = sorted(grouped["files"], key=lambda f: f.path)
         claims: dict[str, AnnotatedImage] = {}
-        for image in sorted(grouped["objects"], key=lambda i: (i.annotations.source, i.name)):
+        for image in sorted(grouped["objects"], key=lambda i: (i.source, i.name)):
             found = _find(image, files)
             if found is None:
                 self._unmatched.inc()
@@ -88,8 +87,8 @@ class _MatchFn(beam.DoFn):
                 continue
             if found.path in claims:
                 raise AmbiguousImageError(
-                    f"{found.path} is annotated twice, by {claims[found.path].annotations.source} "
-                    f"and {image.annotations.source}; fix: give each image one annotation"
+                    f"{found.path} is annotated twice, by {claims[found.path].source} "
+                    f"and {image.source}; fix: give each image one annotation"
                 )
             claims[found.path] = image
         for listed in files:
@@ -100,11 +99,10 @@ class _MatchFn(beam.DoFn):
             if self._reject_unannotated or self._split_from_annotations:
                 why = "--split_from annotations" if self._split_from_annotations else ""
                 return pvalue.TaggedOutput(self.REJECTED, _no_annotation(listed, why))
-            negative = ImageAnnotations(listed.key, None, None, ())
-            return dataclasses.replace(listed, objects=negative)
+            return dataclasses.replace(listed, objects=NO_OBJECTS)
         self._matched.inc()
         split = image.split if self._split_from_annotations and image.split else listed.split
-        return dataclasses.replace(listed, split=split, objects=image.annotations)
+        return dataclasses.replace(listed, split=split, objects=image.objects)
 
 
 def _unmatched(image: AnnotatedImage) -> dict:
@@ -112,7 +110,7 @@ def _unmatched(image: AnnotatedImage) -> dict:
     return {
         "image": image.name,
         "num_objects": image.num_objects,
-        "source": image.annotations.source,
+        "source": image.source,
     }
 
 
@@ -155,8 +153,11 @@ class MatchAnnotations(beam.PTransform):
                 _MatchFn.UNMATCHED, _MatchFn.REJECTED, main="listed"
             )
         )
-        batches = matched.listed | "Rebatch" >> beam.BatchElements(
-            min_batch_size=LIST_BATCH, max_batch_size=LIST_BATCH
+        batches = (
+            matched.listed
+            | "Rebatch" >> beam.BatchElements(min_batch_size=LIST_BATCH, max_batch_size=LIST_BATCH)
+            # The join's output comes in few bundles: spread the batches over the workers again.
+            | "SpreadBatches" >> beam.Reshuffle()
         )
         return {
             "listed": batches,

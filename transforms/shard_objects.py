@@ -20,6 +20,7 @@ from transforms.annotations.features import (
     record_objects,
     semantic_mask,
 )
+from transforms.annotations.objects import ImageAnnotations
 from transforms.annotations.options import AnnotationOptions, mask_path
 from transforms.elements import WriterEntry
 from transforms.images import headers
@@ -62,10 +63,11 @@ class ShardObjects:
         changes: tuple[ObjectChange, ...] = ()
         orientation = source_orientation(entry, data)
         if entry.objects is not None:
+            annotations = entry.objects.unpack()
             found = record_objects(
-                entry.objects,
+                annotations,
                 path=entry.path,
-                source_id=_source_id(entry),
+                source_id=_source_id(entry, annotations),
                 image_width=entry.width,
                 image_height=entry.height,
                 orientation=orientation,
@@ -103,8 +105,7 @@ class ShardObjects:
             raise Rejected(e.reason, e.detail) from e
 
 
-def _source_id(entry: WriterEntry) -> str:
+def _source_id(entry: WriterEntry, annotations: ImageAnnotations) -> str:
     """image/source_id: the COCO image id where the file gives one (COCO evaluation matches on
     it), else the image's key."""
-    image_id = entry.objects.image_id if entry.objects is not None else None
-    return str(image_id) if image_id is not None else entry.key
+    return str(annotations.image_id) if annotations.image_id is not None else entry.key

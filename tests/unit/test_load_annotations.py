@@ -10,7 +10,7 @@ import pytest
 
 from transforms.annotations.objects import AnnotationError, ImageAnnotations
 from transforms.annotations.options import AnnotationOptions, mask_path, parse_mask_classes
-from transforms.elements import ListedFile
+from transforms.elements import ListedFile, PackedObjects
 from transforms.load_annotations import (
     AnnotatedImage,
     load_annotations,
@@ -63,7 +63,7 @@ def test_coco_ids_kept_and_staged_by_stem(tmp_path):
     by_stem = {i.stem: i for i in staged}
     assert set(by_stem) == {"a", "b"}
     assert by_stem["b"].candidates[0] == str(tmp_path / "sub" / "b.jpg")
-    assert [o.class_text for o in by_stem["b"].annotations.objects] == ["crack", "weld"]
+    assert [o.class_text for o in by_stem["b"].objects.unpack().objects] == ["crack", "weld"]
 
 
 def _part(loaded, n):
@@ -91,7 +91,10 @@ def test_relabel_contiguous_and_voc_names_after_coco_ids(tmp_path):
     contiguous = _load(tmp_path, tmp_path / "a.json", tmp_path / "b.xml", relabel="contiguous")
     assert contiguous.options.label_map == ((1, "bus"), (2, "car"), (3, "van"))
     voc = next(i for i in contiguous.images if i.stem == "b")
-    assert [(o.class_id, o.class_text) for o in voc.annotations.objects] == [(2, "car"), (3, "van")]
+    assert [(o.class_id, o.class_text) for o in voc.objects.unpack().objects] == [
+        (2, "car"),
+        (3, "van"),
+    ]
 
 
 def test_yolo_folder_with_data_yaml_gives_class_k_plus_one(tmp_path):
@@ -104,7 +107,7 @@ def test_yolo_folder_with_data_yaml_gives_class_k_plus_one(tmp_path):
     (image,) = loaded.images
     assert image.any_extension and image.split == "train"
     assert image.candidates[0] == str(tmp_path / "images" / "train" / "x")
-    assert [o.class_id for o in image.annotations.objects] == [2, 1]
+    assert [o.class_id for o in image.objects.unpack().objects] == [2, 1]
 
 
 def test_names_list_that_no_label_file_uses_names_no_class(tmp_path):
@@ -137,8 +140,10 @@ def _listed(path, key):
 
 
 def _annotated(name, candidates=(), any_extension=False):
-    annotations = ImageAnnotations(name, None, None, (), source="/ann/instances.json")
-    return AnnotatedImage(name, stem_of(name), tuple(candidates), "", annotations, any_extension)
+    objects = PackedObjects.pack(ImageAnnotations(name, None, None, ()))
+    return AnnotatedImage(
+        name, stem_of(name), tuple(candidates), "", "/ann/instances.json", 0, objects, any_extension
+    )
 
 
 def test_find_prefers_the_candidate_path_then_the_key_then_the_base_name():

@@ -41,6 +41,7 @@ from __future__ import annotations
 import dataclasses
 import io
 import math
+import zlib
 from collections.abc import Iterable
 from typing import Any
 
@@ -444,8 +445,10 @@ def _rle_string_counts(text: str) -> list[int] | None:
 
 
 def _png(image: Image.Image) -> bytes:
+    # zlib's run-length strategy: masks are long runs of 0 and 1, so it writes them 2.6x
+    # faster than the default strategy and no larger (docs/benchmarks.md, annotations).
     out = io.BytesIO()
-    image.save(out, format="PNG")
+    image.save(out, format="PNG", compress_type=zlib.Z_RLE)
     return out.getvalue()
 
 
