@@ -4,7 +4,7 @@
     PYTHONPATH=. .venv/bin/python bench/coco_memory.py --mb 50
 
 The file is generated once (cached under bench/_work/) with COCO train2017's shape: ~118k images,
-~860k annotations whose polygons hold ~25 points with 2 decimals, 1% crowd objects with
+~860k annotations whose polygons hold ~24 points with 2 decimals, 1% crowd objects with
 uncompressed RLE, categories last and their ids not contiguous. Each reader runs in a fresh
 process; its growth is the peak RSS (VmHWM) after reading less the RSS before, so the
 interpreter and its imports do not count.

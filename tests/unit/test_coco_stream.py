@@ -276,5 +276,5 @@ def test_reading_grows_memory_by_at_most_twice_the_file(tmp_path):
     path = str(tmp_path / "instances.json")
     size = write_coco_like(path, mb=20)
     growth = measure(path, "read_coco")["growth"]
-    # COCO train2017's 448 MB file measures ~1.6x in bench/coco_memory.py; json.load ~7.7x.
+    # A COCO train2017-sized file (452 MB) measures 1.67x in bench/coco_memory.py; json.load 7.65x.
     assert growth <= 2 * size, f"{growth / size:.2f}x the file's {size / 1e6:.0f} MB"

@@ -8,7 +8,7 @@ image is returned, those without annotations with no objects.
 
 The file is read in one streaming pass (ijson's C parser, yajl), one list entry at a time: a
 json.loads of COCO train2017's 448 MB would cost ~7.7x that in Python objects, this read
-~1.6x (bench/coco_memory.py). So the lists may come in any order (COCO writes
+~1.7x (bench/coco_memory.py). So the lists may come in any order (COCO writes
 categories last): annotations' category and image ids are checked once the file is read.
 """
 
