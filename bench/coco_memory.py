@@ -114,16 +114,23 @@ def status(key):
 
 before = status("VmRSS:")
 start = time.perf_counter()
-with open(sys.argv[2], "rb") as f:
-    result = json.load(f) if sys.argv[1] == "json.load" else read_coco(f, sys.argv[2])
+if sys.argv[1] == "launcher":  # the conversion's whole read: detect, parse, label map, stage
+    import tempfile
+    from transforms.annotations.options import AnnotationOptions
+    from transforms.load_annotations import load_annotations
+    with tempfile.TemporaryDirectory() as staging:
+        load_annotations(AnnotationOptions(paths=(sys.argv[2],)), staging + "/s")
+else:
+    with open(sys.argv[2], "rb") as f:
+        result = json.load(f) if sys.argv[1] == "json.load" else read_coco(f, sys.argv[2])
 seconds = time.perf_counter() - start
 print(json.dumps({"growth": status("VmHWM:") - before, "seconds": seconds}))
 """
 
 
 def measure(path: str, reader: str) -> dict[str, float]:
-    """Peak RSS growth (bytes) and seconds of `reader` ("read_coco" or "json.load") on `path`,
-    in a fresh process."""
+    """Peak RSS growth (bytes) and seconds of `reader` ("launcher", "read_coco" or "json.load")
+    on `path`, in a fresh process."""
     out = subprocess.run(
         [sys.executable, "-c", _CHILD, reader, path],
         check=True,
@@ -138,7 +145,10 @@ def measure(path: str, reader: str) -> dict[str, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--mb", type=float, default=TRAIN2017_MB, help="file size to generate")
-    parser.add_argument("--readers", nargs="+", default=["read_coco", "json.load"])
+    parser.add_argument(
+        "--readers", nargs="+", default=["launcher", "read_coco", "json.load"],
+        help="launcher: what `imgrec convert --annotations FILE` does before the job starts",
+    )  # fmt: skip
     args = parser.parse_args()
     os.makedirs(WORK, exist_ok=True)
     path = os.path.join(WORK, f"coco-like-{args.mb:g}mb.json")

@@ -17,6 +17,8 @@ import zlib
 from collections.abc import Iterable
 from typing import NamedTuple
 
+from apache_beam.io.filesystems import FileSystems
+
 from core import storage
 from transforms.annotations.coco import read_coco
 from transforms.annotations.detect import annotation_format
@@ -37,6 +39,10 @@ __all__ = [
 
 # Files a folder given to --annotations may hold annotations in; images beside them stay unread.
 _ANNOTATION_SUFFIXES = (".json", ".xml", ".yaml", ".yml", ".txt", ".names")
+# Files from this size on are streamed where their format allows (COCO: 448 MB for train2017),
+# so the launcher never holds a big file's bytes and its objects at once.
+_STREAM_BYTES = 8 << 20
+_HEAD_BYTES = 64 << 10
 # Images per staged part: small enough that a worker holds one part's objects at a time.
 _IMAGES_PER_PART = 5_000
 # An annotation file's split name -> imgrec's split names (its default ones where they mean it).
@@ -101,8 +107,12 @@ def load_annotations(options: AnnotationOptions, staging: str) -> LoadedAnnotati
     """
     files = _expand(options.paths)
     reader = _Reader()
-    for path, data in _read_all(files):
+    small = [path for path, size in files if size < _STREAM_BYTES]
+    for path, data in _read_all(small):
         reader.add(path, data)
+    for path, size in files:
+        if size >= _STREAM_BYTES:
+            reader.add_large(path)
     found = reader.images()
     label_map = _label_map(reader, found, options.relabel)
     images = [_annotated(one, label_map) for one in found]
@@ -131,13 +141,13 @@ def read_part(path: str) -> list[AnnotatedImage]:
     return pickle.loads(zlib.decompress(storage.read_bytes(path)))
 
 
-def _expand(paths: Iterable[str]) -> list[str]:
-    """--annotations values -> the files they name, in order, each once.
+def _expand(paths: Iterable[str]) -> list[tuple[str, int]]:
+    """--annotations values -> the files they name with their sizes, in order, each once.
 
     Raises:
         AnnotationError: a value that matches nothing.
     """
-    files: list[str] = []
+    files: dict[str, int] = {}
     for spec in paths:
         spec = _absolute(spec)
         found = _matches(spec)
@@ -148,21 +158,24 @@ def _expand(paths: Iterable[str]) -> list[str]:
                 "no such file, folder or match",
                 "fix: check the --annotations path (a file, a glob or a folder)",
             )
-        files += [f for f in found if f not in files]
-    return files
+        for path, size in found:
+            files.setdefault(path, size)
+    return list(files.items())
 
 
 def _absolute(spec: str) -> str:
     return spec if "://" in spec else os.path.abspath(os.path.expanduser(spec))
 
 
-def _matches(spec: str) -> list[str]:
+def _matches(spec: str) -> list[tuple[str, int]]:
     if any(c in spec for c in "*?["):
-        return sorted(m.path for m in storage.match_pattern(spec))
-    if storage.is_folder(spec):
+        found = storage.match_pattern(spec)
+    elif storage.is_folder(spec):
         found = storage.match_under(spec.rstrip("/"), "**")
-        return sorted(m.path for m in found if m.path.lower().endswith(_ANNOTATION_SUFFIXES))
-    return [spec] if storage.exists(spec) else []
+        found = [m for m in found if m.path.lower().endswith(_ANNOTATION_SUFFIXES)]
+    else:
+        found = storage.match_pattern(storage.glob_escape(spec)) if storage.exists(spec) else []
+    return sorted((m.path, m.size_in_bytes) for m in found)
 
 
 def _read_all(files: list[str]):
@@ -170,6 +183,24 @@ def _read_all(files: list[str]):
         if isinstance(result, storage.ReadError):
             raise AnnotationError(path, "", f"unreadable ({result.detail})", "fix: check access")
         yield path, result
+
+
+class _HashingReader:
+    """A binary stream's read(), hashing what passes (a streamed file's digest in one pass)."""
+
+    def __init__(self, stream):
+        self._stream = stream
+        self._sha256 = hashlib.sha256()
+
+    def read(self, size: int = -1) -> bytes:
+        data = self._stream.read(size)
+        self._sha256.update(data)
+        return data
+
+    def hexdigest(self) -> str:
+        while self.read(1 << 20):  # what the parser left unread (trailing spaces) counts too
+            pass
+        return self._sha256.hexdigest()
 
 
 class _Reader:
@@ -206,7 +237,21 @@ class _Reader:
             self.yolo_labels.append((path, data, ""))
             self.listed_labels.add(path)
 
-    def _add_coco(self, path: str, data: bytes) -> None:
+    def add_large(self, path: str) -> None:
+        """A file too big to hold twice: a COCO file is streamed (its objects held compactly),
+        anything else read whole."""
+        with FileSystems.open(path, compression_type="uncompressed") as f:
+            head = f.read(_HEAD_BYTES)
+        if head.removeprefix(b"\xef\xbb\xbf").lstrip()[:1] != b"{":
+            self.add(path, storage.read_bytes(path))
+            return
+        self.formats.add("coco")
+        with FileSystems.open(path, compression_type="uncompressed") as f:
+            stream = _HashingReader(f)
+            self._add_coco(path, stream)
+            self.digests[path] = stream.hexdigest()
+
+    def _add_coco(self, path: str, data) -> None:
         coco = read_coco(data, path)
         for category in coco.categories:
             known = self.coco_categories.get(category.id)

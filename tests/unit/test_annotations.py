@@ -424,7 +424,7 @@ def test_annotation_format_from_content(data, expected):
         (b"<svg></svg>", "x: XML whose root is <svg>, not <annotation>"),
         (b"hello: world\n", "x: text that is no annotation format (starts 'hello: world')"),
         (b"\x89PNG\r\n\x1a\n\x00\xff", "x: binary data, not text"),
-        (b'{"images": [\n}', "x, line 2 column 1: malformed JSON"),
+        (b'{"info": {\n]', "x, line 2 column 1: malformed JSON"),
         (b"- person\n- car\n", "x: text that is no annotation format (starts '- person')"),
         (
             b'[{"image_id": 1, "category_id": 3, "bbox": [1, 2, 3, 4], "score": 0.9}]',
@@ -473,3 +473,11 @@ def test_yolo_labels_read_with_names_from_a_names_file():
     names = read_class_names(b"person\ncar\ndog\n", "classes.txt")
     yolo = read_yolo_labels(YOLO_SAME, "a.txt", width=WIDTH, height=HEIGHT, names=names).objects
     assert [(o.class_id, o.class_text) for o in yolo] == [(0, "person"), (1, "car"), (2, "dog")]
+
+
+def test_a_coco_file_is_told_from_its_first_keys_and_read_for_its_errors():
+    # Recognised without loading it whole; read_coco then names the malformed line.
+    data = b'{"images": [\n}'
+    assert annotation_format(data, "x") == "coco"
+    with pytest.raises(AnnotationError, match="x, line 2"):
+        read_coco(data, "x")

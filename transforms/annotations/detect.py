@@ -12,10 +12,12 @@ name where an export has such lists.
 
 from __future__ import annotations
 
+import io
 import json
 import re
 from typing import Literal
 
+import ijson
 import yaml
 
 from transforms.annotations.objects import AnnotationError
@@ -56,13 +58,13 @@ def annotation_format(data: bytes, name: str) -> AnnotationFormat:
     Raises:
         AnnotationError: naming what the file holds instead.
     """
+    if data.removeprefix(b"\xef\xbb\xbf").lstrip()[:1] == b"{":
+        return _json_format(data, name)
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as error:
         raise AnnotationError(name, "", f"binary data, not text ({error.reason})", _FIX) from None
     head = text.lstrip()
-    if head.startswith("{"):
-        return _json_format(text, name)
     if head.startswith("["):
         _refuse_json_list(text, name)
     if head.startswith("<"):
@@ -73,20 +75,37 @@ def annotation_format(data: bytes, name: str) -> AnnotationFormat:
     return _text_format(text, lines, name)
 
 
-def _json_format(text: str, name: str) -> AnnotationFormat:
-    try:
-        document = json.loads(text)
-    except json.JSONDecodeError as error:
-        where = f"line {error.lineno} column {error.colno}"
-        raise AnnotationError(name, where, f"malformed JSON ({error.msg})", _FIX) from None
-    if "images" in document or "annotations" in document:
+def _json_format(data: bytes, name: str) -> AnnotationFormat:
+    keys = _top_level_keys(data)
+    if keys is None:  # malformed: json names the line (the file is refused anyway)
+        try:
+            keys = list(json.loads(data.decode("utf-8-sig", errors="replace")))
+        except json.JSONDecodeError as error:
+            where = f"line {error.lineno} column {error.colno}"
+            raise AnnotationError(name, where, f"malformed JSON ({error.msg})", _FIX) from None
+    if "images" in keys or "annotations" in keys:
         return "coco"
-    if "categories" in document and set(document) <= _NOTES_KEYS:
+    if "categories" in keys and set(keys) <= _NOTES_KEYS:
         return "companion"
-    keys = ", ".join(sorted(document)[:8]) or "none"
+    keys = ", ".join(sorted(keys)[:8]) or "none"
     raise AnnotationError(
         name, "", f"a JSON object without 'images' or 'annotations' (keys: {keys})", _FIX
     )
+
+
+def _top_level_keys(data: bytes) -> list[str] | None:
+    """The JSON object's keys, read by streaming up to "images" or "annotations" (a 448 MB COCO
+    file is not loaded to be recognised); None if the JSON is malformed before that."""
+    keys = []
+    try:
+        for prefix, event, value in ijson.parse(io.BytesIO(data)):
+            if prefix == "" and event == "map_key":
+                keys.append(value)
+                if value in ("images", "annotations"):
+                    return keys
+    except (ijson.JSONError, ijson.IncompleteJSONError, UnicodeDecodeError):
+        return None
+    return keys
 
 
 def _refuse_json_list(text: str, name: str) -> None:
