@@ -26,7 +26,7 @@ from transforms.annotations.objects import AnnotationError, Category, ImageAnnot
 from transforms.annotations.options import AnnotationOptions
 from transforms.annotations.voc import read_voc
 from transforms.annotations.yolo import read_class_names, read_yolo_labels, read_yolo_yaml
-from transforms.elements import PackedObjects
+from transforms.elements import NO_OBJECTS, PackedObjects
 
 __all__ = [
     "AnnotatedImage",
@@ -79,7 +79,7 @@ class LoadedAnnotations:
 
     options: AnnotationOptions
     num_objects: int
-    # Every image the files name (without --input, the job's manifest is made of them).
+    # Every image the files name, without its objects (without --input, the job's manifest).
     images: tuple[AnnotatedImage, ...]
 
 
@@ -113,10 +113,9 @@ def load_annotations(options: AnnotationOptions, staging: str) -> LoadedAnnotati
     for path, size in files:
         if size >= _STREAM_BYTES:
             reader.add_large(path)
-    found = reader.images()
+    found = reader.take_images()
     label_map = _label_map(reader, found, options.relabel)
-    images = [_annotated(one, label_map) for one in found]
-    parts = _stage(images, staging)
+    parts, images = _stage(found, label_map, staging)
     digest = hashlib.sha256(repr(sorted(reader.digests.items())).encode()).hexdigest()
     completed = dataclasses.replace(
         options,
@@ -294,7 +293,7 @@ class _Reader:
                         self.listed_labels.add(label_path)
         self.yolo_names.setdefault(folder, yolo.categories)
 
-    def images(self) -> list[_Found]:
+    def take_images(self) -> list[_Found]:
         """Every image read, YOLO label files read with their class names now."""
         for path, data, split in self.yolo_labels:
             names = self._yolo_names_for(path)
@@ -305,7 +304,8 @@ class _Reader:
                 posixpath.join(f, image.image) for f in dict.fromkeys((images_folder, folder))
             )
             self._images.append(_Found(image, candidates, split, any_extension=True))
-        return self._images
+        images, self._images = self._images, []
+        return images
 
     def _yolo_names_for(self, label_path: str) -> tuple[Category, ...]:
         folder = posixpath.dirname(label_path)
@@ -436,16 +436,23 @@ def _resolved(found: _Found, label_map: dict) -> ImageAnnotations:
     return dataclasses.replace(found.image, objects=tuple(objects))
 
 
-def _stage(images: list[AnnotatedImage], staging: str) -> int:
-    """Writes `images` as parts by stem hash; returns the number of parts."""
-    num_parts = max(1, -(-len(images) // _IMAGES_PER_PART))
-    parts: list[list[AnnotatedImage]] = [[] for _ in range(num_parts)]
-    for image in images:
-        parts[zlib.crc32(image.stem.encode()) % num_parts].append(image)
-    for index, part in enumerate(parts):
-        body = zlib.compress(pickle.dumps(part, protocol=pickle.HIGHEST_PROTOCOL), 1)
+def _stage(found: list[_Found], label_map: dict, staging: str) -> tuple[int, list[AnnotatedImage]]:
+    """Writes the images as parts by stem hash, packed one part at a time, each part's unpacked
+    objects let go as it is written: the launcher never holds both forms of them all
+    (bench/coco_memory.py). Returns (the number of parts, every image without its objects)."""
+    num_parts = max(1, -(-len(found) // _IMAGES_PER_PART))
+    parts: list[list[_Found] | None] = [[] for _ in range(num_parts)]
+    for one in found:
+        parts[zlib.crc32(stem_of(one.image.image).encode()) % num_parts].append(one)
+    found.clear()
+    images = []
+    for index in range(num_parts):
+        packed = [_annotated(one, label_map) for one in parts[index]]
+        parts[index] = None
+        body = zlib.compress(pickle.dumps(packed, protocol=pickle.HIGHEST_PROTOCOL), 1)
         storage.write_bytes_atomic(part_path(staging, index), body)
-    return num_parts
+        images += [dataclasses.replace(image, objects=NO_OBJECTS) for image in packed]
+    return num_parts, images
 
 
 def part_path(staging: str, index: int) -> str:

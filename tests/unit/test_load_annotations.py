@@ -90,7 +90,10 @@ def test_relabel_contiguous_and_voc_names_after_coco_ids(tmp_path):
     assert kept.options.formats == ("coco", "voc")
     contiguous = _load(tmp_path, tmp_path / "a.json", tmp_path / "b.xml", relabel="contiguous")
     assert contiguous.options.label_map == ((1, "bus"), (2, "car"), (3, "van"))
-    voc = next(i for i in contiguous.images if i.stem == "b")
+    staged = [
+        i for n in range(contiguous.options.num_parts) for i in read_part(_part(contiguous, n))
+    ]
+    voc = next(i for i in staged if i.stem == "b")
     assert [(o.class_id, o.class_text) for o in voc.objects.unpack().objects] == [
         (2, "car"),
         (3, "van"),
@@ -104,7 +107,7 @@ def test_yolo_folder_with_data_yaml_gives_class_k_plus_one(tmp_path):
     (tmp_path / "labels" / "train" / "x.txt").write_text("1 0.5 0.5 0.2 0.2\n0 0.1 0.1 0.1 0.1\n")
     loaded = _load(tmp_path, tmp_path)
     assert loaded.options.label_map == ((1, "crack"), (2, "weld"))
-    (image,) = loaded.images
+    (image,) = read_part(_part(loaded, 0))
     assert image.any_extension and image.split == "train"
     assert image.candidates[0] == str(tmp_path / "images" / "train" / "x")
     assert [o.class_id for o in image.objects.unpack().objects] == [2, 1]
