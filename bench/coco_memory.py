@@ -105,8 +105,10 @@ def _category(category_id: int) -> str:
 
 # Run in a fresh interpreter: imports first, then RSS, then the read, then the peak.
 _CHILD = """
-import json, resource, sys, time
+import json, resource, sys, tempfile, time
 from transforms.annotations.coco import read_coco
+from transforms.annotations.options import AnnotationOptions
+from transforms.load_annotations import load_annotations  # (Beam: imported before, as in a run)
 
 def status(key):
     with open("/proc/self/status") as f:
@@ -115,9 +117,6 @@ def status(key):
 before = status("VmRSS:")
 start = time.perf_counter()
 if sys.argv[1] == "launcher":  # the conversion's whole read: detect, parse, label map, stage
-    import tempfile
-    from transforms.annotations.options import AnnotationOptions
-    from transforms.load_annotations import load_annotations
     with tempfile.TemporaryDirectory() as staging:
         load_annotations(AnnotationOptions(paths=(sys.argv[2],)), staging + "/s")
 else:
