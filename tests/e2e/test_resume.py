@@ -20,6 +20,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import numpy as np
@@ -42,10 +43,12 @@ SAVE_EVERY = 3  # steps between checkpoints: a kill loses up to 2 steps, trained
 TIMEOUT_S = 300
 
 # The training script: a custom loop (or Keras fit) that logs, per global step, the example ids
-# this process trained on, and kills itself with SIGKILL after step `kill_at`.
+# this process trained on, and after step `kill_at` says so and waits to be killed with SIGKILL.
+# The test kills every worker once all have said so: a worker that killed itself could close
+# its peer's collective mid-step, and the peer would fail (UnavailableError) instead of dying.
 _SCRIPT = textwrap.dedent(
     """
-    import json, os, signal, sys
+    import json, os, sys, time
     plan = json.loads(sys.argv[1])
     kind = plan["strategy"]
     import tensorflow as tf
@@ -68,7 +71,8 @@ _SCRIPT = textwrap.dedent(
         log.write(json.dumps(row) + "\\n")
         log.flush()
         if int(step) == plan["kill_at"]:
-            os.kill(os.getpid(), signal.SIGKILL)
+            print("KILL ME", flush=True)
+            time.sleep(3600)
 
     if plan["keras"]:
         import keras
@@ -203,12 +207,29 @@ def _run(data_dir: str, tmp: Path, run: str, strategy: str, kill_at: int, keras=
                 )  # fmt: skip
             )
     try:
+        if kill_at >= 0:
+            _kill_when_waiting(procs, [tmp / f"{run}{i}.out" for i in range(workers)])
         codes = [proc.wait(timeout=TIMEOUT_S) for proc in procs]
     finally:
         kill_running(procs)
     output = (tmp / f"{run}0.out").read_text(errors="replace")
     expected = -signal.SIGKILL if kill_at >= 0 else 0
     assert codes == [expected] * workers, output[-4000:]
+
+
+def _kill_when_waiting(procs: list, outputs: list[Path]) -> None:
+    """SIGKILL every worker once each has logged step `kill_at` and waits ("KILL ME"), or once
+    one has exited (its exit status then tells the assertion what happened)."""
+    deadline = time.monotonic() + TIMEOUT_S
+    while time.monotonic() < deadline:
+        if any(proc.poll() is not None for proc in procs):
+            break
+        if all("KILL ME" in out.read_text(errors="replace") for out in outputs):
+            break
+        time.sleep(0.1)
+    for proc in procs:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGKILL)
 
 
 def _trained(
