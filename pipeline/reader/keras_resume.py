@@ -3,6 +3,7 @@ callback that ends the restored epoch where its data ends."""
 
 from __future__ import annotations
 
+import filecmp
 import json
 import os
 import shutil
@@ -32,16 +33,29 @@ def backup_and_restore(backup_dir: str, save_freq: int, keras=None):
 
 
 def _keep_whole_backup(backup_dir: str) -> None:
-    """If the latest backup is torn, the previous one replaces it; if both are, neither is kept."""
+    """If the latest backup is torn, or cut between its two files, the previous one replaces it;
+    if both are torn, neither is kept."""
     latest = [os.path.join(backup_dir, name) for name in (_WEIGHTS, _METADATA)]
-    if not os.path.exists(latest[0]) or _is_whole(*latest):
-        return
     previous = [path + _PREVIOUS for path in latest]
+    if not os.path.exists(latest[0]):
+        return
+    if _is_whole(*latest) and not _cut_between_files(latest, previous):
+        return
     if _is_whole(*previous):
         for source, target in zip(previous, latest, strict=True):
             shutil.copyfile(source, target)
     else:
         shutil.rmtree(backup_dir)  # no whole backup yet: the run starts from the beginning
+
+
+def _cut_between_files(latest: list[str], previous: list[str]) -> bool:
+    """Whether a save wrote the new weights but was killed before the new metadata: Keras copies
+    both to ".bkp" first, so the metadata is still the previous one while the weights are not
+    (their step would not match the epoch and batch the metadata restores)."""
+    if not all(os.path.exists(path) for path in previous):
+        return False
+    same_metadata = filecmp.cmp(latest[1], previous[1], shallow=False)
+    return same_metadata and not filecmp.cmp(latest[0], previous[0], shallow=False)
 
 
 def _is_whole(weights: str, metadata: str) -> bool:

@@ -86,3 +86,15 @@ def test_a_torn_first_backup_starts_from_the_beginning(tmp_path):
     assert not os.path.exists(os.path.join(backup, "latest.weights.h5.bkp"))
     _tear(os.path.join(backup, "latest.weights.h5"))
     assert _resumed_at(backup) == 0
+
+
+def test_a_save_cut_between_weights_and_metadata_resumes_at_the_previous_backup(tmp_path):
+    # Keras writes the new weights, then the new metadata: killed in between, the weights say
+    # step 4 while the metadata still says the batch of step 2. The pair of step 2 is restored.
+    backup = _interrupted(tmp_path, 5)
+    metadata = os.path.join(backup, "training_metadata.json")
+    with open(metadata + ".bkp") as f:
+        previous = f.read()
+    with open(metadata, "w") as f:
+        f.write(previous)
+    assert _resumed_at(backup) == 2
