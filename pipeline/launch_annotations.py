@@ -35,7 +35,7 @@ def read_annotations(config: ConvertConfig) -> ConvertConfig:
         AnnotationError: a file that cannot be read as annotations, naming it and the fix.
     """
     options = config.annotations
-    if options is None or options.staged:  # none, or read already
+    if options is None:
         return config
     if options.masks:
         options = dataclasses.replace(options, masks=resolve_local(options.masks))

@@ -257,8 +257,7 @@ def prepare(request: ConvertRequest, forked: bool) -> ConvertRequest:
     options, config, dry_run = request.options, request.config, request.dry_run
     if config.versioned:  # --output is the root; the run writes one version folder in it
         config, version_note = versions.plan_run(config)
-    if not (config.inputs or config.manifest):  # the images are the annotations': read them now
-        config = read_annotations(config)
+    config = read_annotations(config)  # before anything is written: exit 2 on a bad file
     num_files = preflight(config, count_up_to=AUTO_PROCESSES_MIN_FILES)
     if not dry_run:
         check_writable(config, options)
@@ -294,9 +293,6 @@ def convert(plan: LaunchPlan) -> int:
         try:
             if not request.prepared:
                 request = prepare(request, services.forks_workers)
-            # Beside the analysis process's start-up, after the forks (workers do not inherit
-            # the parse), before anything is written: exit 2 on a bad file.
-            request = dataclasses.replace(request, config=read_annotations(request.config))
         except _USAGE_ERRORS as e:
             print(f"imgrec: {e}", file=sys.stderr)
             return 2
