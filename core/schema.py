@@ -53,6 +53,7 @@ __all__ = [
     "LABEL_MAP",
     "UNMATCHED_ANNOTATIONS",
     "OBJECTS_CHANGED",
+    "ANNOTATION_STAGING",
     "STORE_MODES",
     "COMPRESSIONS",
     "FEATURE_SPEC_JSON",
@@ -80,6 +81,8 @@ DUPLICATES = "duplicates.jsonl"
 LABEL_MAP = "label_map.pbtxt"
 UNMATCHED_ANNOTATIONS = "unmatched_annotations.jsonl"
 OBJECTS_CHANGED = "objects_changed.jsonl"
+# A bucket run's staged objects (pipeline/launch_annotations.py), removed when it ends.
+ANNOTATION_STAGING = ".imgrec-annotations"
 
 # tf.train.Example feature keys.
 ENCODED = "image/encoded"

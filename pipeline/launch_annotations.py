@@ -13,7 +13,7 @@ import shutil
 import sys
 import tempfile
 
-from core import storage
+from core import schema, storage
 from pipeline.options import ConvertConfig
 from transforms.annotations.objects import AnnotationError
 from transforms.annotations.options import parse_mask_classes
@@ -23,7 +23,6 @@ from transforms.load_annotations import AnnotatedImage, LoadedAnnotations, load_
 __all__ = ["read_annotations", "remove_staging"]
 
 _STAGING_PREFIX = "imgrec-annotations-"
-_BUCKET_STAGING = ".imgrec-annotations"
 _MANIFEST = "images.jsonl"
 
 
@@ -84,7 +83,7 @@ def _staging_folder(output: str) -> str:
     else beside the output in its bucket."""
     if storage.is_local(output):
         return tempfile.mkdtemp(prefix=_STAGING_PREFIX)
-    return storage.join(output, _BUCKET_STAGING)
+    return storage.join(output, schema.ANNOTATION_STAGING)
 
 
 def _splits(names: tuple[str, ...], config: ConvertConfig) -> tuple[tuple[str, float], ...]:

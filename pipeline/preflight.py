@@ -61,6 +61,10 @@ def delete_dataset(output: str) -> None:
         storage.join(output, schema.REJECTED),
         storage.join(output, schema.DUPLICATES),
         storage.join(output, "report.html"),  # pipeline/report/page.py REPORT_FILE
+        storage.join(output, schema.LABEL_MAP),
+        storage.join(output, schema.UNMATCHED_ANNOTATIONS),
+        storage.join(output, schema.OBJECTS_CHANGED),
+        storage.join(output, schema.ANNOTATION_STAGING, "**"),
         storage.join(output, "*", "*-of-*.tfrecord*"),
         storage.join(output, "*", ".tmp-*"),
         storage.join(output, ".imgrec", "**"),
