@@ -400,6 +400,12 @@ def test_relabel_contiguous_and_no_instance_masks(tmp_path):
     annotations = _info(str(out))["annotations"]
     assert annotations["relabel"] == "contiguous" and annotations["instance_masks"] is False
     assert annotations["label_map"] == [{"id": 1, "name": "car"}, {"id": 2, "name": "person"}]
+    # --overwrite with a run without --annotations leaves none of their files behind.
+    _convert("--input", export.image_paths["pair.jpg"], "--overwrite", "--output", out)
+    left = {schema.LABEL_MAP, schema.OBJECTS_CHANGED, schema.UNMATCHED_ANNOTATIONS} & set(
+        os.listdir(out)
+    )
+    assert not left and "annotations" not in _info(str(out))
 
 
 # --- Boxes crossing the edge, annotations naming a missing image, --unannotated reject. ---
