@@ -16,15 +16,28 @@ import tensorflow as tf
 from core import raw_pixels, schema
 from pipeline.reader.crops import CropSettings, crop_window
 
-__all__ = ["GENERAL_KEYS", "PixelOutput", "decode_any", "pixel_output", "pixel_output_of_info"]
+__all__ = [
+    "GENERAL_KEYS",
+    "PixelOutput",
+    "decode_any",
+    "pixel_output",
+    "pixel_output_of_info",
+    "raw_samples",
+]
 
 # The dtypes make_dataset returns: photos' uint8, and the stored depth of 16-bit and float data.
 _OUTPUT_DTYPES = (tf.uint8, tf.uint16, tf.float32)
 # Layout key of records that hold 8-bit samples TensorFlow decodes (JPEG, PNG, GIF, BMP, WebP).
 _PHOTO_DTYPES = ("uint8", "uint16")  # uint16: 16-bit PNG, which decode_image also reads
 _PHOTO_MAX_CHANNELS = 4
+# 8-bit samples as 16-bit: 0..255 onto the whole 0..65535 (257 = 65535 / 255).
+_UINT8_TO_UINT16 = 257.0
 # Features the general path parses besides image/encoded.
 GENERAL_KEYS = (schema.FORMAT, schema.HEIGHT, schema.WIDTH, schema.CHANNELS, schema.DTYPE)
+# Raw sample types tf.io.decode_raw has no out_type for (DICOM's 32-bit RT dose and secondary
+# captures under --bit_depth 16; 64-bit ones pydicom also decodes) -> the signed type of the
+# same width, whose bytes are read and reinterpreted (tf.bitcast keeps every value).
+_BITCAST_DTYPES = {"uint32": "int32", "uint64": "int64"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -146,9 +159,10 @@ def decode_any(config: AnySettings, encoded: tf.Tensor, seed, window, parts, res
     """One record -> cropped, resized [H, W, C] of `config.pixels.dtype` (augmented in training).
 
     `parts` is (image/format, height, width, channels, image/dtype) of the record. Samples are
-    converted to the output dtype as tf.image.convert_image_dtype converts integers (uint8 <->
-    uint16 scale by 257; uint16 -> uint8 keeps the high byte); tf.float32 returns the stored
-    values unscaled. Crop, flip and bilinear resize run in float32 on every band.
+    converted to the output dtype as tf.image.convert_image_dtype converts them (wider integers
+    keep their high bits: uint16 -> uint8 its high byte; floats are fractions of the range),
+    except uint8 -> uint16, scaled by 257; tf.float32 returns the stored values unscaled.
+    Crop, flip and bilinear resize run in float32 on every band.
     """
     out = config.pixels
     image = _source_pixels(out, encoded, parts)
@@ -183,9 +197,7 @@ def _source_pixels(out: PixelOutput, encoded: tf.Tensor, parts) -> tf.Tensor:
         return _scaled(out, tf.io.decode_png(encoded, channels=0, dtype=tf.uint16))
 
     def raw(name: str):
-        return lambda: _scaled(
-            out, raw_pixels.decode_raw_array(encoded, height, width, channels, name)
-        )
+        return lambda: _scaled(out, raw_samples(encoded, height, width, channels, name))
 
     is_raw = raw_pixels.is_raw(image_format)
     matches = tf.equal(dtype_name, tf.constant(out.raw_dtypes))
@@ -201,10 +213,35 @@ def _source_pixels(out: PixelOutput, encoded: tf.Tensor, parts) -> tf.Tensor:
         return tf.switch_case(index, branches)
 
 
+def raw_samples(
+    encoded: tf.Tensor, height: tf.Tensor, width: tf.Tensor, channels: tf.Tensor, dtype: str
+) -> tf.Tensor:
+    """One raw record's samples as image/dtype `dtype` [height, width, channels], any dtype the
+    converter writes (core.raw_pixels.decode_raw_array, plus uint32 and uint64).
+
+    Raises:
+        ValueError: `dtype` is no image/dtype this reader knows.
+    """
+    if dtype not in _BITCAST_DTYPES:
+        return raw_pixels.decode_raw_array(encoded, height, width, channels, dtype)
+    same_width = raw_pixels.decode_raw_array(
+        encoded, height, width, channels, _BITCAST_DTYPES[dtype]
+    )
+    return tf.bitcast(same_width, tf.as_dtype(dtype))
+
+
 def _scaled(out: PixelOutput, pixels: tf.Tensor) -> tf.Tensor:
     """Samples as float32 in the output dtype's units (see decode_any)."""
     if out.dtype == tf.float32 or pixels.dtype == out.dtype:
         return tf.cast(pixels, tf.float32)
+    if pixels.dtype == tf.uint8 and out.dtype == tf.uint16:
+        # 255 -> 65535, as documented: convert_image_dtype multiplies by 256 (255 -> 65280).
+        return tf.cast(pixels, tf.float32) * _UINT8_TO_UINT16
+    if pixels.dtype in (tf.uint32, tf.uint64):
+        # convert_image_dtype's floordiv and saturate_cast have no uint32/uint64 kernels: the
+        # same high bits by a shift.
+        shift = tf.constant((pixels.dtype.size - out.dtype.size) * 8, pixels.dtype)
+        return tf.cast(tf.bitwise.right_shift(pixels, shift), tf.float32)
     return tf.cast(tf.image.convert_image_dtype(pixels, out.dtype, saturate=True), tf.float32)
 
 
