@@ -294,6 +294,9 @@ def test_a_window_past_the_image_pads_black_empty_masks_and_the_ignore_value():
     assert _check(out, t) == [1, 2, 3, 4, 5]
     expected = (np.array([8, 10, 40, 50]) + [10, 20, 10, 20]) / [116, 168, 116, 168]
     np.testing.assert_allclose(t["boxes"][0], expected, rtol=1e-6)
+    # Without dropping, too, the padding slots stay zeros when the window starts before the image.
+    kept_all = _np(objects.crop_targets(targets, window, (HEIGHT, WIDTH), min_visible=None))
+    np.testing.assert_array_equal(kept_all["boxes"], t["boxes"])
 
 
 def test_flip_mirrors_boxes_masks_and_the_label_map_with_the_pixels():
