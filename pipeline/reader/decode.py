@@ -19,6 +19,8 @@ __all__ = [
     "decode_example",
     "decode_image",
     "postprocess_fn",
+    "raw_features",
+    "raw_keys",
     "resize_to_output",
 ]
 
@@ -41,7 +43,7 @@ _DECODE_PARALLEL_ITERATIONS = 4
 
 
 def _parse_batch(config: DecodeSettings, records: tf.Tensor) -> dict:
-    keys = (schema.ENCODED, schema.LABEL) + config.extra_features + _raw_keys(config)
+    keys = (schema.ENCODED, schema.LABEL) + config.extra_features + raw_keys(config)
     if not config.training:
         keys += (schema.HEIGHT, schema.WIDTH)
     return tf.io.parse_example(records, schema.feature_spec(keys=keys))
@@ -83,7 +85,7 @@ def decode_batch_eagerly(config: DecodeSettings, records: tf.Tensor):
     features = _parse_batch(config, records)
     windows = _centre_windows(config, features)
     resize = config.dct_scaling or not bool(_all_exact(config, windows))
-    raw = _raw_elems(config, features)
+    raw = raw_features(config, features)
     images = [
         decode_image(
             config, encoded, None, window=tf.unstack(window), raw=tuple(r[i] for r in raw),
@@ -102,7 +104,7 @@ def decode_batch(config: DecodeSettings, records: tf.Tensor, seeds: tf.Tensor | 
     features = _parse_batch(config, records)
     height, width = config.image_size
     # Raw records need their sides (and, mixed with encoded ones, their format) per image.
-    raw = _raw_elems(config, features)
+    raw = raw_features(config, features)
     if config.training:
         elems = (features[schema.ENCODED], seeds) + raw
 
@@ -150,13 +152,13 @@ def _with_extras(config: DecodeSettings, images: tf.Tensor, features: dict):
 
 def decode_example(config: DecodeSettings, record: tf.Tensor, seed: tf.Tensor | None):
     """Parse one record, crop, decode, resize: (image uint8 [H, W, 3], label int64[, extras])."""
-    keys = (schema.ENCODED, schema.LABEL) + config.extra_features + _raw_keys(config)
+    keys = (schema.ENCODED, schema.LABEL) + config.extra_features + raw_keys(config)
     features = tf.io.parse_single_example(record, schema.feature_spec(keys=keys))
-    image = decode_image(config, features[schema.ENCODED], seed, raw=_raw_elems(config, features))
+    image = decode_image(config, features[schema.ENCODED], seed, raw=raw_features(config, features))
     return _with_extras(config, image, features)
 
 
-def _raw_keys(config: DecodeSettings) -> tuple[str, ...]:
+def raw_keys(config: DecodeSettings) -> tuple[str, ...]:
     """Features the raw-pixel path reads besides the encoded bytes (none for encoded datasets)."""
     if config.pixels.general:
         return GENERAL_KEYS
@@ -165,9 +167,9 @@ def _raw_keys(config: DecodeSettings) -> tuple[str, ...]:
     return (schema.HEIGHT, schema.WIDTH) + ((schema.FORMAT,) if config.store == "smart" else ())
 
 
-def _raw_elems(config: DecodeSettings, features: dict) -> tuple:
-    """(height, width[, is_raw]) for _decode_image's `raw`; () for encoded datasets; the
-    general path's parts (bands.decode_any)."""
+def raw_features(config: DecodeSettings, features: dict) -> tuple:
+    """(height, width[, is_raw]) for decode_image's `raw` from the parsed `raw_keys` features;
+    () for encoded datasets; the general path's parts (bands.decode_any)."""
     if config.pixels.general:
         return tuple(features[key] for key in GENERAL_KEYS)
     if config.store == "encoded":
