@@ -30,6 +30,11 @@ _OUTPUT_DTYPES = (tf.uint8, tf.uint16, tf.float32)
 # Layout key of records that hold 8-bit samples TensorFlow decodes (JPEG, PNG, GIF, BMP, WebP).
 _PHOTO_DTYPES = ("uint8", "uint16")  # uint16: 16-bit PNG, which decode_image also reads
 _PHOTO_MAX_CHANNELS = 4
+# A PNG's first bytes, and where its IHDR chunk's bit depth sits (after the signature, the
+# chunk's length and type, width and height).
+_PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+_PNG_DEPTH_AT = 24
+_PADDING = b"\0" * (_PNG_DEPTH_AT + 1)
 # 8-bit samples as 16-bit: 0..255 onto the whole 0..65535 (257 = 65535 / 255).
 _UINT8_TO_UINT16 = 257.0
 # Features the general path parses besides image/encoded.
@@ -207,10 +212,22 @@ def _source_pixels(out: PixelOutput, encoded: tf.Tensor, parts) -> tf.Tensor:
         0,
         message=f"a raw record's image/dtype is not one of {list(out.raw_dtypes)}",
     )
-    index = tf.where(is_raw, 2 + raw_index, tf.cast(tf.equal(dtype_name, "uint16"), tf.int32))
+    deep = tf.logical_or(tf.equal(dtype_name, "uint16"), _is_16bit_png(encoded))
+    index = tf.where(is_raw, 2 + raw_index, tf.cast(deep, tf.int32))
     branches = [encoded_8bit, encoded_16bit] + [raw(name) for name in out.raw_dtypes]
     with tf.control_dependencies([known]):
         return tf.switch_case(index, branches)
+
+
+def _is_16bit_png(encoded: tf.Tensor) -> tf.Tensor:
+    """bool: a PNG whose header (IHDR's bit depth, byte 24) says 16-bit samples. A 16-bit PNG
+    kept as its own bytes (--bit_depth 16) records no image/dtype, so its header decides."""
+    # 25 zero bytes after the head: the slices stay in range for a record of any length.
+    head = tf.strings.join([tf.strings.substr(encoded, 0, _PNG_DEPTH_AT + 1), _PADDING])
+    return tf.logical_and(
+        tf.equal(tf.strings.substr(head, 0, len(_PNG_SIGNATURE)), _PNG_SIGNATURE),
+        tf.equal(tf.strings.substr(head, _PNG_DEPTH_AT, 1), b"\x10"),
+    )
 
 
 def raw_samples(
