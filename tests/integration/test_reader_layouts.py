@@ -324,3 +324,51 @@ def test_uint8_every_band_and_training_read_with_defaults(converted, split):
     images, labels = next(iter(ds))
     assert images.dtype == tf.uint8 and images.shape == (1, 32, 32, 3), split
     assert labels.shape == (1,) and channels >= 1
+
+
+def _modality_values(source: Source) -> np.ndarray:
+    """pydicom's modality values of a DICOM source (its rescale slope and intercept)."""
+    import pydicom
+    from pydicom.pixels import apply_modality_lut
+
+    ds = pydicom.dcmread(io.BytesIO(source.data))
+    values = apply_modality_lut(ds.pixel_array, ds).astype(np.float64)
+    return values[:, :, None] if values.ndim == 2 else values
+
+
+# (split, file): DICOMs whose --bit_depth 16 records map back to modality values: a shifted
+# signed CT as a 16-bit PNG, an RT dose's uint32 and a signed 32-bit image's int64 (raw).
+_DICOM_VALUES = [("dicom_ct", "CT_small.dcm"), ("dicom_dose", "rtdose_1frame.dcm"),
+                 ("one_band", "int32.dcm")]  # fmt: skip
+
+
+@pytest.mark.parametrize("split, name", _DICOM_VALUES)
+def test_a_records_values_are_the_dicoms_modality_values(converted, split, name):
+    source = converted.sources[split][name]
+    (path,) = [
+        os.path.join(converted.outputs["deep"], shard["file"])
+        for shard in converted.infos["deep"]["splits"][split]["shards"]
+    ]
+    found = {}
+    for record in read_records(path):
+        ex = tf.io.parse_single_example(record, schema.feature_spec())
+        found[os.path.basename(ex[schema.FILENAME].numpy().decode())] = ex
+    ex = found[name]
+    raw = None
+    if ex[schema.FORMAT].numpy() == schema.RAW_FORMAT.encode():
+        raw = tuple(ex[k] for k in (schema.HEIGHT, schema.WIDTH, schema.CHANNELS, schema.DTYPE))
+    values = decode_values(ex[schema.ENCODED], *(ex[k] for k in VALUE_KEYS), raw=raw)
+    assert values.dtype == tf.float32
+    np.testing.assert_array_equal(values.numpy(), _modality_values(source).astype(np.float32))
+
+
+@pytest.mark.parametrize("split, name", _DICOM_VALUES[:2])  # float32 holds their samples
+def test_float32_batches_map_to_the_dicoms_modality_values(converted, split, name):
+    out = converted.outputs["deep"]
+    height, width = converted.sources[split][name].stored.shape[:2]
+    ds = reader.make_dataset(out, split, 1, image_size=(height, width), crop_fraction=1.0,
+                             dtype=tf.float32, channels=None, extra_features=VALUE_KEYS)  # fmt: skip
+    images, _, extras = next(iter(ds))
+    values = to_values(images, *(extras[k] for k in VALUE_KEYS)).numpy()[0]
+    want = _modality_values(converted.sources[split][name]).astype(np.float32)
+    np.testing.assert_array_equal(values, want)
