@@ -25,6 +25,19 @@ from tests.runs import in_process, read_records
 tf = pytest.importorskip("tensorflow")
 
 HEIGHT, WIDTH = 12, 16
+# Sample types of the multi-band TIFFs -> the type their records hold (transforms/images/tiff.py:
+# uint32 into int64, half floats as float32: types tf.io.decode_raw reads).
+CUBE_TYPES = {
+    "uint8": "uint8",
+    "int8": "int8",
+    "uint16": "uint16",
+    "int16": "int16",
+    "int32": "int32",
+    "uint32": "int64",
+    "float16": "float32",
+    "float32": "float32",
+    "float64": "float64",
+}
 # Each conversion's flags; a split per folder of its sources (--split_from path).
 CONVERSIONS = {
     "deep": ("--bit_depth", "16"),
@@ -36,17 +49,13 @@ CONVERSIONS = {
 SPLITS = {
     "dicom_ct": ("deep", {"uint16x1"}),  # 16-bit PNG
     "dicom_rgb16": ("deep", {"uint16x3"}),
-    "dicom_dose": ("deep", {"uint32x1"}),  # raw: 32-bit samples
+    "dicom_dose": ("deep", {"uint32x1"}),  # raw 32-bit samples: decode_raw has no uint32
     "dicom_rgb32": ("deep", {"uint32x3"}),
     "png_gray_alpha": ("deep", {"uint16x2"}),
     "png_rgba": ("deep", {"uint16x4"}),
     "one_band": ("deep", {"float32x1", "float64x1", "int64x1", "uint64x1"}),
     "three_bands": ("deep", {"float32x3"}),
-    "cubes": (
-        "deep",
-        {f"{d}x5" for d in ("uint8", "int8", "uint16", "int16", "int32", "int64")}
-        | {"float32x5", "float64x5"},
-    ),  # fmt: skip
+    "cubes": ("deep", {f"{kept}x5" for kept in CUBE_TYPES.values()}),
     "dicom_gray8": ("eight", {"uint8x1"}),
     "dicom_rgb8": ("eight", {"uint8x3"}),
     "tiff_gray_alpha": ("eight", {"uint8x2"}),
@@ -135,36 +144,45 @@ def _full_range(rng, dtype, bands: int) -> np.ndarray:
 
 
 def _deep_sources(rng) -> list[Source]:
-    """--bit_depth 16: 16-bit PNGs, raw 32-bit DICOM samples, floats and multi-band cubes."""
-    ct = _bundled("dicom_ct", "CT_small.dcm", shift=2**15)
-    rgb16 = _bundled("dicom_rgb16", "SC_rgb_rle_16bit.dcm")
-    dose = _bundled("dicom_dose", "rtdose_1frame.dcm")
-    rgb32 = _bundled("dicom_rgb32", "SC_rgb_rle_32bit.dcm")
-    found = [ct, rgb16, dose, rgb32]
+    """--bit_depth 16: 16-bit PNGs (DICOM, libpng's own) and raw 32-bit DICOM samples."""
+    found = [
+        _bundled("dicom_ct", "CT_small.dcm", shift=2**15),  # signed, shifted into uint16
+        _bundled("dicom_rgb16", "SC_rgb_rle_16bit.dcm"),
+        _bundled("dicom_dose", "rtdose_1frame.dcm"),
+        _bundled("dicom_rgb32", "SC_rgb_rle_32bit.dcm"),
+    ]
     for split, bands in (("png_gray_alpha", 2), ("png_rgba", 4)):
         pixels = _full_range(rng, np.uint16, bands)
         found.append(Source(split, f"{split}.png", imagecodecs.png_encode(pixels), pixels))
+    return found + _float_and_wide_sources(rng) + _cube_sources(rng)
+
+
+def _float_and_wide_sources(rng) -> list[Source]:
+    """--bit_depth 16: float TIFFs of 1 and 3 bands (kept as float32), float and 64-bit DICOMs,
+    and a signed 32-bit one (shifted by 2**31 into int64)."""
     gray = _full_range(rng, np.float32, 1)
-    found.append(Source("one_band", "float32.tif", _tiff(gray[:, :, 0]), gray))
+    found = [Source("one_band", "float32.tif", _tiff(gray[:, :, 0]), gray)]
     signed = rng.integers(-(10**6), 10**6, (HEIGHT, WIDTH), dtype=np.int32)
-    wide = _full_range(rng, np.uint64, 1)[:, :, 0]
     for name, pixels, stored in (
-        ("float32.dcm", gray[:, :, 0], gray),
+        ("float32.dcm", gray[:, :, 0], None),
         ("float64.dcm", gray[:, :, 0].astype(np.float64) / 3, None),
-        ("int32.dcm", signed, signed.astype(np.int64)[:, :, None] + 2**31),  # shifted
-        ("uint64.dcm", wide, None),
+        ("int32.dcm", signed, signed.astype(np.int64) + 2**31),
+        ("uint64.dcm", _full_range(rng, np.uint64, 1)[:, :, 0], None),
     ):
         data = _dicom(pixels, signed=pixels.dtype == np.int32)
         found.append(
-            Source("one_band", name, data, pixels[:, :, None] if stored is None else stored)
+            Source("one_band", name, data, (pixels if stored is None else stored)[..., None])
         )
     rgb = _full_range(rng, np.float16, 3)
     data = _tiff(rgb, photometric="rgb")
-    found.append(Source("three_bands", "float16.tif", data, rgb.astype(np.float32)))
-    for dtype in ("uint8", "int8", "uint16", "int16", "int32", "uint32", "float16", "float32",
-                  "float64"):  # fmt: skip
+    return found + [Source("three_bands", "float16.tif", data, rgb.astype(np.float32))]
+
+
+def _cube_sources(rng) -> list[Source]:
+    """5-band TIFFs of every sample type, kept whole in the type tiff.py stores it as."""
+    found = []
+    for dtype, kept in CUBE_TYPES.items():
         cube = _full_range(rng, dtype, 5)
-        kept = {"uint32": np.int64, "float16": np.float32}.get(dtype, dtype)  # tiff.py's types
         found.append(Source("cubes", f"{dtype}.tif", _cube_tiff(cube), cube.astype(kept)))
     return found
 
@@ -314,16 +332,19 @@ def test_float32_returns_the_stored_values_of_the_bands_picked(converted, split)
 
 
 @pytest.mark.parametrize("split", sorted(SPLITS))
-def test_uint8_every_band_and_training_read_with_defaults(converted, split):
-    channels = next(iter(converted.sources[split].values())).stored.shape[2]
+def test_uint8_returns_every_band(converted, split):
     for name, image in _read(converted, split, channels=None).items():
         stored = converted.sources[split][name].stored
         np.testing.assert_array_equal(image, as_output(stored, "uint8"), name)
+
+
+@pytest.mark.parametrize("split", sorted(SPLITS))
+def test_training_reads_with_every_default(converted, split):
+    """Random crops, flips and the resize to 224 x 224, of every layout."""
     out = converted.outputs[SPLITS[split][0]]
-    ds = reader.make_dataset(out, split, 1, training=True, image_size=(32, 32), seed=1)
-    images, labels = next(iter(ds))
-    assert images.dtype == tf.uint8 and images.shape == (1, 32, 32, 3), split
-    assert labels.shape == (1,) and channels >= 1
+    images, labels = next(iter(reader.make_dataset(out, split, 1, training=True, seed=1)))
+    assert images.dtype == tf.uint8 and images.shape == (1, 224, 224, 3)
+    assert labels.numpy().tolist() == [0]  # one label: the folder "scan"
 
 
 def _modality_values(source: Source) -> np.ndarray:
