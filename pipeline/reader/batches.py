@@ -11,6 +11,7 @@ from core.normalize import normalize_layer  # TFT's import: in normalize_layer, 
 from pipeline.reader.decode import decode_batch as _decode_batch
 from pipeline.reader.decode import decode_example as _decode_example
 from pipeline.reader.decode import postprocess_fn as _postprocess_fn
+from pipeline.reader.detection import decode_targets
 from pipeline.reader.shares import traced_as_written
 
 __all__ = ["batched"]
@@ -33,7 +34,9 @@ def batched(
     """Records (training: with crop seeds) -> decoded batches, prefetched. `prebatched`: the
     records come in batches of `batch_size` already. `deterministic` True keeps the batches in
     the order of their records whatever the options say."""
-    if config.postprocess is None:
+    if config.task != "classification":
+        batches = _target_batches(config, records, batch_size, deterministic, prebatched)
+    elif config.postprocess is None:
         # Batch the serialized records, then parse and decode a whole batch per call: a tf.data
         # function call per image, and parse_single_example, cost more than parsing a batch.
         if not prebatched:
@@ -75,6 +78,24 @@ def batched(
         )
     batches = batches.prefetch(AUTOTUNE)
     return batches.with_options(_options(config, multi_device))
+
+
+def _target_batches(config, records, batch_size: int, deterministic, prebatched: bool):
+    """Detection and segmentation: each record decoded whole with its targets, augmented
+    together (pipeline/reader/detection.py), then batched: the targets' shapes are fixed."""
+    if prebatched:
+        records = records.unbatch()
+    examples = records.map(
+        traced_as_written(lambda record, seed=None: decode_targets(config, record, seed)),
+        num_parallel_calls=AUTOTUNE,
+        deterministic=deterministic,
+    )
+    return examples.batch(
+        batch_size,
+        drop_remainder=config.training,
+        num_parallel_calls=AUTOTUNE,
+        deterministic=deterministic,
+    )
 
 
 def _in_order_calls() -> int:

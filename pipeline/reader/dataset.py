@@ -20,6 +20,7 @@ from pipeline.reader.bands import PixelOutput, pixel_output, pixel_output_of_inf
 from pipeline.reader.batches import batched as _batched
 from pipeline.reader.crops import DEFAULT_CROP_FRACTION as _DEFAULT_CROP_FRACTION
 from pipeline.reader.decode import decode_batch_eagerly as _decode_batch_eagerly
+from pipeline.reader.detection import TASKS, Detection, with_task
 from pipeline.reader.files import ShardFile, split_files, steps_per_epoch
 from pipeline.reader.files import load_split as _load_split
 from pipeline.reader.files import median_jpeg_min_side as _median_jpeg_min_side
@@ -103,6 +104,10 @@ class _Config:
     # Training: the units of the epoch order; None without every shard's record count.
     pieces: Pieces | None = None
     pixels: PixelOutput = PixelOutput()  # output dtype and bands (pipeline/reader/bands.py)
+    # task="detection" | "segmentation": (images, targets) elements (pipeline/reader/detection.py)
+    task: str = "classification"
+    detection: Detection = Detection()
+    max_instances: int = 0  # detection: object slots per image
 
     def __post_init__(self) -> None:
         if self.global_batch_size <= 0:
@@ -113,6 +118,13 @@ class _Config:
             raise ValueError(f"shards_at_once must be positive, got {self.shards_at_once}")
         if not 0.0 < self.crop_fraction <= 1.0:
             raise ValueError(f"crop_fraction must be in (0, 1], got {self.crop_fraction}")
+        if self.task not in TASKS:
+            raise ValueError(f"task must be one of {', '.join(TASKS)}, got {self.task!r}")
+        if self.task != "classification" and (self.postprocess or self.extra_features):
+            raise ValueError(
+                f"task={self.task!r} returns (images, targets): postprocess and extra_features "
+                "apply to classification only"
+            )
         known = set(schema.FEATURE_SPEC_JSON)
         unknown = [key for key in self.extra_features if key not in known]
         if unknown:
@@ -149,6 +161,8 @@ def make_dataset(
     dtype: tf.DType = tf.uint8,
     channels: int | None = 3,
     bands: Sequence[int] | None = None,
+    task: str = "classification",
+    detection: Detection | None = None,
 ) -> tf.data.Dataset | tf.distribute.DistributedDataset:
     """The input pipeline of a converted split, batched per replica and prefetched.
 
@@ -228,6 +242,12 @@ def make_dataset(
             None: every band as stored ([B, H, W, C]; the split's images must agree on C).
         bands: band indices to return, in order (e.g. [3, 2, 1]: a satellite scene's RGB);
             the output has len(bands) channels.
+        task: "classification" (default), or for a dataset converted with --annotations
+            "detection" (targets: boxes, classes, is_crowd, num_instances[, masks]) or
+            "segmentation" (targets: the label map), augmented with the pixels in training
+            (docs/training.md).
+        detection: the detection and segmentation options (`Detection`: max_instances, masks,
+            min_visible, box_format, normalized, ignore_value).
 
     Returns:
         A `tf.data.Dataset` of `(images [B, H, W, C], labels int64 [B])` (uint8 and C = 3 by
@@ -275,6 +295,7 @@ def make_dataset(
             normalize=normalize,
             cache_dir=cache_dir,
             pixels=(dtype, channels, bands),
+            task=(task, detection),
         )
         config = _training_config(config, store, start_step, shards_at_once)
         return _distribute(config, held, strategy, input_context)
@@ -305,6 +326,7 @@ def _make_config(
     normalize: bool,
     cache_dir: str | None,
     pixels: tuple,
+    task: tuple = ("classification", None),
 ) -> _Config:
     """`make_dataset`'s arguments, resolved against the split's dataset_info.json and validated."""
     info, split_info, shards = _load_split(data_dir, split, store)
@@ -330,7 +352,7 @@ def _make_config(
         jpeg_dct_scaling = store_mode != "pixels" and (
             _typical_min_side(info, shards[0], local_copies) >= _DCT_MIN_SCALE * max(image_size)
         )
-    return _Config(
+    config = _Config(
         shards=shards,
         num_examples=num_examples,
         num_bytes=num_bytes,
@@ -353,6 +375,7 @@ def _make_config(
         data_dir=data_dir,
         pixels=output,
     )
+    return with_task(config, info, split, *task)
 
 
 def _training_config(

@@ -103,7 +103,8 @@ def parse_targets(
     targets["is_crowd"].set_shape([max_instances])
     if masks:
         size = _mask_size(features, mask_size)
-        targets["masks"] = _decode_masks(features, index, count, max_instances, size)
+        kept_boxes = tf.gather(boxes, index)
+        targets["masks"] = _decode_masks(features, index, count, max_instances, size, kept_boxes)
     return targets
 
 
@@ -125,22 +126,28 @@ def _mask_size(features: dict, mask_size):
     return tf.cast(features[schema.HEIGHT], tf.int32), tf.cast(features[schema.WIDTH], tf.int32)
 
 
-def _decode_masks(features, index, count, max_instances: int, size) -> tf.Tensor:
-    """uint8 [max_instances, H, W]: the PNGs of the objects at `index`, then zeros."""
+def _decode_masks(features, index, count, max_instances: int, size, boxes) -> tf.Tensor:
+    """uint8 [max_instances, H, W]: the PNGs of the objects at `index` (their `boxes`, filled,
+    for a record whose objects have no segments: the converter writes no masks there), then
+    zeros."""
     pngs = _dense(features[schema.OBJECT_MASK])
     height, width = size
+    has_pngs = tf.size(pngs) > 0
     agree = tf.debugging.assert_equal(
-        tf.size(pngs),
-        count,
-        message="a record has objects without masks (converted with --no_instance_masks?): "
-        "read it with masks=False",
+        tf.logical_or(tf.equal(tf.size(pngs), count), tf.logical_not(has_pngs)),
+        True,
+        message="a record has fewer masks than objects: re-run the conversion",
     )
 
     def one(i):
         # Only the kept objects' PNGs are decoded; the padding slots are zeros.
         return tf.cond(
             i < tf.size(index),
-            lambda: tf.io.decode_png(tf.gather(pngs, tf.gather(index, i)), channels=1)[:, :, 0],
+            lambda: tf.cond(
+                has_pngs,
+                lambda: tf.io.decode_png(tf.gather(pngs, tf.gather(index, i)), channels=1)[:, :, 0],
+                lambda: _box_mask(tf.gather(boxes, i), height, width),
+            ),
             lambda: tf.zeros([height, width], tf.uint8),
         )
 
@@ -153,6 +160,15 @@ def _decode_masks(features, index, count, max_instances: int, size) -> tf.Tensor
     )
     with tf.control_dependencies([same]):
         return tf.identity(masks)
+
+
+def _box_mask(box: tf.Tensor, height, width) -> tf.Tensor:
+    """uint8 [height, width]: 1 on the pixels whose centres lie in the normalised `box`."""
+    rows = (tf.cast(tf.range(height), tf.float32) + 0.5) / tf.cast(height, tf.float32)
+    cols = (tf.cast(tf.range(width), tf.float32) + 0.5) / tf.cast(width, tf.float32)
+    inside_y = (rows >= box[0]) & (rows < box[2])
+    inside_x = (cols >= box[1]) & (cols < box[3])
+    return tf.cast(inside_y[:, None] & inside_x[None, :], tf.uint8)
 
 
 def parse_segmentation(features: dict) -> tf.Tensor:

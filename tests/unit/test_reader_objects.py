@@ -208,11 +208,18 @@ def test_a_negative_is_all_padding_and_augments():
     assert out.shape == (48, 64, 3) and _check(out, moved, 2, painted=()) == []
 
 
-def test_masks_of_a_record_without_them_fail_naming_the_option():
+def test_masks_of_a_record_without_them_are_its_boxes_filled():
+    # The converter writes no masks for an image none of whose objects has a segment (and none
+    # with --no_instance_masks): such an object's mask is its box, as mask_from_box writes it.
     features = tf.io.parse_single_example(_record(masks=False), SPEC)
-    assert int(objects.parse_targets(features, 8)["num_instances"]) == 5
-    with pytest.raises(tf.errors.InvalidArgumentError, match="--no_instance_masks"):
-        objects.parse_targets(features, 8, masks=True)
+    targets = objects.parse_targets(features, 8, masks=True)
+    assert int(targets["num_instances"]) == 5
+    for box, mask in zip(targets["boxes"][:5].numpy(), targets["masks"][:5].numpy(), strict=True):
+        ys, xs = np.nonzero(mask)
+        assert ys.min() == round(box[0] * HEIGHT) and ys.max() + 1 == round(box[2] * HEIGHT)
+        assert xs.min() == round(box[1] * WIDTH) and xs.max() + 1 == round(box[3] * WIDTH)
+        assert mask.sum() == len(set(ys)) * len(set(xs))
+    assert not targets["masks"][5:].numpy().any()
 
 
 def test_masks_without_the_image_size_say_what_to_parse():

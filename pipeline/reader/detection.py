@@ -1,0 +1,136 @@
+"""The reader's detection and segmentation tasks: one record to (image, targets), the targets
+moved with every crop, flip and resize (pipeline/reader/objects.py). TensorFlow + core only."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import tensorflow as tf
+
+from core import schema
+from pipeline.reader import objects
+from pipeline.reader.decode import decode_image, raw_features, raw_keys
+
+__all__ = ["TASKS", "Detection", "decode_targets", "max_instances_of", "with_task"]
+
+# make_dataset's task: classification keeps today's (images, labels) elements.
+TASKS = ("classification", "detection", "segmentation")
+
+
+@dataclasses.dataclass(frozen=True)
+class Detection:
+    """How `make_dataset(task="detection" | "segmentation")` builds its targets.
+
+    max_instances: object slots per image (None: the split's largest count, from
+        dataset_info.json; a smaller one keeps each image's largest objects).
+    masks: detection: also the instance masks, uint8 [max_instances, H, W].
+    min_visible: training: a box keeping less of its area inside the crop is dropped.
+    box_format: "yxyx" (Model Garden / Object Detection API order), "xyxy", "xywh" or
+        "center_xywh"; `normalized` False gives pixels of the output image.
+    ignore_value: the label map's "no class" value, also where a crop pads.
+    """
+
+    max_instances: int | None = None
+    masks: bool = False
+    min_visible: float = objects.MIN_VISIBLE
+    box_format: str = "yxyx"
+    normalized: bool = True
+    ignore_value: int = objects.IGNORE_VALUE
+
+    def __post_init__(self) -> None:
+        if self.box_format not in objects.BOX_FORMATS:
+            raise ValueError(
+                f"box_format must be one of {', '.join(objects.BOX_FORMATS)}, "
+                f"got {self.box_format!r}"
+            )
+        if self.max_instances is not None and self.max_instances < 1:
+            raise ValueError(f"max_instances must be at least 1, got {self.max_instances}")
+
+
+def max_instances_of(info: dict, split: str, data_dir: str, detection: Detection) -> int:
+    """The object slots per image: the option, else the split's largest count.
+
+    Raises:
+        ValueError: the dataset was converted without --annotations.
+    """
+    annotations = info.get("annotations")
+    if not annotations:
+        raise ValueError(
+            f"{data_dir} has no objects: convert it with --annotations (docs/annotations.md) "
+            "to read it with task='detection' or 'segmentation'"
+        )
+    if detection.max_instances is not None:
+        return detection.max_instances
+    tally = annotations.get("splits", {}).get(split, {})
+    return max(1, int(tally.get("max_per_image", 0)))
+
+
+def with_task(config, info: dict, split: str, task: str, detection: Detection | None):
+    """The reader's `config` with its task; detection's object slots from the split's largest
+    count (dataset_info.json `info`)."""
+    if task == "classification":
+        return dataclasses.replace(config, task=task)
+    detection = detection or Detection()
+    slots = max_instances_of(info, split, config.data_dir, detection)
+    return dataclasses.replace(config, task=task, detection=detection, max_instances=slots)
+
+
+def decode_targets(config, record: tf.Tensor, seed: tf.Tensor | None):
+    """One record -> (image uint8 [H, W, C], targets): training augments image and targets
+    together (objects.augment), evaluation resizes keeping the aspect ratio and pads."""
+    features = _parse(config, record)
+    whole = dataclasses.replace(config, training=False, dct_scaling=False)
+    height, width = features[schema.HEIGHT], features[schema.WIDTH]
+    image = decode_image(
+        whole,
+        features[schema.ENCODED],
+        None,
+        window=(0, 0, tf.cast(height, tf.int32), tf.cast(width, tf.int32)),
+        raw=raw_features(config, features),
+        resize=False,
+    )
+    targets = _targets(config, features)
+    options = config.detection
+    if config.training:
+        if seed is None:  # no epoch order's seed: fresh randomness
+            seed = tf.random.uniform([2], maxval=2**31 - 1, dtype=tf.int32)
+        image, targets = objects.augment(
+            image, targets, seed, config.image_size, options.min_visible, options.ignore_value
+        )
+    else:
+        image, targets = objects.resize_with_pad(
+            image, targets, config.image_size, options.ignore_value
+        )
+    return image, _formatted(config, targets)
+
+
+def _parse(config, record: tf.Tensor) -> dict:
+    keys = (schema.ENCODED, schema.HEIGHT, schema.WIDTH) + _raw_keys(config)
+    spec = schema.feature_spec(keys=keys)
+    if config.task == "segmentation":
+        spec |= schema.object_feature_spec((schema.SEGMENTATION,))
+    else:
+        spec |= schema.object_feature_spec()
+    return tf.io.parse_single_example(record, spec)
+
+
+def _raw_keys(config) -> tuple[str, ...]:
+    return tuple(k for k in raw_keys(config) if k not in (schema.HEIGHT, schema.WIDTH))
+
+
+def _targets(config, features: dict) -> dict:
+    if config.task == "segmentation":
+        return {objects.SEGMENTATION: objects.parse_segmentation(features)}
+    return objects.parse_targets(features, config.max_instances, config.detection.masks)
+
+
+def _formatted(config, targets: dict) -> dict:
+    """Boxes in the asked format; the padding slots' boxes stay zeros."""
+    options = config.detection
+    if "boxes" in targets and (options.box_format != "yxyx" or not options.normalized):
+        boxes = objects.box_format(
+            targets["boxes"], options.box_format, options.normalized, config.image_size
+        )
+        real = tf.sequence_mask(targets["num_instances"], tf.shape(boxes)[0])
+        targets["boxes"] = tf.where(real[:, None], boxes, tf.zeros_like(boxes))
+    return targets
