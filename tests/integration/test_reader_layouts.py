@@ -287,17 +287,7 @@ def _read(converted: Converted, split: str, **kwargs) -> dict[str, np.ndarray]:
     return images
 
 
-# A 16-bit PNG kept as its own bytes records no image/dtype, so its layout says uint8; the reader
-# reads its depth from the PNG's header (pipeline/reader/bands.py).
-_KEPT_PNG = pytest.mark.xfail(
-    strict=True, reason="converter: a kept 16-bit PNG's layout is uint8xC"
-)
-
-
-@pytest.mark.parametrize(
-    "split",
-    [pytest.param(s, marks=_KEPT_PNG) if s.startswith("png_") else s for s in sorted(SPLITS)],
-)
+@pytest.mark.parametrize("split", sorted(SPLITS))
 def test_each_split_holds_the_layouts_it_stands_for(converted, split):
     conversion, layouts = SPLITS[split]
     info = converted.infos[conversion]

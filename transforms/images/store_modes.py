@@ -108,10 +108,19 @@ def store_image(
     raw = store == "pixels" or (store == "smart" and prefers_raw(info.height, info.width))
     if not raw:
         encoded = check.encode_for_storage(data, info, opts)
-        return StoredImage(encoded, info.format, info.height, info.width, info.channels, False)
+        features = {schema.DTYPE: "uint16"} if _png_of_16_bits(encoded) else None
+        return StoredImage(
+            encoded, info.format, info.height, info.width, info.channels, False, features
+        )
     pixels = raw_pixels(data, info, opts)
     height, width, channels = pixels.shape
     return StoredImage(pixels.tobytes(), schema.RAW_FORMAT, height, width, channels, True)
+
+
+def _png_of_16_bits(data: bytes) -> bool:
+    """A PNG kept as its own bytes with 16-bit samples (--bit_depth 16): its record says so in
+    image/dtype, as arrays' 16-bit PNGs do, so its pixel layout is uint16xC."""
+    return data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 24 and data[24] == 16
 
 
 def store_records(
