@@ -60,10 +60,17 @@ RAW_DTYPES = {
     "int32": tf.int32,
     "uint32": tf.uint32,
     "int64": tf.int64,
+    "uint64": tf.uint64,
     "float16": tf.float16,
     "float32": tf.float32,
     "float64": tf.float64,
 }
+
+
+# Sample types tf.io.decode_raw has no out_type for (DICOM's 32-bit RT dose and secondary
+# captures under --bit_depth 16; 64-bit ones pydicom also decodes) -> the signed type of the
+# same width, whose bytes are read and reinterpreted (tf.bitcast keeps every value).
+_BITCAST = {"uint32": tf.int32, "uint64": tf.int64}
 
 
 def decode_raw_array(
@@ -77,7 +84,11 @@ def decode_raw_array(
     """
     if dtype not in RAW_DTYPES:
         raise ValueError(f"image/dtype {dtype!r} is unknown here; known: {sorted(RAW_DTYPES)}")
-    pixels = tf.io.decode_raw(encoded, RAW_DTYPES[dtype], little_endian=True)
+    if dtype in _BITCAST:
+        same_width = tf.io.decode_raw(encoded, _BITCAST[dtype], little_endian=True)
+        pixels = tf.bitcast(same_width, RAW_DTYPES[dtype])
+    else:
+        pixels = tf.io.decode_raw(encoded, RAW_DTYPES[dtype], little_endian=True)
     shape = tf.stack(
         [tf.cast(height, tf.int32), tf.cast(width, tf.int32), tf.cast(channels, tf.int32)]
     )

@@ -22,7 +22,6 @@ __all__ = [
     "decode_any",
     "pixel_output",
     "pixel_output_of_info",
-    "raw_samples",
 ]
 
 # The dtypes make_dataset returns: photos' uint8, and the stored depth of 16-bit and float data.
@@ -39,10 +38,6 @@ _PADDING = b"\0" * (_PNG_DEPTH_AT + 1)
 _UINT8_TO_UINT16 = 257.0
 # Features the general path parses besides image/encoded.
 GENERAL_KEYS = (schema.FORMAT, schema.HEIGHT, schema.WIDTH, schema.CHANNELS, schema.DTYPE)
-# Raw sample types tf.io.decode_raw has no out_type for (DICOM's 32-bit RT dose and secondary
-# captures under --bit_depth 16; 64-bit ones pydicom also decodes) -> the signed type of the
-# same width, whose bytes are read and reinterpreted (tf.bitcast keeps every value).
-_BITCAST_DTYPES = {"uint32": "int32", "uint64": "int64"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -202,7 +197,9 @@ def _source_pixels(out: PixelOutput, encoded: tf.Tensor, parts) -> tf.Tensor:
         return _scaled(out, tf.io.decode_png(encoded, channels=0, dtype=tf.uint16))
 
     def raw(name: str):
-        return lambda: _scaled(out, raw_samples(encoded, height, width, channels, name))
+        return lambda: _scaled(
+            out, raw_pixels.decode_raw_array(encoded, height, width, channels, name)
+        )
 
     is_raw = raw_pixels.is_raw(image_format)
     matches = tf.equal(dtype_name, tf.constant(out.raw_dtypes))
@@ -228,23 +225,6 @@ def _is_16bit_png(encoded: tf.Tensor) -> tf.Tensor:
         tf.equal(tf.strings.substr(head, 0, len(_PNG_SIGNATURE)), _PNG_SIGNATURE),
         tf.equal(tf.strings.substr(head, _PNG_DEPTH_AT, 1), b"\x10"),
     )
-
-
-def raw_samples(
-    encoded: tf.Tensor, height: tf.Tensor, width: tf.Tensor, channels: tf.Tensor, dtype: str
-) -> tf.Tensor:
-    """One raw record's samples as image/dtype `dtype` [height, width, channels], any dtype the
-    converter writes (core.raw_pixels.decode_raw_array, plus uint32 and uint64).
-
-    Raises:
-        ValueError: `dtype` is no image/dtype this reader knows.
-    """
-    if dtype not in _BITCAST_DTYPES:
-        return raw_pixels.decode_raw_array(encoded, height, width, channels, dtype)
-    same_width = raw_pixels.decode_raw_array(
-        encoded, height, width, channels, _BITCAST_DTYPES[dtype]
-    )
-    return tf.bitcast(same_width, tf.as_dtype(dtype))
 
 
 def _scaled(out: PixelOutput, pixels: tf.Tensor) -> tf.Tensor:

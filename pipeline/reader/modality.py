@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from core import schema
-from pipeline.reader.bands import raw_samples
+from core import raw_pixels, schema
 
 __all__ = ["VALUE_KEYS", "decode_values", "to_values"]
 
@@ -51,7 +50,7 @@ def decode_values(
         pixels = tf.io.decode_image(encoded, dtype=tf.uint16, expand_animations=False)
     else:
         height, width, channels, dtype = raw
-        pixels = raw_samples(encoded, height, width, channels, _dtype_name(dtype))
+        pixels = raw_pixels.decode_raw_array(encoded, height, width, channels, _dtype_name(dtype))
     return to_values(pixels, scale, offset)
 
 

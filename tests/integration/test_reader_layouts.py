@@ -287,6 +287,14 @@ def _read(converted: Converted, split: str, **kwargs) -> dict[str, np.ndarray]:
     return images
 
 
+@pytest.mark.parametrize("conversion", sorted({c for c, _ in SPLITS.values()}))
+def test_verify_reads_every_layout(converted, conversion):
+    from pipeline.verify import verify_dataset
+
+    report = verify_dataset(converted.outputs[conversion])
+    assert not report.problems, report.problems[:3]
+
+
 @pytest.mark.parametrize("split", sorted(SPLITS))
 def test_each_split_holds_the_layouts_it_stands_for(converted, split):
     conversion, layouts = SPLITS[split]
