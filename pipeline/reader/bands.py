@@ -181,7 +181,7 @@ def decode_any(config: AnySettings, encoded: tf.Tensor, seed, window, parts, res
         image = tf.image.resize(image, config.image_size, method="bilinear")
     if out.dtype != tf.float32:
         image = tf.saturate_cast(tf.round(image), out.dtype)
-    image.set_shape((*config.image_size, out.channels))
+    image.set_shape((*config.image_size, out.channels) if resize else (None, None, out.channels))
     return image
 
 

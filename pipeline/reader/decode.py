@@ -194,7 +194,8 @@ def decode_image(
     image's own header (random-resized in training, centre otherwise). `raw` is (height, width)
     of raw-pixel records (--store pixels), plus a bool "this one is raw" for --store smart.
     Other depths and band counts go through bands.decode_any (`config.pixels.general`).
-    `resize=False` when the caller knows the crop already has the output's size.
+    `resize=False` leaves the crop at its own size (e.g. when the caller knows it already has
+    the output's).
     """
     if config.pixels.general:
         return decode_any(config, encoded, seed, window, raw, resize)
@@ -225,7 +226,8 @@ def decode_image(
         image = tf.cond(flip, lambda: tf.reverse(image, [1]), lambda: image)
     if resize:
         image = resize_to_output(image, (height, width))
-    image.set_shape((height, width, 3))
+    # Without the resize the crop's size is the caller's to know (detection: the whole image).
+    image.set_shape((height, width, 3) if resize else (None, None, 3))
     return image
 
 
