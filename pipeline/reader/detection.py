@@ -76,32 +76,54 @@ def with_task(config, info: dict, split: str, task: str, detection: Detection | 
 
 
 def decode_targets(config, record: tf.Tensor, seed: tf.Tensor | None):
-    """One record -> (image uint8 [H, W, C], targets): training augments image and targets
-    together (objects.augment), evaluation resizes keeping the aspect ratio and pads."""
+    """One record -> (image [H, W, C], targets): training crops, flips and resizes image and
+    targets together, evaluation resizes keeping the aspect ratio and pads."""
     features = _parse(config, record)
-    whole = dataclasses.replace(config, training=False, dct_scaling=False)
-    height, width = features[schema.HEIGHT], features[schema.WIDTH]
-    image = decode_image(
-        whole,
-        features[schema.ENCODED],
-        None,
-        window=(0, 0, tf.cast(height, tf.int32), tf.cast(width, tf.int32)),
-        raw=raw_features(config, features),
-        resize=False,
-    )
     targets = _targets(config, features)
-    options = config.detection
     if config.training:
         if seed is None:  # no epoch order's seed: fresh randomness
             seed = tf.random.uniform([2], maxval=2**31 - 1, dtype=tf.int32)
-        image, targets = objects.augment(
-            image, targets, seed, config.image_size, options.min_visible, options.ignore_value
-        )
+        image, targets = _augmented(config, features, targets, seed)
     else:
+        size = _stored_size(features)
+        image = _decoded(config, features, (0, 0, *size))
         image, targets = objects.resize_with_pad(
-            image, targets, config.image_size, options.ignore_value
+            image, targets, config.image_size, config.detection.ignore_value
         )
     return image, _formatted(config, targets)
+
+
+def _augmented(config, features: dict, targets: dict, seed: tf.Tensor):
+    """objects.augment, with the crop window taken from the stored size first, so that a JPEG
+    decodes only its window, fused (as the classification reader decodes its crops)."""
+    options = config.detection
+    crop_seed, flip_seed = objects.split_seed(seed)
+    size = _stored_size(features)
+    # A label map alone has no object to keep whole: crops of any part of the image.
+    covered = 0.1 if config.task == "segmentation" else objects.MIN_OBJECT_COVERED
+    window = objects.sample_crop_window(tf.stack([*size, 3]), targets, crop_seed, covered)
+    image = _decoded(config, features, window)
+    targets = objects.crop_targets(targets, window, size, options.min_visible, options.ignore_value)
+    image, targets = objects.random_flip(image, targets, flip_seed)
+    image, targets = objects.resize(image, targets, config.image_size)
+    return objects.with_size(image, targets, config.image_size, image.shape[-1])
+
+
+def _stored_size(features: dict) -> tuple[tf.Tensor, tf.Tensor]:
+    return tf.cast(features[schema.HEIGHT], tf.int32), tf.cast(features[schema.WIDTH], tf.int32)
+
+
+def _decoded(config, features: dict, window) -> tf.Tensor:
+    """The stored image's `window`, decoded (JPEG: fused), not resized nor flipped."""
+    whole = dataclasses.replace(config, training=False, dct_scaling=False)
+    return decode_image(
+        whole,
+        features[schema.ENCODED],
+        None,
+        window=window,
+        raw=raw_features(config, features),
+        resize=False,
+    )
 
 
 def _parse(config, record: tf.Tensor) -> dict:

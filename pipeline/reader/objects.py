@@ -21,6 +21,7 @@ __all__ = [
     "MIN_VISIBLE",
     "SEGMENTATION",
     "augment",
+    "with_size",
     "box_format",
     "crop",
     "crop_targets",
@@ -475,7 +476,7 @@ def augment(
     image, targets = random_crop(image, targets, crop_seed, min_visible, ignore_value)
     image, targets = random_flip(image, targets, flip_seed)
     image, targets = resize(image, targets, image_size)
-    return _with_size(image, targets, image_size, channels)
+    return with_size(image, targets, image_size, channels)
 
 
 def resize_with_pad(
@@ -511,11 +512,12 @@ def resize_with_pad(
     targets["image_info"] = tf.stack(
         [tf.stack([height, width]), scaled, scaled / tf.stack([height, width]), tf.zeros([2])]
     )
-    return _with_size(_crop_pixels(image, window, 0), targets, image_size, channels)
+    return with_size(_crop_pixels(image, window, 0), targets, image_size, channels)
 
 
-def _with_size(image: tf.Tensor, targets: dict, image_size, channels) -> tuple[tf.Tensor, dict]:
-    """Static output shapes, which batching and Keras need."""
+def with_size(image: tf.Tensor, targets: dict, image_size, channels) -> tuple[tf.Tensor, dict]:
+    """`image` and `targets` with the static shapes of an output of `image_size`, which
+    batching and Keras need."""
     height, width = image_size
     image = tf.ensure_shape(image, [height, width, channels])
     if "masks" in targets:

@@ -144,6 +144,19 @@ def numbered(tmp_path_factory) -> str:
     return str(out)
 
 
+def _interior(region: np.ndarray, margin: int = 2) -> np.ndarray:
+    """`region`'s pixels at least `margin` pixels from its edge (and the image's)."""
+    inside = region.copy()
+    for _ in range(margin):
+        shrunk = np.zeros_like(inside)
+        shrunk[1:-1, 1:-1] = (
+            inside[1:-1, 1:-1] & inside[:-2, 1:-1] & inside[2:, 1:-1] & inside[1:-1, :-2]
+            & inside[1:-1, 2:]
+        )  # fmt: skip
+        inside = shrunk
+    return inside
+
+
 def _colour_classes(image: np.ndarray) -> np.ndarray:
     """Per pixel: the class whose colour it is (1-3), 0 where dark, -1 otherwise (blended)."""
     image = image.astype(np.int32)
@@ -306,7 +319,9 @@ def test_segmentation_label_map_follows_the_painted_colours(painted):
             colours = _colour_classes(images[b])
             assert set(np.unique(labels[b])) <= {0, 1, 2, 3}
             for cls in _COLOURS:
-                where = labels[b] == cls
+                # Away from the label's edge: there the image's bilinear resize blends colours
+                # while the label map's nearest neighbour does not (crops zoom in up to 3x).
+                where = _interior(labels[b] == cls)
                 if where.any():
                     share = (colours[where] == cls).mean()
                     assert share > _MOSTLY, f"class {cls}: {share:.0%} of its label is its colour"
@@ -314,7 +329,8 @@ def test_segmentation_label_map_follows_the_painted_colours(painted):
                 if painted_px.any():
                     share = (labels[b][painted_px] == cls).mean()
                     assert share > _MOSTLY, f"class {cls}: {share:.0%} of its colour labelled"
-            assert (labels[b][colours == 0] == 0).mean() > _MOSTLY
+            black = colours == 0  # a crop may lie inside one object: no black at all
+            assert not black.any() or (labels[b][black] == 0).mean() > _MOSTLY
 
 
 _MIRRORED = textwrap.dedent(
