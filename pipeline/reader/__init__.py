@@ -6,14 +6,22 @@ pipelines, pieces.py cuts a small split's shards into pieces, batches.py batches
 decode.py turns records into images (bands.py: any depth and band count; modality.py: stored
 pixels back to the source's units), crops.py holds the crop windows; epoch_order.py and
 resumable.py the training epoch order and `start_step`, keras_resume.py the callbacks for Keras
-`fit` (import Keras when called). TensorFlow and the core only, never Beam.
+`fit` (import Keras when called); options.py make_dataset's option groups, detection.py and
+objects.py the detection and segmentation targets. TensorFlow and the core only, never Beam.
 """
 
 from pipeline.reader.dataset import make_dataset
+from pipeline.reader.detection import Detection
 from pipeline.reader.files import dataset_info, steps_per_epoch
 from pipeline.reader.keras_resume import backup_and_restore, resume_callback
+from pipeline.reader.options import Classification, Order, Pixels, Storage
 
 __all__ = [
+    "Classification",
+    "Detection",
+    "Order",
+    "Pixels",
+    "Storage",
     "backup_and_restore",
     "dataset_info",
     "make_dataset",

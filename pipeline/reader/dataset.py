@@ -10,8 +10,8 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import warnings
 from collections.abc import Callable, Sequence
-from typing import Literal
 
 import tensorflow as tf
 
@@ -26,6 +26,17 @@ from pipeline.reader.files import load_split as _load_split
 from pipeline.reader.files import median_jpeg_min_side as _median_jpeg_min_side
 from pipeline.reader.files import resolve_version as _resolve_version
 from pipeline.reader.files import typical_min_side as _typical_min_side
+from pipeline.reader.options import (
+    DEFAULT_ORDER,
+    DEFAULT_PIXELS,
+    DEFAULT_STORAGE,
+    SHARDS_AT_ONCE,
+    Classification,
+    Order,
+    Pixels,
+    Storage,
+    resolve_options,
+)
 from pipeline.reader.pieces import Pieces, split_pieces
 from pipeline.reader.resumable import StartStep, check_no_start_step, epoch_order, ordered_records
 from pipeline.reader.shard_records import read_shard as _read_shard
@@ -40,10 +51,6 @@ AUTOTUNE = tf.data.AUTOTUNE
 # Shards read at once per input pipeline: enough outstanding reads to hide object-store latency,
 # few enough that a small machine still reads a few files at a time.
 _MAX_PARALLEL_SHARDS = 16
-# Training: shards read at once and merged (part of the epoch order). Mixes shards that each hold
-# few classes better than the reader before it (16 interleaved + a shuffle buffer), at one
-# read buffer each (docs/training.md, "Shuffle quality").
-_SHARDS_AT_ONCE = 32
 # Default RAM for the shuffle buffer of serialized records, per input pipeline (training's window
 # over fewer shards than are read at once): a few thousand photos, enough to mix a few shards.
 _DEFAULT_SHUFFLE_MB = 256
@@ -100,7 +107,7 @@ class _Config:
     window_records: int = 0
     # Training: global steps already taken (an int, or read when iteration starts).
     start_step: StartStep = 0
-    shards_at_once: int = _SHARDS_AT_ONCE  # training: shards read at once
+    shards_at_once: int = SHARDS_AT_ONCE  # training: shards read at once
     # Training: the units of the epoch order; None without every shard's record count.
     pieces: Pieces | None = None
     pixels: PixelOutput = PixelOutput()  # output dtype and bands (pipeline/reader/bands.py)
@@ -139,30 +146,16 @@ def make_dataset(
     split: str,
     global_batch_size: int,
     *,
-    strategy: tf.distribute.Strategy | None = None,
-    input_context: tf.distribute.InputContext | None = None,
+    strategy: tf.distribute.Strategy | tf.distribute.InputContext | None = None,
     training: bool = False,
     image_size: int | tuple[int, int] = (224, 224),
     seed: int | None = None,
-    repeat: bool | None = None,
-    deterministic: bool | None = None,
-    cache: bool | Literal["auto"] = False,
-    shuffle_buffer_mb: float | None = None,
-    crop_fraction: float = _DEFAULT_CROP_FRACTION,
-    jpeg_dct_scaling: bool | None = None,
-    extra_features: Sequence[str] = (),
-    postprocess: Callable[[tf.Tensor, tf.Tensor], tuple[tf.Tensor, tf.Tensor]] | None = None,
-    normalize: bool = False,
-    cache_dir: str | None = None,
-    s3_endpoint_url: str | None = None,
-    lease: bool = True,
     start_step: StartStep = 0,
-    shards_at_once: int = _SHARDS_AT_ONCE,
-    dtype: tf.DType = tf.uint8,
-    channels: int | None = 3,
-    bands: Sequence[int] | None = None,
-    task: str = "classification",
-    detection: Detection | None = None,
+    task: str | Classification | Detection = "classification",
+    pixels: Pixels = DEFAULT_PIXELS,
+    order: Order = DEFAULT_ORDER,
+    storage: Storage = DEFAULT_STORAGE,
+    **deprecated,
 ) -> tf.data.Dataset | tf.distribute.DistributedDataset:
     """The input pipeline of a converted split, batched per replica and prefetched.
 
@@ -186,68 +179,28 @@ def make_dataset(
             `cache_dir` first, see below).
         split: split name from dataset_info.json, e.g. "train" or "validation".
         global_batch_size: examples per step over all replicas; must divide by the replicas.
-        strategy: when given, returns `strategy.distribute_datasets_from_function(...)`, each
-            replica getting `global_batch_size / num_replicas_in_sync` examples per step.
-        input_context: build the dataset of one input pipeline yourself (e.g. inside your own
-            `distribute_datasets_from_function`); ignored when `strategy` is given.
+        strategy: a tf.distribute.Strategy: returns `strategy.distribute_datasets_from_function
+            (...)`, each replica getting `global_batch_size / num_replicas_in_sync` examples per
+            step; or a tf.distribute.InputContext: the dataset of that one input pipeline (inside
+            your own `distribute_datasets_from_function`).
         training: augment, shuffle, drop the last partial batch and repeat by default.
         image_size: output (height, width), or one int for square images.
         seed: the training epoch order (None: a fixed default seed, the same order each run)
             and the augmentation (None: fresh randomness each run).
-        repeat: repeat the split forever (default: `training`). Pair with `steps_per_epoch`.
-        deterministic: keep element order reproducible (default: not `training`). Training
-            batches always follow the epoch order, whatever this says.
-        cache: True keeps the split's serialized records in RAM after the first epoch (an error
-            if they exceed a quarter of physical memory); "auto" does so only when they fit.
-        shuffle_buffer_mb: training: RAM for a window of serialized records permuted together
-            (the count derived from the split's average record size, rounded up to whole global
-            batches). Default: no window when the split has `shards_at_once` shards or is cut
-            into pieces (reading that many at once mixes as well), else 256 MB
-            (docs/training.md).
-        crop_fraction: evaluation centre crop, as a fraction of the largest window of the
-            output's aspect ratio.
-        jpeg_dct_scaling: decode large JPEGs at 1/2, 1/4 or 1/8 scale when the crop stays at
-            least `image_size`; None decides from the split's typical image size.
-        extra_features: more schema keys to return (e.g. `schema.LABEL_TEXT`,
-            `schema.FILENAME`); elements become `(images, labels, {key: [B] tensor})`.
-        postprocess: per-example `fn(image uint8 [H, W, 3], label) -> (image, label)`, applied
-            after resizing and before batching.
-        normalize: apply the dataset's tensorflow-transform export (`DIR/transform_fn`) to each
-            batch: float32 images `(x - pixel_mean) / pixel_std` with the training split's
-            statistics. Off by default: uint8 batches are 4x smaller to move, and normalising on
-            the accelerator is cheaper than on the host.
-        cache_dir: copy shards to this local directory before reading them: each is checked
-            against the size and sha256 in dataset_info.json, written under a temporary name
-            and renamed, downloaded in parallel a few shards ahead of the reader, and reused by
-            later runs. Default: for stores TensorFlow cannot read (s3://, ...) a folder under
-            the system temp dir (`shard_cache.DEFAULT_CACHE_DIR`); none for local and gs://.
-        s3_endpoint_url: S3 endpoint for s3:// data (MinIO, Ceph, ...); default: boto3's, or
-            AWS_ENDPOINT_URL_S3. Credentials and region come from the standard AWS environment
-            (AWS_ACCESS_KEY_ID, AWS_PROFILE, AWS_DEFAULT_REGION, ...).
-        lease: on a version of a versioned root, hold a lease on it until this process exits
-            (`VERSION/.imgrec/leases/<host>-<pid>-<random>.json`, renewed in the background), so
-            `imgrec convert --keep_versions` does not prune it under this job
-            (docs/scheduling.md). A store that refuses the write is said once on the log and
-            reading goes on. False: write nothing (read-only use you do not want counted).
         start_step: training: global steps taken since training began (a restored step);
             starts at step `start_step % steps_per_epoch` of epoch `start_step //
             steps_per_epoch`. A callable or variable is read when iteration starts (Keras:
             `resume_callback(...).start_step`, docs/training.md).
-        shards_at_once: training: shards read at once (8 MB of read buffer each), at most
-            one per shard; more mixes shards of few classes better. Keep it, `seed`,
-            `global_batch_size` and `shuffle_buffer_mb` when resuming: they make the epoch order.
-        dtype: tf.uint8 (photos), tf.uint16 (16-bit data exactly; 8-bit scaled by 257) or
-            tf.float32 (the stored values, unscaled). uint8 from 16-bit keeps the high byte.
-        channels: 3 (gray repeated, alpha dropped, a multi-band image's first three bands) or
-            None: every band as stored ([B, H, W, C]; the split's images must agree on C).
-        bands: band indices to return, in order (e.g. [3, 2, 1]: a satellite scene's RGB);
-            the output has len(bands) channels.
-        task: "classification" (default), or for a dataset converted with --annotations
-            "detection" (targets: boxes, classes, is_crowd, num_instances[, masks]) or
-            "segmentation" (targets: the label map), augmented with the pixels in training
-            (docs/training.md).
-        detection: the detection and segmentation options (`Detection`: max_instances, masks,
-            min_visible, box_format, normalized, ignore_value).
+        task: "classification" (`Classification(extra_features, postprocess)` for its
+            options), or for a dataset converted with --annotations "detection" / "segmentation"
+            (`Detection(kind, max_instances, masks, min_visible, box_format, ...)`): elements
+            `(images, targets)`, targets augmented with the pixels (docs/training.md).
+        pixels: `Pixels(dtype, channels, bands, normalize, crop_fraction, jpeg_dct_scaling)`:
+            what each image becomes (pipeline/reader/options.py documents each default).
+        order: `Order(repeat, deterministic, shuffle_buffer_mb, shards_at_once)`.
+        storage: `Storage(cache, cache_dir, s3_endpoint_url, lease)`.
+        **deprecated: the keywords these groups replaced (dtype=, cache_dir=, ...) still work
+            for one release, with a DeprecationWarning naming their new place.
 
     Returns:
         A `tf.data.Dataset` of `(images [B, H, W, C], labels int64 [B])` (uint8 and C = 3 by
@@ -269,10 +222,23 @@ def make_dataset(
     A versioned root (`imgrec convert --versioned`) is read at the version its LATEST pointer
     names when this is called; a version published later is picked up by the next call.
     """
-    store = shard_cache.open_store(data_dir, s3_endpoint_url)
+    input_context = None
+    if isinstance(strategy, tf.distribute.InputContext):
+        strategy, input_context = None, strategy
+    if "input_context" in deprecated:
+        input_context = deprecated.pop("input_context")
+        warnings.warn(
+            "make_dataset(input_context=...) is deprecated: pass strategy=input_context",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+    groups = {"pixels": pixels, "order": order, "storage": storage}
+    task, options, groups = resolve_options(task, groups, deprecated)
+    pixels, order, storage = groups["pixels"], groups["order"], groups["storage"]
+    store = shard_cache.open_store(data_dir, storage.s3_endpoint_url)
     data_dir = _resolve_version(data_dir, store)  # once: every later read stays in this version
     held = None
-    if lease and versions.is_version_name(data_dir.rstrip("/").rpartition("/")[2]):
+    if storage.lease and versions.is_version_name(data_dir.rstrip("/").rpartition("/")[2]):
         held = leases.hold(data_dir, store)  # before the shards are checked: prunes see it
     try:
         config = _make_config(
@@ -284,20 +250,20 @@ def make_dataset(
             training=training,
             image_size=image_size,
             seed=seed,
-            repeat=repeat,
-            deterministic=deterministic,
-            cache=cache,
-            shuffle_buffer_mb=shuffle_buffer_mb,
-            crop_fraction=crop_fraction,
-            jpeg_dct_scaling=jpeg_dct_scaling,
-            extra_features=extra_features,
-            postprocess=postprocess,
-            normalize=normalize,
-            cache_dir=cache_dir,
-            pixels=(dtype, channels, bands),
-            task=(task, detection),
+            repeat=order.repeat,
+            deterministic=order.deterministic,
+            cache=storage.cache,
+            shuffle_buffer_mb=order.shuffle_buffer_mb,
+            crop_fraction=pixels.crop_fraction,
+            jpeg_dct_scaling=pixels.jpeg_dct_scaling,
+            extra_features=getattr(options, "extra_features", ()),
+            postprocess=getattr(options, "postprocess", None),
+            normalize=pixels.normalize,
+            cache_dir=storage.cache_dir,
+            pixels=(pixels.dtype, pixels.channels, pixels.bands),
+            task=(task, options),
         )
-        config = _training_config(config, store, start_step, shards_at_once)
+        config = _training_config(config, store, start_step, order.shards_at_once)
         return _distribute(config, held, strategy, input_context)
     except BaseException:
         if held is not None:

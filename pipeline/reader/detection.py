@@ -19,7 +19,8 @@ TASKS = ("classification", "detection", "segmentation")
 
 @dataclasses.dataclass(frozen=True)
 class Detection:
-    """How `make_dataset(task="detection" | "segmentation")` builds its targets.
+    """`make_dataset(task=Detection(...))`: how the detection or segmentation targets are built
+    (task="detection" or "segmentation" takes these defaults).
 
     max_instances: object slots per image (None: the split's largest count, from
         dataset_info.json; a smaller one keeps each image's largest objects).
@@ -30,6 +31,7 @@ class Detection:
     ignore_value: the label map's "no class" value, also where a crop pads.
     """
 
+    kind: str = "detection"  # or "segmentation": the targets are the label map
     max_instances: int | None = None
     masks: bool = False
     min_visible: float = objects.MIN_VISIBLE
@@ -38,6 +40,8 @@ class Detection:
     ignore_value: int = objects.IGNORE_VALUE
 
     def __post_init__(self) -> None:
+        if self.kind not in ("detection", "segmentation"):
+            raise ValueError(f"kind must be 'detection' or 'segmentation', got {self.kind!r}")
         if self.box_format not in objects.BOX_FORMATS:
             raise ValueError(
                 f"box_format must be one of {', '.join(objects.BOX_FORMATS)}, "
@@ -70,7 +74,6 @@ def with_task(config, info: dict, split: str, task: str, detection: Detection | 
     count (dataset_info.json `info`)."""
     if task == "classification":
         return dataclasses.replace(config, task=task)
-    detection = detection or Detection()
     slots = max_instances_of(info, split, config.data_dir, detection)
     return dataclasses.replace(config, task=task, detection=detection, max_instances=slots)
 

@@ -239,7 +239,7 @@ def _batches(ds, steps: int) -> list[tuple[np.ndarray, dict]]:
 def test_training_boxes_and_masks_follow_crops_flips_and_resizes(painted):
     ds = reader.make_dataset(
         painted["dir"], "train", GLOBAL_BATCH, training=True, image_size=IMAGE_SIZE, seed=3,
-        task="detection", detection=Detection(masks=True),
+        task=Detection(masks=True),
     )  # fmt: skip
     batches = _batches(ds, 12)  # two epochs
     kept = 0
@@ -257,7 +257,7 @@ def test_training_boxes_and_masks_follow_crops_flips_and_resizes(painted):
 def test_evaluation_maps_boxes_into_the_padded_frame(painted):
     ds = reader.make_dataset(
         painted["dir"], "train", GLOBAL_BATCH, training=False, image_size=IMAGE_SIZE,
-        task="detection", detection=Detection(masks=True),
+        task=Detection(masks=True),
     )  # fmt: skip
     kept = 0
     for images, targets in _batches(ds, _NUM_IMAGES // GLOBAL_BATCH + 1):
