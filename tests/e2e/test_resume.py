@@ -110,7 +110,8 @@ _SCRIPT = textwrap.dedent(
         manager.restore_or_initialize()
         print("RESTORED", int(step.numpy()), flush=True)
         ds = make_dataset(plan["data_dir"], "train", plan["batch"], strategy=strategy, training=True,
-                          image_size=8, seed=plan["seed"], start_step=int(step.numpy()))
+                          image_size=8, seed=plan["seed"], start_step=int(step.numpy()),
+                          task=plan.get("task", "classification"))
 
         @tf.function
         def train_step(images):
@@ -123,8 +124,12 @@ _SCRIPT = textwrap.dedent(
         iterator = iter(ds)
         while int(step.numpy()) < plan["epochs"] * steps:
             images, labels = next(iterator)
+            if isinstance(labels, dict):  # detection: each record's one object names it
+                parts = [t[:, 0] - 1 for t in strategy.experimental_local_results(labels["classes"])]
+            else:
+                parts = strategy.experimental_local_results(labels)
             current = int(step.numpy())
-            ids = [v for t in strategy.experimental_local_results(labels) for v in t.numpy()]
+            ids = [v for t in parts for v in t.numpy()]
             train_step(images)
             if int(step.numpy()) % plan["save_every"] == 0:
                 manager.save()
@@ -132,6 +137,22 @@ _SCRIPT = textwrap.dedent(
     print("TRAINING DONE", flush=True)
     """
 )
+
+
+def _one_object(index: int) -> dict:
+    """One box over the whole image whose class is the example's index + 1: the detection
+    task's targets name each example as the label does (a crop always keeps a whole object)."""
+    sides = dict(zip(schema.OBJECT_BBOX.values(), ([0.0], [0.0], [1.0], [1.0]), strict=True))
+    return {
+        **sides,
+        schema.SOURCE_ID: str(index),
+        schema.OBJECT_LABEL: [index + 1],
+        schema.OBJECT_TEXT: [str(index)],
+        schema.OBJECT_AREA: [120.0],
+        schema.OBJECT_IS_CROWD: [0],
+        schema.OBJECT_DIFFICULT: [0],
+        schema.OBJECT_TRUNCATED: [0],
+    }
 
 
 def _write_split(root: Path) -> str:
@@ -149,7 +170,7 @@ def _write_split(root: Path) -> str:
                     schema.make_example(
                         encoded=path.read_bytes(), image_format="jpeg", height=10, width=12,
                         channels=3, label=index, label_text=str(index),
-                        filename=f"mem://{index:04d}", sha256="",
+                        filename=f"mem://{index:04d}", sha256="", extra=_one_object(index),
                     )
                 )  # fmt: skip
                 index += 1
@@ -160,6 +181,7 @@ def _write_split(root: Path) -> str:
         "label_names": [str(i) for i in range(NUM_EXAMPLES)],
         "splits": {"train": {"num_examples": NUM_EXAMPLES, "shards": shards,
                              "num_bytes": sum(s["num_bytes"] for s in shards)}},
+        "annotations": {"splits": {"train": {"max_per_image": 1}}},
     }  # fmt: skip
     (root / schema.DATASET_INFO).write_text(json.dumps(info))
     return str(root)
@@ -179,7 +201,9 @@ def uninterrupted(data_dir) -> list[list[int]]:
     return [[int(v) for v in labels.numpy()] for _, labels in ds.take(EPOCHS * STEPS)]
 
 
-def _run(data_dir: str, tmp: Path, run: str, strategy: str, kill_at: int, keras=False) -> None:
+def _run(
+    data_dir: str, tmp: Path, run: str, strategy: str, kill_at: int, keras=False, reader_task=None
+) -> None:
     """The training script, one process per worker, until it exits (killed or done); each
     worker logs to `tmp/<run><worker>.jsonl`."""
     workers = 2 if strategy == "multiworker" else 1
@@ -190,6 +214,7 @@ def _run(data_dir: str, tmp: Path, run: str, strategy: str, kill_at: int, keras=
             "data_dir": data_dir, "batch": GLOBAL_BATCH, "seed": 11, "epochs": EPOCHS,
             "strategy": strategy, "keras": keras, "kill_at": kill_at, "classes": NUM_EXAMPLES,
             "save_every": SAVE_EVERY, "ckpt": str(tmp / "ckpt"), "log": str(tmp / f"{run}{i}.jsonl"),
+            "task": reader_task or "classification",
         }  # fmt: skip
         env = cli_env(CUDA_VISIBLE_DEVICES="", TF_ENABLE_ONEDNN_OPTS="0")
         if workers > 1:
@@ -274,12 +299,14 @@ def test_a_killed_custom_loop_resumes_mid_epoch(data_dir, uninterrupted, tmp_pat
     _check(_trained(tmp_path, runs), uninterrupted)
 
 
-def test_two_workers_killed_resume_as_one(data_dir, uninterrupted, tmp_path):
+@pytest.mark.parametrize("task", ["classification", "detection"])
+def test_two_workers_killed_resume_as_one(data_dir, uninterrupted, tmp_path, task):
     """Elastic: a MultiWorkerMirroredStrategy job of 2 workers killed at a random step,
-    restarted as one worker with MirroredStrategy (2 replicas), the same global batch."""
+    restarted as one worker with MirroredStrategy (2 replicas), the same global batch; the
+    detection task reads the same epoch order (its targets name the examples)."""
     kill_at = random.randrange(1, STEPS - 1)  # inside the first epoch
-    _run(data_dir, tmp_path, "a", "multiworker", kill_at)
-    _run(data_dir, tmp_path, "b", "mirrored", -1)
+    _run(data_dir, tmp_path, "a", "multiworker", kill_at, reader_task=task)
+    _run(data_dir, tmp_path, "b", "mirrored", -1, reader_task=task)
     _check(_trained(tmp_path, [["a0.jsonl", "a1.jsonl"], ["b0.jsonl"]]), uninterrupted)
 
 
