@@ -160,52 +160,30 @@ def make_dataset(
     """The input pipeline of a converted split, batched per replica and prefetched.
 
     Files come from dataset_info.json. In training, which records make up each global step is a
-    pure function of (seed, epoch) (pipeline/reader/epoch_order.py): shards (a small split's
-    pieces) in a new random order each epoch, `shards_at_once` of them read at once and
-    merged in turn (and permuted in windows of `shuffle_buffer_mb`, if given); each input
-    pipeline (worker) reads its part of every global batch, so any number of workers or
-    replicas reads each record once per epoch, and `start_step` resumes mid-epoch
-    (docs/training.md). Records are decoded with a random-resized crop and a random flip. In
-    evaluation the order is fixed and images get a centre crop. Images are resized to
-    `image_size` and returned as uint8: normalise on the accelerator.
-
-    Every storage mode reads the same way (docs/storage_modes.md): JPEG/PNG/GIF records are
-    decoded (the crop fused into libjpeg's decode), raw-pixel records (`--store pixels|smart`,
-    image/format "raw") are reshaped with `decode_raw` and cropped without a decoder.
+    pure function of (seed, epoch) (pipeline/reader/epoch_order.py), so any number of workers
+    or replicas reads each record once per epoch and `start_step` resumes mid-epoch
+    (docs/training.md); images get a random-resized crop and flip, in evaluation a centre crop,
+    and come out uint8 at `image_size`: normalise on the accelerator.
 
     Args:
-        data_dir: the converter's output directory: a local path, gs:// (read by TensorFlow),
-            or s3:// and any other store Apache Beam's FileSystems reads (copied to
-            `cache_dir` first, see below).
+        data_dir: the converter's output directory: local, gs:// or s3:// (docs/reader.md).
         split: split name from dataset_info.json, e.g. "train" or "validation".
         global_batch_size: examples per step over all replicas; must divide by the replicas.
-        strategy: a tf.distribute.Strategy: returns `strategy.distribute_datasets_from_function
-            (...)`, each replica getting `global_batch_size / num_replicas_in_sync` examples per
-            step; or a tf.distribute.InputContext: the dataset of that one input pipeline (inside
-            your own `distribute_datasets_from_function`).
+        strategy: a tf.distribute.Strategy (each replica gets `global_batch_size /
+            num_replicas_in_sync` examples a step), or an InputContext: that input pipeline's.
         training: augment, shuffle, drop the last partial batch and repeat by default.
         image_size: output (height, width), or one int for square images.
-        seed: the training epoch order (None: a fixed default seed, the same order each run)
-            and the augmentation (None: fresh randomness each run).
-        start_step: training: global steps taken since training began (a restored step);
-            starts at step `start_step % steps_per_epoch` of epoch `start_step //
-            steps_per_epoch`. A callable or variable is read when iteration starts (Keras:
-            `resume_callback(...).start_step`, docs/training.md).
-        task: "classification" (`Classification(extra_features, postprocess)` for its
-            options), or for a dataset converted with --annotations "detection" / "segmentation"
-            (`Detection(kind, max_instances, masks, min_visible, box_format, ...)`): elements
-            `(images, targets)`, targets augmented with the pixels (docs/training.md).
-        pixels: `Pixels(dtype, channels, bands, normalize, crop_fraction, jpeg_dct_scaling)`:
-            what each image becomes (pipeline/reader/options.py documents each default).
-        order: `Order(repeat, deterministic, shuffle_buffer_mb, shards_at_once)`.
-        storage: `Storage(cache, cache_dir, s3_endpoint_url, lease)`.
-        **deprecated: the keywords these groups replaced (dtype=, cache_dir=, ...) still work
-            for one release, with a DeprecationWarning naming their new place.
+        seed: the epoch order and the augmentation (None: a fixed order, fresh augmentation).
+        start_step: training: global steps taken so far (a restored step; a callable or
+            variable is read when iteration starts: Keras' `resume_callback`, docs/training.md).
+        task: "classification" or `Classification(...)`; with --annotations "detection",
+            "segmentation" or `Detection(...)`: elements `(images, targets)` (docs/training.md).
+        pixels, order, storage: `Pixels`, `Order`, `Storage` (pipeline/reader/options.py
+            documents each default); the keywords they replaced work one release, deprecated.
 
     Returns:
-        A `tf.data.Dataset` of `(images [B, H, W, C], labels int64 [B])` (uint8 and C = 3 by
-        default) with `B` the global batch (or the per-replica batch with `input_context`), or,
-        with `strategy`, a distributed dataset of per-replica batches.
+        A `tf.data.Dataset` of `(images [B, H, W, C], labels int64 [B])` (uint8, C = 3 by
+        default), or with a Strategy a distributed dataset of per-replica batches.
 
     Raises:
         schema.DatasetInfoError: `data_dir` has no readable dataset_info.json.
@@ -213,33 +191,17 @@ def make_dataset(
         FileNotFoundError: a shard listed in dataset_info.json is missing.
         shard_cache.ShardCacheError: `cache_dir`'s disk cannot hold the split's shards.
 
-    A shard that turns out corrupt, missing or unreadable while reading (CRC mismatch,
-    truncation, deleted, permission lost) stops iteration with `tf.errors.InvalidArgumentError`
-    naming the shard and its version, after at most its expected reads plus a few; with a
-    cache, a shard whose download fails or does not match its sha256 stops it with a
-    `tf.errors.OpError` naming it.
-
-    A versioned root (`imgrec convert --versioned`) is read at the version its LATEST pointer
-    names when this is called; a version published later is picked up by the next call.
+    A shard found corrupt while reading stops iteration naming it (docs/reader.md). A versioned
+    root is read at the version LATEST names when this is called.
     """
-    input_context = None
-    if isinstance(strategy, tf.distribute.InputContext):
-        strategy, input_context = None, strategy
-    if "input_context" in deprecated:
-        input_context = deprecated.pop("input_context")
-        warnings.warn(
-            "make_dataset(input_context=...) is deprecated: pass strategy=input_context",
-            DeprecationWarning,
-            stacklevel=2,
-        )
+    strategy, input_context = _strategy_or_context(strategy, deprecated)
     groups = {"pixels": pixels, "order": order, "storage": storage}
     task, options, groups = resolve_options(task, groups, deprecated)
-    pixels, order, storage = groups["pixels"], groups["order"], groups["storage"]
-    store = shard_cache.open_store(data_dir, storage.s3_endpoint_url)
+    store = shard_cache.open_store(data_dir, groups["storage"].s3_endpoint_url)
     data_dir = _resolve_version(data_dir, store)  # once: every later read stays in this version
-    held = None
-    if storage.lease and versions.is_version_name(data_dir.rstrip("/").rpartition("/")[2]):
-        held = leases.hold(data_dir, store)  # before the shards are checked: prunes see it
+    is_version = versions.is_version_name(data_dir.rstrip("/").rpartition("/")[2])
+    # Before the shards are checked: prunes see the lease.
+    held = leases.hold(data_dir, store) if groups["storage"].lease and is_version else None
     try:
         config = _make_config(
             data_dir,
@@ -250,25 +212,30 @@ def make_dataset(
             training=training,
             image_size=image_size,
             seed=seed,
-            repeat=order.repeat,
-            deterministic=order.deterministic,
-            cache=storage.cache,
-            shuffle_buffer_mb=order.shuffle_buffer_mb,
-            crop_fraction=pixels.crop_fraction,
-            jpeg_dct_scaling=pixels.jpeg_dct_scaling,
-            extra_features=getattr(options, "extra_features", ()),
-            postprocess=getattr(options, "postprocess", None),
-            normalize=pixels.normalize,
-            cache_dir=storage.cache_dir,
-            pixels=(pixels.dtype, pixels.channels, pixels.bands),
+            **groups,
             task=(task, options),
         )
-        config = _training_config(config, store, start_step, order.shards_at_once)
+        config = _training_config(config, store, start_step, groups["order"].shards_at_once)
         return _distribute(config, held, strategy, input_context)
     except BaseException:
         if held is not None:
             leases.release_unused(held)  # no dataset came of it
         raise
+
+
+def _strategy_or_context(strategy, deprecated: dict):
+    """(the Strategy, the InputContext): `strategy` may be either; the old input_context=
+    keyword is taken from `deprecated` with a DeprecationWarning."""
+    input_context = deprecated.pop("input_context", None)
+    if input_context is not None:
+        warnings.warn(
+            "make_dataset(input_context=...) is deprecated: pass strategy=input_context",
+            DeprecationWarning,
+            stacklevel=3,
+        )
+    if isinstance(strategy, tf.distribute.InputContext):
+        return None, strategy
+    return strategy, input_context
 
 
 def _make_config(
@@ -281,37 +248,33 @@ def _make_config(
     training: bool,
     image_size: int | tuple[int, int],
     seed: int | None,
-    repeat: bool | None,
-    deterministic: bool | None,
-    cache: bool | str,
-    shuffle_buffer_mb: float | None,
-    crop_fraction: float,
-    jpeg_dct_scaling: bool | None,
-    extra_features: Sequence[str],
-    postprocess: Callable | None,
-    normalize: bool,
-    cache_dir: str | None,
-    pixels: tuple,
-    task: tuple = ("classification", None),
+    pixels: Pixels,
+    order: Order,
+    storage: Storage,
+    task: tuple[str, Classification | Detection],
 ) -> _Config:
     """`make_dataset`'s arguments, resolved against the split's dataset_info.json and validated."""
     info, split_info, shards = _load_split(data_dir, split, store)
-    output = pixel_output(split_info, f"split {split!r} of {data_dir}", *pixels)
-    if normalize and (output.dtype != tf.uint8 or output.channels != 3):
+    where = f"split {split!r} of {data_dir}"
+    output = pixel_output(split_info, where, pixels.dtype, pixels.channels, pixels.bands)
+    if pixels.normalize and (output.dtype != tf.uint8 or output.channels != 3):
         raise ValueError(
             "normalize=True applies the RGB statistics of the transform: it needs the default "
             "dtype=tf.uint8 and 3 channels; normalise other bands in your model"
         )
-    local_copies = _local_copies(store, data_dir, split, split_info, cache_dir)
+    local_copies = _local_copies(store, data_dir, split, split_info, storage.cache_dir)
     num_examples = int(split_info.get("num_examples", sum(s.num_examples for s in shards)))
     num_bytes = int(split_info.get("num_bytes", 0))
     if isinstance(image_size, int):
         image_size = (image_size, image_size)
     _check_batch_divides(global_batch_size, replicas)
     avg_record = max(1, num_bytes // max(1, num_examples))
-    buffer_mb = _DEFAULT_SHUFFLE_MB if shuffle_buffer_mb is None else shuffle_buffer_mb
-    buffer_records = int(buffer_mb * 2**20 / avg_record)
+    window_mb = order.shuffle_buffer_mb
+    buffer_records = int(
+        (_DEFAULT_SHUFFLE_MB if window_mb is None else window_mb) * 2**20 / avg_record
+    )
     store_mode = raw_pixels.store_mode(info)
+    jpeg_dct_scaling = pixels.jpeg_dct_scaling
     if output.general:  # JPEGs there decode whole, like every other format
         jpeg_dct_scaling = False
     if jpeg_dct_scaling is None:
@@ -326,16 +289,16 @@ def _make_config(
         training=training,
         image_size=(int(image_size[0]), int(image_size[1])),
         seed=seed,
-        repeat=training if repeat is None else repeat,
-        deterministic=(not training) if deterministic is None else deterministic,
-        cache=_want_cache(cache, split, num_bytes),
+        repeat=training if order.repeat is None else order.repeat,
+        deterministic=(not training) if order.deterministic is None else order.deterministic,
+        cache=_want_cache(storage.cache, split, num_bytes),
         shuffle_records=max(_MIN_SHUFFLE_RECORDS, buffer_records),
-        window_records=0 if shuffle_buffer_mb is None else max(1, buffer_records),
-        crop_fraction=crop_fraction,
+        window_records=0 if window_mb is None else max(1, buffer_records),
+        crop_fraction=pixels.crop_fraction,
         dct_scaling=bool(jpeg_dct_scaling),
-        extra_features=tuple(extra_features),
-        postprocess=postprocess,
-        normalize_dir=_export_dir(data_dir, local_copies) if normalize else None,
+        extra_features=tuple(getattr(task[1], "extra_features", ())),
+        postprocess=getattr(task[1], "postprocess", None),
+        normalize_dir=_export_dir(data_dir, local_copies) if pixels.normalize else None,
         local_copies=local_copies,
         store=store_mode,
         data_dir=data_dir,
