@@ -216,7 +216,7 @@ class MaskError(ValueError):
 class _Frame:
     """What an annotation's coordinates refer to, and how they reach the displayed image."""
 
-    width: float  # the coordinates' extent (1 x 1 for YOLO's fractions)
+    width: float  # the coordinates' extent (the unit square for YOLO's fractions)
     height: float
     orientation: int  # 1, or 5..8 for a raw frame turned to the displayed one
     canvas: tuple[int, int]  # (width, height) polygons are rasterised at
@@ -445,8 +445,8 @@ def _rle_string_counts(text: str) -> list[int] | None:
 
 
 def _png(image: Image.Image) -> bytes:
-    # zlib's run-length strategy: masks are long runs of 0 and 1, so it writes them 2.6x
-    # faster than the default strategy and no larger (docs/benchmarks.md, annotations).
+    # zlib's run-length strategy: masks are long runs of 0 and 1, which it writes faster than
+    # the default strategy and no larger (docs/benchmarks.md, "Annotations").
     out = io.BytesIO()
     image.save(out, format="PNG", compress_type=zlib.Z_RLE)
     return out.getvalue()
