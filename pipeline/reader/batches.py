@@ -35,7 +35,11 @@ def batched(
     records come in batches of `batch_size` already. `deterministic` True keeps the batches in
     the order of their records whatever the options say."""
     if config.task != "classification":
-        batches = _target_batches(config, records, batch_size, deterministic, prebatched)
+        # Detection and segmentation: each record decoded with its targets, augmented together
+        # (pipeline/reader/detection.py); the targets' fixed shapes then batch.
+        batches = _per_example(
+            config, records, batch_size, deterministic, prebatched, decode_targets
+        )
     elif config.postprocess is None:
         # Batch the serialized records, then parse and decode a whole batch per call: a tf.data
         # function call per image, and parse_single_example, cost more than parsing a batch.
@@ -53,22 +57,10 @@ def batched(
         )
     else:
         # The user's hook runs per example, so decode per example too.
-        if prebatched:
-            records = records.unbatch()
-        examples = records.map(
-            traced_as_written(lambda record, seed=None: _decode_example(config, record, seed)),
-            num_parallel_calls=AUTOTUNE,
-            deterministic=deterministic,
-        )
-        examples = examples.map(
-            _postprocess_fn(config), num_parallel_calls=AUTOTUNE, deterministic=deterministic
-        )
-        batches = examples.batch(
-            batch_size,
-            drop_remainder=config.training,
-            num_parallel_calls=AUTOTUNE,
-            deterministic=deterministic,
-        )
+        batches = _per_example(
+            config, records, batch_size, deterministic, prebatched, _decode_example,
+            _postprocess_fn(config),
+        )  # fmt: skip
     if config.normalize_dir is not None:
         normalize = normalize_layer(config.normalize_dir)
         batches = batches.map(
@@ -80,16 +72,20 @@ def batched(
     return batches.with_options(_options(config, multi_device))
 
 
-def _target_batches(config, records, batch_size: int, deterministic, prebatched: bool):
-    """Detection and segmentation: each record decoded whole with its targets, augmented
-    together (pipeline/reader/detection.py), then batched: the targets' shapes are fixed."""
+def _per_example(
+    config, records, batch_size: int, deterministic, prebatched: bool, decode, then=None
+):
+    """Records decoded one by one with `decode(config, record, seed)` (and mapped by `then`),
+    then batched."""
     if prebatched:
         records = records.unbatch()
     examples = records.map(
-        traced_as_written(lambda record, seed=None: decode_targets(config, record, seed)),
+        traced_as_written(lambda record, seed=None: decode(config, record, seed)),
         num_parallel_calls=AUTOTUNE,
         deterministic=deterministic,
     )
+    if then is not None:
+        examples = examples.map(then, num_parallel_calls=AUTOTUNE, deterministic=deterministic)
     return examples.batch(
         batch_size,
         drop_remainder=config.training,
