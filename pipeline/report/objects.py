@@ -8,7 +8,7 @@ import dataclasses
 
 from core import schema
 from core.names import printable
-from pipeline.report.scan import parse_example_lists
+from pipeline.report.scan import bar_lines, parse_example_lists
 
 __all__ = [
     "SIZES",
@@ -121,14 +121,5 @@ def _class_lines(annotations: dict, width: int) -> list[str]:
         totals.update(c)
     names = [c["name"] for c in annotations.get("label_map", [])]
     top = sorted(set(names) | set(totals), key=lambda n: (-totals[n], n))[:TOP_CLASSES]
-    lines = [f"  object classes (top {len(top)} of {len(set(names) | set(totals))})"]
-    shown = {n: printable(n) for n in top}
-    name_w = min(24, max([len(n) for n in shown.values()] or [1]))
-    most = max(totals.values(), default=0) or 1
-    for n in top:
-        bar = "█" * max(1 if totals[n] else 0, round(width * totals[n] / most))
-        per_split = ", ".join(f"{printable(s)} {c[n]}" for s, c in counts.items())
-        lines.append(
-            f"    {shown[n][:name_w]:<{name_w}} {totals[n]:>7} {bar:<{width}}  {per_split}"
-        )
-    return lines
+    title = f"  object classes (top {len(top)} of {len(set(names) | set(totals))})"
+    return [title, *bar_lines(top, totals, counts, width)]

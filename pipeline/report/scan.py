@@ -237,14 +237,20 @@ def class_histogram_lines(info: dict, data_dir: str, width: int = 30) -> list[st
     names = list(info.get("label_names", []))
     names += sorted({k for c in counts.values() for k in c} - set(names))
     totals = {n: sum(c[n] for c in counts.values()) for n in names}
-    top = max(totals.values(), default=0) or 1
     title = "  classes" + ("    (from a sample of the records)" if sampled else "")
-    lines = [title]
+    return [title, *bar_lines(names, totals, counts, width)]
+
+
+def bar_lines(names: list[str], totals: dict, counts: dict, width: int) -> list[str]:
+    """One terminal bar per name (its total), with its count per split: `imgrec inspect`'s
+    classes and object classes."""
+    top = max(totals.values(), default=0) or 1
     shown = {n: printable(n) for n in names}  # a label is a folder name: newlines, ESC, ...
     name_w = min(24, max([len(n) for n in shown.values()] or [1]))
+    lines = []
     for n in names:
         bar = "█" * max(1 if totals[n] else 0, round(width * totals[n] / top))
-        per_split = ", ".join(f"{s} {c[n]}" for s, c in counts.items())
+        per_split = ", ".join(f"{printable(s)} {c[n]}" for s, c in counts.items())
         lines.append(
             f"    {shown[n][:name_w]:<{name_w}} {totals[n]:>7} {bar:<{width}}  {per_split}"
         )
