@@ -100,7 +100,11 @@ def killed_and_resumed(root, uninterrupted, tmp_path_factory) -> dict:
     outputs, and each global step's labels as trained across them."""
     tmp = tmp_path_factory.mktemp("killed_and_resumed")
     steps = len(uninterrupted) // EPOCHS
-    kill_at = random.randrange(steps + 1, 2 * steps - 1)  # inside the second epoch
+    # Inside the second epoch, at least 3 steps before the end: the kill lands when the log
+    # shows the step, and a loaded machine lets the job run on past it; a kill after the last
+    # step's backup makes Keras restore the last epoch and train one step past the end (a known
+    # bug of the resume callback, issue 68's note), which this test is not about.
+    kill_at = random.randrange(steps + 1, 2 * steps - 3)
     first = _run_example(root, tmp, "a", kill_at)
     second = _run_example(root, tmp, "b", None)
     trained = _trained(tmp, [["a.jsonl"], ["b.jsonl"]], EPOCHS * steps)
