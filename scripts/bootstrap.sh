@@ -10,7 +10,7 @@ if [ ! -x "$VENV/bin/python" ]; then
   "$PYTHON_BIN" -m venv "$VENV"
 fi
 stamp="$VENV/.imgrec-installed"
-want="$(cd "$IMGREC_ROOT" && for f in requirements.txt requirements-test.txt constraints.txt setup.py; do
+want="$(cd "$IMGREC_ROOT" && for f in requirements.txt requirements-test.txt requirements-nodeps.txt constraints.txt setup.py; do
   if [ -f "$f" ]; then cat "$f"; fi; done | sha256sum | cut -d' ' -f1)"
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   echo "imgrec: installing pinned dependencies into $VENV (first run takes a few minutes)" >&2
@@ -33,6 +33,8 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
     echo "imgrec: pip install failed; trying again (attempt $attempt of 3)" >&2
     sleep "${IMGREC_PIP_RETRY_SLEEP_S:-10}"
   done
+  "$VENV/bin/python" -m pip install -q --disable-pip-version-check --retries 10 --no-deps \
+    -r "$IMGREC_ROOT/requirements-nodeps.txt" >&2
   if [ -f "$IMGREC_ROOT/setup.py" ]; then
     "$VENV/bin/python" -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e "$IMGREC_ROOT" >&2
   fi
