@@ -11,7 +11,7 @@ from core.normalize import normalize_layer  # TFT's import: in normalize_layer, 
 from pipeline.reader.decode import decode_batch as _decode_batch
 from pipeline.reader.decode import decode_example as _decode_example
 from pipeline.reader.decode import postprocess_fn as _postprocess_fn
-from pipeline.reader.detection import decode_targets
+from pipeline.reader.detection import decode_targets_batch
 from pipeline.reader.shares import traced_as_written
 
 __all__ = ["batched"]
@@ -34,15 +34,12 @@ def batched(
     """Records (training: with crop seeds) -> decoded batches, prefetched. `prebatched`: the
     records come in batches of `batch_size` already. `deterministic` True keeps the batches in
     the order of their records whatever the options say."""
-    if config.task != "classification":
-        # Detection and segmentation: each record decoded with its targets, augmented together
-        # (pipeline/reader/detection.py); the targets' fixed shapes then batch.
-        batches = _per_example(
-            config, records, batch_size, deterministic, prebatched, decode_targets
-        )
-    elif config.postprocess is None:
+    if config.task != "classification" or config.postprocess is None:
         # Batch the serialized records, then parse and decode a whole batch per call: a tf.data
         # function call per image, and parse_single_example, cost more than parsing a batch.
+        # Detection and segmentation decode each image with its targets, augmented together
+        # (pipeline/reader/detection.py).
+        decode = _decode_batch if config.task == "classification" else decode_targets_batch
         if not prebatched:
             records = records.batch(
                 batch_size,
@@ -51,7 +48,7 @@ def batched(
                 deterministic=deterministic,
             )
         batches = records.map(
-            traced_as_written(lambda *batch: _decode_batch(config, *batch)),
+            traced_as_written(lambda *batch: decode(config, *batch)),
             num_parallel_calls=_in_order_calls() if deterministic else AUTOTUNE,
             deterministic=deterministic,
         )

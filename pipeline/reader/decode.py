@@ -13,6 +13,7 @@ from pipeline.reader.bands import GENERAL_KEYS, PixelOutput, decode_any
 from pipeline.reader.crops import crop_window, decode_and_crop_scaled
 
 __all__ = [
+    "DECODE_PARALLEL_ITERATIONS",
     "DecodeSettings",
     "decode_batch",
     "decode_batch_eagerly",
@@ -39,7 +40,7 @@ class DecodeSettings(Protocol):
 
 
 # Images of one batch decoded at once inside the batch's map call (tf.map_fn iterations).
-_DECODE_PARALLEL_ITERATIONS = 4
+DECODE_PARALLEL_ITERATIONS = 4
 
 
 def _parse_batch(config: DecodeSettings, records: tf.Tensor) -> dict:
@@ -126,7 +127,7 @@ def decode_batch(config: DecodeSettings, records: tf.Tensor, seeds: tf.Tensor | 
             ),
             # A few images of the batch in flight: a little faster than one at a time, and more
             # gain nothing.
-            parallel_iterations=_DECODE_PARALLEL_ITERATIONS,
+            parallel_iterations=DECODE_PARALLEL_ITERATIONS,
         )
 
     if config.training or config.dct_scaling:

@@ -1,7 +1,8 @@
 """Detection and segmentation targets of one record: parsed to fixed shapes, moved with the pixels
 by the training crop, flip and resize and by the evaluation resize-with-pad, and written in the box
-formats of Keras detection models. TensorFlow graph functions, one example at a time (map them
-before batching); TensorFlow and the core only.
+formats of Keras detection models (box_formats.py). TensorFlow graph functions of one example;
+parse_targets, crop_targets and flip_targets also take a batch (leading dimension B) of boxes.
+TensorFlow and the core only.
 
 Targets are a dict: "boxes" float32 [M, 4] normalised (ymin, xmin, ymax, xmax), "classes" int32 [M]
 (-1 marks a padding slot), "is_crowd" int32 [M], "num_instances" int32, "num_dropped" int32, and
@@ -16,18 +17,16 @@ import tensorflow as tf
 from core import schema
 
 __all__ = [
-    "BOX_FORMATS",
     "IGNORE_VALUE",
     "MIN_VISIBLE",
     "SEGMENTATION",
     "augment",
     "with_size",
-    "box_format",
     "crop",
     "crop_targets",
     "flip",
+    "flip_draw",
     "flip_targets",
-    "from_box_format",
     "parse_segmentation",
     "parse_targets",
     "random_crop",
@@ -51,8 +50,6 @@ CROP_AREA_RANGE = (0.1, 1.0)
 CROP_ASPECT_RANGE = (0.75, 1.33)
 CROP_MAX_ATTEMPTS = 100
 MIN_VISIBLE = 0.3
-# Box formats of KerasHub / KerasCV ("center_xywh" is YOLO's).
-BOX_FORMATS = ("yxyx", "xyxy", "xywh", "center_xywh")
 # The per-instance targets and the value a padding slot holds.
 _PADDING = {"boxes": 0.0, "classes": -1, "is_crowd": 0, "masks": 0}
 _CORNERS = ("ymin", "xmin", "ymax", "xmax")
@@ -86,27 +83,62 @@ def parse_targets(
     boxes = tf.stack([_dense(features[schema.OBJECT_BBOX[c]]) for c in _CORNERS], axis=-1)
     classes = tf.cast(_dense(features[schema.OBJECT_LABEL]), tf.int32)
     is_crowd = tf.cast(_dense(features[schema.OBJECT_IS_CROWD]), tf.int32)
-    count = tf.shape(classes)[0]
+    count = _count(features[schema.OBJECT_LABEL])
+    targets, index = _largest(boxes, classes, is_crowd, count, max_instances)
+    if masks:
+        if classes.shape.rank != 1:
+            raise ValueError("parse_targets(masks=True) takes one record, not a batch")
+        size = _mask_size(features, mask_size)
+        kept = index[: targets["num_instances"]]
+        targets["masks"] = _decode_masks(
+            features, kept, count, max_instances, size, tf.gather(boxes, kept)
+        )
+    return targets
+
+
+def _largest(boxes, classes, is_crowd, count, max_instances: int) -> tuple[dict, tf.Tensor]:
+    """The targets of each image's `max_instances` largest objects (by box area) in the record's
+    order, padded; and their indices in the record's lists (padding: past the lists)."""
+    rank = classes.shape.rank
+    found = tf.shape(classes)[-1]
+    width = tf.maximum(found, max_instances)  # top_k needs max_instances candidates
+
+    def padded(values, inner=0):
+        spec = [[0, 0]] * (rank - 1) + [[0, width - found]] + [[0, 0]] * inner
+        return tf.pad(values, spec)
+
+    boxes, classes, is_crowd = padded(boxes, 1), padded(classes), padded(is_crowd)
+    area = (boxes[..., 2] - boxes[..., 0]) * (boxes[..., 3] - boxes[..., 1])
+    listed = tf.range(width) < count[..., None]
+    top = tf.math.top_k(tf.where(listed, area, -1.0), k=max_instances).indices
     kept = tf.minimum(count, max_instances)
-    area = (boxes[:, 2] - boxes[:, 0]) * (boxes[:, 3] - boxes[:, 1])
-    # The largest objects, put back in the record's order.
-    index = tf.sort(tf.math.top_k(area, k=kept, sorted=False).indices)
-    pad = max_instances - kept
+    real = tf.range(max_instances) < kept[..., None]
+    # The largest objects, put back in the record's order; padding slots after them.
+    index = tf.sort(tf.where(real, top, width), axis=-1)
+    safe = tf.minimum(index, width - 1)
+
+    def take(values, padding):
+        taken = tf.gather(values, safe, batch_dims=rank - 1)
+        where = real[..., None] if taken.shape.rank > rank else real
+        return tf.where(where, taken, tf.cast(padding, taken.dtype))
+
     targets = {
-        "boxes": tf.pad(tf.gather(boxes, index), [[0, pad], [0, 0]]),
-        "classes": tf.pad(tf.gather(classes, index), [[0, pad]], constant_values=-1),
-        "is_crowd": tf.pad(tf.gather(is_crowd, index), [[0, pad]]),
+        "boxes": take(boxes, 0.0),
+        "classes": take(classes, -1),
+        "is_crowd": take(is_crowd, 0),
         "num_instances": kept,
         "num_dropped": count - kept,
     }
-    targets["boxes"].set_shape([max_instances, 4])
-    targets["classes"].set_shape([max_instances])
-    targets["is_crowd"].set_shape([max_instances])
-    if masks:
-        size = _mask_size(features, mask_size)
-        kept_boxes = tf.gather(boxes, index)
-        targets["masks"] = _decode_masks(features, index, count, max_instances, size, kept_boxes)
-    return targets
+    return targets, index
+
+
+def _count(values) -> tf.Tensor:
+    """Objects per record: a scalar for one record, [B] for a batch's SparseTensor."""
+    if isinstance(values, tf.SparseTensor) and values.shape.rank == 2:
+        rows = tf.cast(values.dense_shape[0], tf.int32)
+        first = tf.cast(values.indices[:, 0], tf.int32)
+        return tf.math.bincount(first, minlength=rows, maxlength=rows)
+    return tf.shape(_dense(values))[-1]
 
 
 def _dense(values) -> tf.Tensor:
@@ -251,9 +283,11 @@ def crop_targets(
     with `ignore_value`.
 
     Args:
-        targets: as parse_targets returns them (any of its keys; "segmentation" too).
-        window: (top, left, height, width) in pixels; may reach past the image.
-        image_size: (height, width) of the image the window is in.
+        targets: as parse_targets returns them (any of its keys; "segmentation" too), or a
+            batch of boxes (no masks nor label maps).
+        window: (top, left, height, width) in pixels; may reach past the image. For a batch,
+            each a [B] tensor.
+        image_size: (height, width) of the image the window is in ([B] each for a batch).
         min_visible: the part of a box's area that must stay in the window; None keeps
             every box (clipped).
         ignore_value: the label map's value where there is no image.
@@ -268,15 +302,15 @@ def crop_targets(
         out[SEGMENTATION] = _crop_pixels(out[SEGMENTATION], window, ignore_value)
     if "boxes" not in out:
         return out
-    top, left, height, width = (tf.cast(v, tf.float32) for v in window)
-    image_h, image_w = (tf.cast(v, tf.float32) for v in image_size)
-    offset = tf.stack([top / image_h, left / image_w] * 2)
-    scale = tf.stack([image_h / height, image_w / width] * 2)
+    # Scalars for one image, [B] for a batch: each [..., 1, 1] against boxes [..., M, 4].
+    top, left, height, width = (tf.cast(v, tf.float32)[..., None, None] for v in window)
+    image_h, image_w = (tf.cast(v, tf.float32)[..., None, None] for v in image_size)
+    offset = tf.concat([top / image_h, left / image_w] * 2, axis=-1)
+    scale = tf.concat([image_h / height, image_w / width] * 2, axis=-1)
     moved = (out["boxes"] - offset) * scale
     clipped = tf.clip_by_value(moved, 0.0, 1.0)
     # Padding slots stay zeros (a window past the top left would move them inside).
-    real = tf.range(tf.shape(clipped)[0]) < out["num_instances"]
-    out["boxes"] = clipped = tf.where(real[:, None], clipped, out["boxes"])
+    out["boxes"] = clipped = tf.where(_real(out)[..., None], clipped, out["boxes"])
     if min_visible is None:
         return out
     area = _area(clipped)
@@ -284,24 +318,33 @@ def crop_targets(
     return _compact(out, keep)
 
 
+def _real(targets: dict) -> tf.Tensor:
+    """bool [..., M]: the slots holding objects."""
+    slots = tf.shape(targets["boxes"])[-2]
+    return tf.range(slots) < tf.convert_to_tensor(targets["num_instances"])[..., None]
+
+
 def _area(boxes: tf.Tensor) -> tf.Tensor:
-    return tf.maximum(boxes[:, 2] - boxes[:, 0], 0.0) * tf.maximum(boxes[:, 3] - boxes[:, 1], 0.0)
+    height = tf.maximum(boxes[..., 2] - boxes[..., 0], 0.0)
+    return height * tf.maximum(boxes[..., 3] - boxes[..., 1], 0.0)
 
 
 def _compact(targets: dict, keep: tf.Tensor) -> dict[str, tf.Tensor]:
     """The objects `keep` says first (in order), every other slot padding."""
-    slots = tf.shape(keep)[0]
-    keep = tf.logical_and(keep, tf.range(slots) < targets["num_instances"])
+    keep = tf.logical_and(keep, _real(targets))
+    batch_dims = keep.shape.rank - 1
     # A stable sort of "dropped" puts the kept slots first, each side in its order.
-    order = tf.argsort(tf.cast(tf.logical_not(keep), tf.int32), stable=True)
-    kept = tf.gather(keep, order)
+    order = tf.argsort(tf.cast(tf.logical_not(keep), tf.int32), axis=-1, stable=True)
+    kept = tf.gather(keep, order, batch_dims=batch_dims)
     out = dict(targets)
     for key, padding in _PADDING.items():
         if key in out:
-            value = tf.gather(out[key], order)
-            where = tf.reshape(kept, [-1] + [1] * (value.shape.rank - 1))
+            value = tf.gather(out[key], order, batch_dims=batch_dims)
+            where = tf.reshape(
+                kept, tf.concat([tf.shape(kept), [1] * (value.shape.rank - keep.shape.rank)], 0)
+            )
             out[key] = tf.where(where, value, tf.cast(padding, value.dtype))
-    out["num_instances"] = tf.reduce_sum(tf.cast(keep, tf.int32))
+    out["num_instances"] = tf.reduce_sum(tf.cast(keep, tf.int32), axis=-1)
     return out
 
 
@@ -372,7 +415,7 @@ def flip_targets(targets: dict) -> dict[str, tf.Tensor]:
     """The targets of the image mirrored left to right (padding boxes stay zeros).
 
     Args:
-        targets: as parse_targets returns them.
+        targets: as parse_targets returns them, for one image or a batch.
 
     Returns:
         The mirrored targets.
@@ -381,12 +424,11 @@ def flip_targets(targets: dict) -> dict[str, tf.Tensor]:
     if "boxes" in out:
         ymin, xmin, ymax, xmax = tf.unstack(out["boxes"], axis=-1)
         mirrored = tf.stack([ymin, 1.0 - xmax, ymax, 1.0 - xmin], axis=-1)
-        real = tf.range(tf.shape(ymin)[0]) < out["num_instances"]
-        out["boxes"] = tf.where(real[:, None], mirrored, out["boxes"])
+        out["boxes"] = tf.where(_real(out)[..., None], mirrored, out["boxes"])
     if "masks" in out:
-        out["masks"] = tf.reverse(out["masks"], [2])
+        out["masks"] = tf.reverse(out["masks"], [-1])
     if SEGMENTATION in out:
-        out[SEGMENTATION] = tf.reverse(out[SEGMENTATION], [1])
+        out[SEGMENTATION] = tf.reverse(out[SEGMENTATION], [-1])
     return out
 
 
@@ -409,8 +451,12 @@ def random_flip(image: tf.Tensor, targets: dict, seed: tf.Tensor) -> tuple[tf.Te
     Returns:
         (image, targets), both flipped or both as given.
     """
-    draw = tf.random.stateless_uniform([], seed=seed) < 0.5
-    return tf.cond(draw, lambda: flip(image, targets), lambda: (image, dict(targets)))
+    return tf.cond(flip_draw(seed), lambda: flip(image, targets), lambda: (image, dict(targets)))
+
+
+def flip_draw(seed: tf.Tensor) -> tf.Tensor:
+    """random_flip's draw: bool, True half of the time."""
+    return tf.random.stateless_uniform([], seed=seed) < 0.5
 
 
 def resize_targets(targets: dict, image_size) -> dict[str, tf.Tensor]:
@@ -445,9 +491,13 @@ def resize(image: tf.Tensor, targets: dict, image_size) -> tuple[tf.Tensor, dict
         (image [height, width, C], targets).
     """
     resized = tf.image.resize(tf.cast(image, tf.float32), image_size, method="bilinear")
+    # Bilinear stays within the input's range, so rounding needs no clip: +0.5 then truncate
+    # (floor first where values may be negative), as the classification reader rounds.
     if image.dtype.is_integer:
-        resized = tf.round(resized)
-    return tf.saturate_cast(resized, image.dtype), resize_targets(targets, image_size)
+        resized += 0.5
+        if not image.dtype.is_unsigned:
+            resized = tf.floor(resized)
+    return tf.cast(resized, image.dtype), resize_targets(targets, image_size)
 
 
 def augment(
@@ -526,70 +576,3 @@ def with_size(image: tf.Tensor, targets: dict, image_size, channels) -> tuple[tf
     if SEGMENTATION in targets:
         targets[SEGMENTATION] = tf.ensure_shape(targets[SEGMENTATION], [height, width])
     return image, targets
-
-
-def box_format(boxes: tf.Tensor, fmt: str, normalized: bool = True, image_size=None) -> tf.Tensor:
-    """Normalised (ymin, xmin, ymax, xmax) boxes in a Keras detection model's format.
-
-    Args:
-        boxes: float [..., 4], as the targets hold them.
-        fmt: one of BOX_FORMATS: "yxyx", "xyxy", "xywh" (corner and size) or "center_xywh".
-        normalized: fractions of the image (KerasCV's "rel_" formats); False: pixels.
-        image_size: (height, width) of the image, for pixels.
-
-    Returns:
-        float32 [..., 4] in `fmt`.
-
-    Raises:
-        ValueError: an unknown format, or pixels without an image size.
-    """
-    _check_format(fmt, normalized, image_size)
-    ymin, xmin, ymax, xmax = tf.unstack(tf.cast(boxes, tf.float32), axis=-1)
-    if not normalized:
-        height, width = (tf.cast(v, tf.float32) for v in image_size)
-        ymin, xmin, ymax, xmax = ymin * height, xmin * width, ymax * height, xmax * width
-    parts = {
-        "yxyx": (ymin, xmin, ymax, xmax),
-        "xyxy": (xmin, ymin, xmax, ymax),
-        "xywh": (xmin, ymin, xmax - xmin, ymax - ymin),
-        "center_xywh": ((xmin + xmax) / 2, (ymin + ymax) / 2, xmax - xmin, ymax - ymin),
-    }[fmt]
-    return tf.stack(parts, axis=-1)
-
-
-def from_box_format(
-    boxes: tf.Tensor, fmt: str, normalized: bool = True, image_size=None
-) -> tf.Tensor:
-    """Boxes of a Keras format back to normalised (ymin, xmin, ymax, xmax): box_format's inverse.
-
-    Args:
-        boxes: float [..., 4] in `fmt`.
-        fmt: one of BOX_FORMATS.
-        normalized: fractions of the image; False: pixels.
-        image_size: (height, width) of the image, for pixels.
-
-    Returns:
-        float32 [..., 4], normalised (ymin, xmin, ymax, xmax).
-
-    Raises:
-        ValueError: an unknown format, or pixels without an image size.
-    """
-    _check_format(fmt, normalized, image_size)
-    a, b, c, d = tf.unstack(tf.cast(boxes, tf.float32), axis=-1)
-    ymin, xmin, ymax, xmax = {
-        "yxyx": (a, b, c, d),
-        "xyxy": (b, a, d, c),
-        "xywh": (b, a, b + d, a + c),
-        "center_xywh": (b - d / 2, a - c / 2, b + d / 2, a + c / 2),
-    }[fmt]
-    if not normalized:
-        height, width = (tf.cast(v, tf.float32) for v in image_size)
-        ymin, xmin, ymax, xmax = ymin / height, xmin / width, ymax / height, xmax / width
-    return tf.stack([ymin, xmin, ymax, xmax], axis=-1)
-
-
-def _check_format(fmt: str, normalized: bool, image_size) -> None:
-    if fmt not in BOX_FORMATS:
-        raise ValueError(f"unknown box format {fmt!r}: use one of {', '.join(BOX_FORMATS)}")
-    if not normalized and image_size is None:
-        raise ValueError("boxes in pixels (normalized=False) need image_size=(height, width)")

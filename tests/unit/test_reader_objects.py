@@ -14,7 +14,7 @@ import pytest
 import tensorflow as tf
 
 from core import schema
-from pipeline.reader import objects
+from pipeline.reader import box_formats, objects
 
 pytestmark = pytest.mark.unit
 
@@ -401,28 +401,28 @@ BOX = np.array([0.1, 0.2, 0.5, 0.6], np.float32)  # (ymin, xmin, ymax, xmax)
     ],
 )
 def test_box_format_writes_keras_formats(fmt, normalized, expected):
-    out = objects.box_format(BOX, fmt, normalized, image_size=(100, 200))
+    out = box_formats.box_format(BOX, fmt, normalized, image_size=(100, 200))
     np.testing.assert_allclose(out, expected, rtol=1e-6)
 
 
-@pytest.mark.parametrize("fmt", objects.BOX_FORMATS)
+@pytest.mark.parametrize("fmt", box_formats.BOX_FORMATS)
 @pytest.mark.parametrize("normalized", [True, False])
 def test_box_format_round_trips(fmt, normalized):
     rng = np.random.default_rng(3)
     corners = np.sort(rng.uniform(size=(2, 5, 2, 2)), axis=2).astype(np.float32)
     boxes = np.concatenate([corners[:, :, 0], corners[:, :, 1]], axis=-1)  # ymin<ymax, xmin<xmax
     size = tf.constant([480, 640])
-    there = objects.box_format(boxes, fmt, normalized, size)
-    back = objects.from_box_format(there, fmt, normalized, size)
+    there = box_formats.box_format(boxes, fmt, normalized, size)
+    back = box_formats.from_box_format(there, fmt, normalized, size)
     assert there.shape == (2, 5, 4)
     np.testing.assert_allclose(back, boxes, atol=1e-6)
 
 
 def test_box_format_refuses_unknown_formats_and_pixels_without_a_size():
     with pytest.raises(ValueError, match="center_xywh"):
-        objects.box_format(BOX, "rel_xyxy")
+        box_formats.box_format(BOX, "rel_xyxy")
     with pytest.raises(ValueError, match="image_size"):
-        objects.from_box_format(BOX, "xyxy", normalized=False)
+        box_formats.from_box_format(BOX, "xyxy", normalized=False)
 
 
 def _seed(index) -> tf.Tensor:
@@ -463,6 +463,6 @@ def test_evaluation_batches_in_a_dataset_map():
     assert images.shape == (2, 64, 64, 3) and targets["image_info"].shape == (2, 4, 2)
     assert targets[objects.SEGMENTATION].shape == (2, 64, 64)
     assert targets["classes"].numpy()[1].tolist() == [-1] * 6
-    keras = objects.box_format(targets["boxes"], "xyxy", normalized=False, image_size=(64, 64))
+    keras = box_formats.box_format(targets["boxes"], "xyxy", normalized=False, image_size=(64, 64))
     assert keras.shape == (2, 6, 4)
     assert math.isclose(float(keras[0, 0, 0]), 10 / 128 * 64, rel_tol=1e-5)
