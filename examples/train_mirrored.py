@@ -8,7 +8,15 @@ import sys
 import tempfile
 import warnings
 
-__all__ = ["build_model", "fit", "label_logger", "main", "multi_worker_strategy"]
+__all__ = [
+    "build_detector",
+    "build_model",
+    "build_segmenter",
+    "fit",
+    "label_logger",
+    "main",
+    "multi_worker_strategy",
+]
 
 # Runnable as `.venv/bin/python examples/train_mirrored.py` from the repository root (the .venv
 # that ./run_local.sh sets up), without installing imgrec itself.
@@ -46,6 +54,45 @@ def build_model(image_size: tuple[int, int], num_classes: int, keras=None):
     )
 
 
+def build_detector(image_size: tuple[int, int], num_classes: int):
+    """A small KerasHub RetinaNet (random weights, nothing downloaded; a real run starts from a
+    preset, `keras_hub.models.RetinaNetObjectDetector.from_preset`) taking KerasHub's targets:
+    boxes "yxyx" in pixels, labels 0..num_classes-1, -1 for padding."""
+    import keras_hub
+
+    shape = (*image_size, 3)
+    encoder = keras_hub.models.ResNetBackbone(
+        input_conv_filters=[64], input_conv_kernel_sizes=[3],
+        stackwise_num_filters=[64, 16, 16, 16], stackwise_num_blocks=[1, 1, 1, 1],
+        stackwise_num_strides=[1, 2, 2, 2], block_type="basic_block", image_shape=shape,
+    )  # fmt: skip
+    backbone = keras_hub.models.RetinaNetBackbone(
+        image_encoder=encoder, min_level=3, max_level=5, use_p5=False, image_shape=shape
+    )
+    return keras_hub.models.RetinaNetObjectDetector(
+        backbone=backbone, num_classes=num_classes, bounding_box_format="yxyx",
+        pre_logits_num_conv_layers=1,
+    )  # fmt: skip
+
+
+def build_segmenter(image_size: tuple[int, int], num_classes: int, keras=None):
+    """A small encoder-decoder taking uint8 images: per-pixel logits [H, W, num_classes]."""
+    if keras is None:
+        import keras
+
+    layers = keras.layers
+    return keras.Sequential(
+        [
+            keras.Input((*image_size, 3), dtype="uint8"),
+            layers.Rescaling(1.0 / 255.0),
+            layers.Conv2D(16, 3, strides=2, padding="same", activation="relu"),
+            layers.Conv2D(32, 3, strides=2, padding="same", activation="relu"),
+            layers.Conv2DTranspose(16, 3, strides=2, padding="same", activation="relu"),
+            layers.Conv2DTranspose(num_classes, 3, strides=2, padding="same"),
+        ]
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     """Parse flags, build the input pipelines and the model under the strategy, fit."""
     parser = argparse.ArgumentParser(description=__doc__)
@@ -55,6 +102,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch_size", type=int, default=32, help="global, over all replicas")
     parser.add_argument("--image_size", type=int, default=128)
     parser.add_argument("--epochs", type=int, default=2)
+    parser.add_argument(
+        "--task",
+        default="classification",
+        choices=("classification", "detection", "segmentation"),
+        help="detection: a KerasHub RetinaNet on the boxes; segmentation: a small "
+        "encoder-decoder on the label maps (a dataset converted with --annotations / --masks)",
+    )
     parser.add_argument(
         "--seed", type=int, default=0, help="the epoch order; keep it when resuming"
     )
@@ -89,6 +143,9 @@ def main(argv: list[str] | None = None) -> int:
     _set_tensorflow_env(cpu_replicas_or_workers=args.cpu_replicas > 1 or multi_worker)
     import tensorflow as tf
 
+    if multi_worker and args.task == "detection":
+        parser.error("--task detection needs Keras 3 (KerasHub), whose fit fails under "
+                     "MultiWorkerMirroredStrategy (keras-team/keras#20585): train on one host")  # fmt: skip
     if multi_worker:
         strategy = multi_worker_strategy(args.collective_timeout)
         # Keras 3's fit fails under MultiWorkerMirroredStrategy (keras-team/keras#20585);
@@ -116,6 +173,7 @@ def main(argv: list[str] | None = None) -> int:
         batch_size=args.batch_size,
         image_size=args.image_size,
         epochs=args.epochs,
+        task=args.task,
         seed=args.seed,
         backup_dir=args.backup_dir,
         backup_every=args.backup_every,
@@ -158,6 +216,7 @@ def fit(
     batch_size: int = 32,
     image_size: int = 128,
     epochs: int = 2,
+    task: str = "classification",
     seed: int = 0,
     backup_dir: str = "",
     backup_every: int = _BACKUP_EVERY_STEPS,
@@ -170,40 +229,16 @@ def fit(
     With `backup_dir`, a run killed mid-epoch and started again resumes at the last backup's
     step: the rest of that epoch is read once, in the order the run would have read it.
     """
-    from pipeline.reader import dataset_info, make_dataset, steps_per_epoch
-
-    # dataset_info follows a versioned root's LATEST, as make_dataset does.
-    num_classes = len(dataset_info(data_dir)["label_names"])
-    size = (image_size, image_size)
+    from pipeline.reader import steps_per_epoch
 
     # Exact, and the same on every worker: each input pipeline yields this many steps per epoch.
     train_steps = steps_per_epoch(data_dir, train_split, batch_size)
-    callbacks = []
-    start_step = 0
-    if backup_dir:
-        from pipeline.reader import backup_and_restore, resume_callback
-
-        # BackupAndRestore restores the step inside fit; the reader reads it when fit starts
-        # iterating, and the resume callback ends the restored epoch where its data ends.
-        resume = resume_callback(train_steps, keras)
-        # backup_and_restore: Keras' BackupAndRestore, whole even when a kill lands mid-write.
-        callbacks = [backup_and_restore(backup_dir, backup_every, keras), resume]
-        start_step = resume.start_step
-    train = make_dataset(
-        data_dir,
-        train_split,
-        global_batch_size=batch_size,
-        strategy=strategy,
-        training=True,
-        image_size=size,
-        seed=seed,
-        start_step=start_step,
-    )
+    callbacks, start_step = _resume_callbacks(keras, train_steps, backup_dir, backup_every)
+    read = _reader(strategy, data_dir, batch_size, (image_size, image_size), task)
+    train = read(train_split, training=True, seed=seed, start_step=start_step)
     fit_kwargs = {}
     if eval_split:
-        fit_kwargs["validation_data"] = make_dataset(
-            data_dir, eval_split, batch_size, strategy=strategy, image_size=size
-        )
+        fit_kwargs["validation_data"] = read(eval_split)
         if keras.__version__.startswith("2."):
             # tf_keras needs the steps of a distributed dataset. Exact on every worker: each
             # reads ceil(n / workers) records at most, in batches of batch_size / workers.
@@ -212,20 +247,94 @@ def fit(
             )
         # Keras 3: no validation_steps, with it Keras keeps one iterator across epochs and the
         # finite evaluation split runs dry after the first epoch; without, each epoch reads it.
-
-    loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
     with strategy.scope():
-        model = build_model(size, num_classes, keras)
+        model, loss, metrics = _model(task, data_dir, (image_size, image_size), keras)
         optimizer = keras.optimizers.Adam(1e-3)
         if log_labels:
             loss, logger = label_logger(loss, optimizer, log_labels, keras)
             callbacks.append(logger)
-        model.compile(optimizer=optimizer, loss=loss, metrics=["accuracy"])
+        # A detector's compile brings its own losses (RetinaNet: focal, Huber).
+        losses = {} if loss is None else {"loss": loss, "metrics": metrics}
+        model.compile(optimizer=optimizer, **losses)
     # Keras 3 says so when the finite evaluation split ends, which it should, every epoch.
     warnings.filterwarnings("ignore", message="Your input ran out of data")
     return model.fit(
         train, epochs=epochs, steps_per_epoch=train_steps, callbacks=callbacks, **fit_kwargs
     )
+
+
+def _resume_callbacks(keras, train_steps: int, backup_dir: str, backup_every: int):
+    """([callbacks], the step to start at): with `backup_dir`, a run started again resumes."""
+    if not backup_dir:
+        return [], 0
+    from pipeline.reader import backup_and_restore, resume_callback
+
+    # BackupAndRestore restores the step inside fit; the reader reads it when fit starts
+    # iterating, and the resume callback ends the restored epoch where its data ends.
+    resume = resume_callback(train_steps, keras)
+    # backup_and_restore: Keras' BackupAndRestore, whole even when a kill lands mid-write.
+    return [backup_and_restore(backup_dir, backup_every, keras), resume], resume.start_step
+
+
+def _reader(strategy, data_dir: str, batch_size: int, size: tuple[int, int], task: str):
+    """read(split, **make_dataset keywords) -> the distributed dataset the model's fit takes."""
+    from pipeline.reader import Detection, make_dataset
+
+    if task == "classification":
+        return lambda split, **kw: make_dataset(
+            data_dir, split, batch_size, strategy=strategy, image_size=size, **kw
+        )
+    # The reader's targets in the model's terms: each input pipeline's batches are mapped
+    # before the strategy distributes them (make_dataset takes the InputContext).
+    options = Detection(box_format="yxyx", normalized=False) if task == "detection" else task
+    to_model = _to_retinanet if task == "detection" else _to_segmenter
+
+    def pipeline(split, ctx, **kw):
+        ds = make_dataset(data_dir, split, batch_size, strategy=ctx, image_size=size,
+                          task=options, **kw)  # fmt: skip
+        return ds.map(to_model)
+
+    if task == "detection":
+        # KerasHub's fit takes a tf.data.Dataset only, and splits its global batches over the
+        # replicas itself (one host: --task detection refuses a cluster).
+        return lambda split, **kw: pipeline(split, None, **kw)
+    return lambda split, **kw: strategy.distribute_datasets_from_function(
+        lambda ctx: pipeline(split, ctx, **kw)
+    )
+
+
+def _to_retinanet(images, targets):
+    """KerasHub's y: {"boxes", "labels"}: class ids 1..N -> 0..N-1, padding slots -1."""
+    import tensorflow as tf
+
+    classes = targets["classes"]
+    labels = tf.where(classes >= 0, classes - 1, -1)
+    return images, {"boxes": targets["boxes"], "labels": labels}
+
+
+def _to_segmenter(images, targets):
+    return images, targets["segmentation"]
+
+
+def _model(task: str, data_dir: str, size: tuple[int, int], keras):
+    """(model, loss, metrics) of the task; the classes from the dataset's metadata."""
+    from pipeline.reader import dataset_info
+
+    # dataset_info follows a versioned root's LATEST, as make_dataset does.
+    info = dataset_info(data_dir)
+    if task == "classification":
+        loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+        return build_model(size, len(info["label_names"]), keras), loss, ["accuracy"]
+    annotations = info.get("annotations") or {}
+    ids = [entry["id"] for entry in annotations.get("label_map") or []]
+    if task == "detection":
+        # Labels 0..max(ids)-1 (_to_retinanet).
+        return build_detector(size, max(ids, default=1)), None, None
+    values = [entry["value"] for entry in annotations.get("segmentation_classes") or []]
+    classes = max(values + ids, default=1) + 1
+    ignore = annotations.get("ignore_value", 255)
+    loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True, ignore_class=ignore)
+    return build_segmenter(size, classes, keras), loss, []
 
 
 def label_logger(loss, optimizer, path: str, keras):

@@ -1,6 +1,8 @@
 """A real KerasHub object detector trains on the reader's detection output: a tiny RetinaNet
 (random init, built from its constructors: nothing downloaded) fits a few steps on
-`make_dataset(task=Detection(...))` over an `imgrec convert --annotations` of painted boxes.
+`make_dataset(task=Detection(...))` over an `imgrec convert --annotations` of painted boxes; and
+examples/train_mirrored.py, as a user runs it, trains `--task detection` and `--task
+segmentation` (the label maps of `--masks`) under MirroredStrategy, evaluating each epoch.
 
 The reader's targets map onto KerasHub's `y` as they are: boxes "yxyx" in pixels of the output
 image (the model's bounding_box_format "yxyx" is absolute), classes -1 for the padding slots
@@ -10,7 +12,9 @@ image (the model's bounding_box_format "yxyx" is absolute), classes -1 for the p
 from __future__ import annotations
 
 import math
+import re
 import subprocess
+import sys
 import textwrap
 
 import numpy as np
@@ -46,22 +50,27 @@ def _objects(index: int, rng: np.random.Generator) -> list[tuple]:
 
 @pytest.fixture(scope="module")
 def boxes_dataset(tmp_path_factory) -> str:
-    """16 painted 64x64 PNGs with a COCO instances file, converted in this process."""
+    """16 painted 64x64 PNGs with a COCO instances file and label maps, converted in this
+    process with the default splits."""
     src = tmp_path_factory.mktemp("boxes")
     rng = np.random.default_rng(5)
     images = [(f"img{i:02d}.png", _SIZE, _SIZE, _objects(i, rng)) for i in range(_NUM_IMAGES)]
     export = write_cvat_coco(src, images, labels=_LABELS)
+    (src / "masks").mkdir()
     for name, _, _, objects in images:
         pixels = np.zeros((_SIZE, _SIZE, 3), np.uint8)
+        labels = np.zeros((_SIZE, _SIZE), np.uint8)
         for label, x0, y0, x1, y1 in objects:
             pixels[y0:y1, x0:x1] = _COLOURS[label]
+            labels[y0:y1, x0:x1] = _LABELS.index(label) + 1
         path = export.image_paths[name]
         path.parent.mkdir(parents=True, exist_ok=True)
         Image.fromarray(pixels).save(path)
+        Image.fromarray(labels, mode="L").save(src / "masks" / f"{path.stem}.png")
     out = tmp_path_factory.mktemp("boxes_out") / "ds"
     in_process(
         "convert", "--input", src / "images" / "*.png", "--annotations", export.annotations,
-        "--output", out, "--splits", "train=1.0", "--no_analyze", "--no_report",
+        "--masks", f"{src}/masks/{{stem}}.png", "--output", out, "--no_report",
     )  # fmt: skip
     return str(out)
 
@@ -141,3 +150,26 @@ def test_keras_hub_retinanet_fits_on_reader_detection_targets(boxes_dataset):
     assert lines[-1] == "OK", proc.stdout[-2000:]
     (losses,) = [line.split()[1:] for line in lines if line.startswith("LOSSES")]
     assert losses and all(math.isfinite(float(v)) for v in losses), losses
+
+
+@pytest.mark.parametrize("task", ["detection", "segmentation"])
+def test_example_script_trains_and_evaluates_each_task(boxes_dataset, task, tmp_path):
+    # Global batch 2: each replica gets one of the 2 validation images (Keras 3's evaluate
+    # averages its first batch over the replicas to build the model, which fails when one
+    # replica's part is empty).
+    proc = subprocess.run(
+        [
+            sys.executable, "examples/train_mirrored.py", "--data_dir", boxes_dataset,
+            "--task", task, "--image_size", str(_SIZE), "--batch_size", "2",
+            "--epochs", "2", "--backup_dir", str(tmp_path / "backup"),
+        ],
+        capture_output=True, text=True, cwd=ROOT, timeout=300,
+        env=cli_env(CUDA_VISIBLE_DEVICES="", KERAS_BACKEND="tensorflow", TF_USE_LEGACY_KERAS="0"),
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert "replicas in sync: 2" in proc.stdout
+    # Keras' progress lines: both epochs trained and evaluated, every loss a number.
+    losses = [float(v) for v in re.findall(r"(?<![_a-z])loss: ([0-9.e+-]+|nan)", proc.stdout)]
+    val_losses = [float(v) for v in re.findall(r"val_loss: ([0-9.e+-]+|nan)", proc.stdout)]
+    assert len(val_losses) == 2, proc.stdout[-3000:]
+    assert losses and all(math.isfinite(v) for v in losses + val_losses), proc.stdout[-3000:]
