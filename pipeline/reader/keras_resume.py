@@ -118,14 +118,20 @@ def resume_callback(steps_per_epoch: int, keras=None):
 
         def on_train_begin(self, logs=None) -> None:
             self._start = self._step()
+            # A backup made after an epoch's last step but before its end restores that
+            # epoch, whose data is all trained: fit starts at the next one (the last epoch's
+            # backup: fit ends). Keras 3 reads _initial_epoch after on_train_begin, where its
+            # BackupAndRestore sets it; tf_keras resumes at the saved step itself.
+            restored = getattr(self.model, "_initial_epoch", None)
+            if restored is not None and self._start >= (restored + 1) * steps_per_epoch:
+                self.model._initial_epoch = self._start // steps_per_epoch
 
         def on_epoch_begin(self, epoch, logs=None) -> None:
             self._epoch = epoch
 
         def on_train_batch_end(self, batch, logs=None) -> None:
             # Keras epoch e is data epoch e: it ends at step (e + 1) * steps_per_epoch, also
-            # when it began mid-epoch (or one step late: a backup made after an epoch's last
-            # step but before its end restores that epoch).
+            # when it began mid-epoch.
             data_ended = self._step() >= (self._epoch + 1) * steps_per_epoch
             if data_ended and batch + 1 < steps_per_epoch:
                 self._ending = True
