@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -19,7 +21,7 @@ import pytest
 from core import schema
 from tests.annotation_exports import POLYGON, write_cvat_coco, write_cvat_voc
 from tests.integration.test_annotations import od_api_records, write_images
-from tests.runs import in_process
+from tests.runs import ROOT, cli_env, in_process, tf_script
 from tests.servers import put_corpus
 from transforms import load_annotations
 
@@ -138,6 +140,57 @@ def test_a_coco_file_on_s3_converts_bucket_to_bucket(s3, tmp_path):
     assert info["annotations"]["formats"] == ["coco"]
     assert info["annotations"]["sources"] == [coco]
     assert info["annotations"]["num_unmatched_annotations"] == 0
+    # The reader's detection task on the bucket, through its shard cache, as on the local copy.
+    read = _read_detection(s3.uri(dest, "out"), str(tmp_path / "out"), s3.relay.url, tmp_path)
+    assert read["bucket"] == read["local"], read
+    for split, tally in info["annotations"]["splits"].items():
+        assert read["bucket"][split]["images"] == tally["images"], (split, read)
+        assert read["bucket"][split]["objects"] == tally["objects"], (split, read)
+    assert read["training_images"] == info["annotations"]["splits"]["train"]["images"]
+    assert read["cached"] > 0
+
+
+_READ_DETECTION = textwrap.dedent(
+    """
+    import json, os, sys
+    import numpy as np
+    from pipeline.reader import Order, Storage, make_dataset
+
+    bucket, local, endpoint, cache = sys.argv[1:5]
+    splits = json.loads(sys.argv[5])
+
+    def epoch(data_dir, split, storage):
+        ds = make_dataset(data_dir, split, 2, task="detection", storage=storage)
+        images = objects = 0
+        boxes = []
+        for batch, targets in ds:
+            images += int(batch.shape[0])
+            objects += int(targets["num_instances"].numpy().sum())
+            boxes.append(np.round(targets["boxes"].numpy(), 5).tolist())
+        return {"images": images, "objects": objects, "boxes": boxes}
+
+    on_bucket = Storage(cache_dir=cache, s3_endpoint_url=endpoint)
+    out = {"bucket": {s: epoch(bucket, s, on_bucket) for s in splits},
+           "local": {s: epoch(local, s, Storage()) for s in splits}}
+    train = make_dataset(bucket, "train", 1, training=True, seed=3, task="detection",
+                         storage=on_bucket, order=Order(repeat=False))
+    out["training_images"] = sum(int(b.shape[0]) for b, _ in train)
+    out["cached"] = sum(len(files) for _, _, files in os.walk(cache))
+    print("RESULT " + json.dumps(out))
+    """
+)
+
+
+def _read_detection(bucket: str, local: str, endpoint: str, tmp_path: Path) -> dict:
+    info = json.loads((Path(local) / schema.DATASET_INFO).read_text(encoding="utf-8"))
+    splits = json.dumps(sorted(info["annotations"]["splits"]))
+    proc = subprocess.run(
+        tf_script(_READ_DETECTION, bucket, local, endpoint, str(tmp_path / "cache"), splits),
+        capture_output=True, text=True, cwd=ROOT, timeout=300, env=cli_env(CUDA_VISIBLE_DEVICES=""),
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    line = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")][-1]
+    return json.loads(line[len("RESULT ") :])
 
 
 @pytest.mark.e2e  # conversions on the storage servers
