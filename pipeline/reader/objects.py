@@ -6,8 +6,10 @@ TensorFlow and the core only.
 
 Targets are a dict: "boxes" float32 [M, 4] normalised (ymin, xmin, ymax, xmax), "classes" int32 [M]
 (-1 marks a padding slot), "is_crowd" int32 [M], "num_instances" int32, "num_dropped" int32, and
-optionally "masks" uint8 [M, H, W] and "segmentation" uint8 [H, W]. The real objects always come
-first: slots num_instances..M-1 are padding (box 0, class -1, is_crowd 0, mask 0).
+optionally "masks" uint8 [N, H, W] (the N = num_instances real objects' only, so that crops and
+resizes skip the padding; with_size pads them to [M, H, W]) and "segmentation" uint8 [H, W]. The
+real objects always come first: slots num_instances..M-1 are padding (box 0, class -1,
+is_crowd 0, mask 0).
 """
 
 from __future__ import annotations
@@ -51,7 +53,7 @@ CROP_ASPECT_RANGE = (0.75, 1.33)
 CROP_MAX_ATTEMPTS = 100
 MIN_VISIBLE = 0.3
 # The per-instance targets and the value a padding slot holds.
-_PADDING = {"boxes": 0.0, "classes": -1, "is_crowd": 0, "masks": 0}
+_PADDING = {"boxes": 0.0, "classes": -1, "is_crowd": 0}
 _CORNERS = ("ymin", "xmin", "ymax", "xmax")
 
 
@@ -68,7 +70,7 @@ def parse_targets(
             per-object lists as SparseTensors or dense vectors).
         max_instances: slots per image (dataset_info.json's annotations.splits[split].max_per_image
             keeps every object).
-        masks: also decode each kept object's PNG into "masks" uint8 [max_instances, H, W].
+        masks: also decode each kept object's PNG into "masks" uint8 [num_instances, H, W].
         mask_size: (height, width) of the stored image; by default the features' image/height
             and image/width (parse them too, with `schema.feature_spec((HEIGHT, WIDTH))`).
 
@@ -90,9 +92,7 @@ def parse_targets(
             raise ValueError("parse_targets(masks=True) takes one record, not a batch")
         size = _mask_size(features, mask_size)
         kept = index[: targets["num_instances"]]
-        targets["masks"] = _decode_masks(
-            features, kept, count, max_instances, size, tf.gather(boxes, kept)
-        )
+        targets["masks"] = _decode_masks(features, kept, count, size, tf.gather(boxes, kept))
     return targets
 
 
@@ -159,10 +159,9 @@ def _mask_size(features: dict, mask_size):
     return tf.cast(features[schema.HEIGHT], tf.int32), tf.cast(features[schema.WIDTH], tf.int32)
 
 
-def _decode_masks(features, index, count, max_instances: int, size, boxes) -> tf.Tensor:
-    """uint8 [max_instances, H, W]: the PNGs of the objects at `index` (their `boxes`, filled,
-    for a record whose objects have no segments: the converter writes no masks there), then
-    zeros."""
+def _decode_masks(features, index, count, size, boxes) -> tf.Tensor:
+    """uint8 [N, H, W]: the PNGs of the N objects at `index` (their `boxes`, filled, for a record
+    whose objects have no segments: the converter writes no masks there)."""
     pngs = _dense(features[schema.OBJECT_MASK])
     height, width = size
     has_pngs = tf.size(pngs) > 0
@@ -173,20 +172,21 @@ def _decode_masks(features, index, count, max_instances: int, size, boxes) -> tf
     )
 
     def one(i):
-        # Only the kept objects' PNGs are decoded; the padding slots are zeros.
         return tf.cond(
-            i < tf.size(index),
-            lambda: tf.cond(
-                has_pngs,
-                lambda: tf.io.decode_png(tf.gather(pngs, tf.gather(index, i)), channels=1)[:, :, 0],
-                lambda: _box_mask(tf.gather(boxes, i), height, width),
-            ),
-            lambda: tf.zeros([height, width], tf.uint8),
+            has_pngs,
+            lambda: tf.io.decode_png(tf.gather(pngs, tf.gather(index, i)), channels=1)[:, :, 0],
+            lambda: _box_mask(tf.gather(boxes, i), height, width),
         )
 
     with tf.control_dependencies([agree]):
-        masks = tf.map_fn(
-            one, tf.range(max_instances), fn_output_signature=tf.TensorSpec([None, None], tf.uint8)
+        masks = tf.cond(
+            tf.size(index) > 0,
+            lambda: tf.map_fn(
+                one,
+                tf.range(tf.size(index)),
+                fn_output_signature=tf.TensorSpec([None, None], tf.uint8),
+            ),
+            lambda: tf.zeros([0, height, width], tf.uint8),
         )
     same = tf.debugging.assert_equal(
         tf.shape(masks)[1:], tf.stack([height, width]), message="a mask is not the image's size"
@@ -337,6 +337,9 @@ def _compact(targets: dict, keep: tf.Tensor) -> dict[str, tf.Tensor]:
     order = tf.argsort(tf.cast(tf.logical_not(keep), tf.int32), axis=-1, stable=True)
     kept = tf.gather(keep, order, batch_dims=batch_dims)
     out = dict(targets)
+    out["num_instances"] = tf.reduce_sum(tf.cast(keep, tf.int32), axis=-1)
+    if "masks" in out:  # one image's: only the kept objects' rows
+        out["masks"] = tf.gather(out["masks"], order[: out["num_instances"]])
     for key, padding in _PADDING.items():
         if key in out:
             value = tf.gather(out[key], order, batch_dims=batch_dims)
@@ -344,7 +347,6 @@ def _compact(targets: dict, keep: tf.Tensor) -> dict[str, tf.Tensor]:
                 kept, tf.concat([tf.shape(kept), [1] * (value.shape.rank - keep.shape.rank)], 0)
             )
             out[key] = tf.where(where, value, tf.cast(padding, value.dtype))
-    out["num_instances"] = tf.reduce_sum(tf.cast(keep, tf.int32), axis=-1)
     return out
 
 
@@ -570,9 +572,11 @@ def with_size(image: tf.Tensor, targets: dict, image_size, channels) -> tuple[tf
     batching and Keras need."""
     height, width = image_size
     image = tf.ensure_shape(image, [height, width, channels])
-    if "masks" in targets:
-        slots = targets["classes"].shape[0] if "classes" in targets else None
-        targets["masks"] = tf.ensure_shape(targets["masks"], [slots, height, width])
+    if "masks" in targets:  # the objects' masks, then empty ones for the padding slots
+        slots = targets["classes"].shape[0]
+        masks = targets["masks"]
+        masks = tf.pad(masks, [[0, slots - tf.shape(masks)[0]], [0, 0], [0, 0]])
+        targets["masks"] = tf.ensure_shape(masks, [slots, height, width])
     if SEGMENTATION in targets:
         targets[SEGMENTATION] = tf.ensure_shape(targets[SEGMENTATION], [height, width])
     return image, targets

@@ -177,7 +177,8 @@ def test_parse_targets_gives_yxyx_boxes_classes_masks_and_padding():
     image, targets = _parse(_record(crowd=(3,)), max_instances=8)
     t = _np(targets)
     assert t["boxes"].shape == (8, 4) and t["boxes"].dtype == np.float32
-    assert t["classes"].dtype == np.int32 and t["masks"].shape == (8, HEIGHT, WIDTH)
+    # Masks of the real objects only (with_size pads them to the slots).
+    assert t["classes"].dtype == np.int32 and t["masks"].shape == (5, HEIGHT, WIDTH)
     assert int(t["num_instances"]) == 5 and int(t["num_dropped"]) == 0
     assert t["classes"].tolist() == [1, 2, 3, 4, 5, -1, -1, -1]
     assert t["is_crowd"].tolist() == [0, 0, 1, 0, 0, 0, 0, 0]
@@ -203,9 +204,10 @@ def test_a_negative_is_all_padding_and_augments():
     image, targets = _parse(_record(()), max_instances=4)
     t = _np(targets)
     assert int(t["num_instances"]) == 0 and t["classes"].tolist() == [-1] * 4
-    assert (t["boxes"] == 0).all() and t["masks"].shape == (4, HEIGHT, WIDTH)
+    assert (t["boxes"] == 0).all() and t["masks"].shape == (0, HEIGHT, WIDTH)
     out, moved = objects.augment(image, targets, SEEDS[0], (48, 64))
     assert out.shape == (48, 64, 3) and _check(out, moved, 2, painted=()) == []
+    assert moved["masks"].shape == (4, 48, 64) and not moved["masks"].numpy().any()
 
 
 def test_masks_of_a_record_without_them_are_its_boxes_filled():
@@ -227,7 +229,7 @@ def test_masks_without_the_image_size_say_what_to_parse():
     with pytest.raises(ValueError, match="image/height"):
         objects.parse_targets(features, 8, masks=True)
     masks = objects.parse_targets(features, 8, masks=True, mask_size=(HEIGHT, WIDTH))["masks"]
-    assert masks.shape == (8, HEIGHT, WIDTH)
+    assert masks.shape == (5, HEIGHT, WIDTH)
 
 
 def test_parse_segmentation_is_the_label_map_and_its_absence_names_the_option():
