@@ -136,13 +136,15 @@ class _DescribeFn(beam.DoFn):
         duplicates = sorted(duplicates, key=lambda r: r["path"])
         storage.write_bytes_atomic(storage.join(out, schema.REJECTED), _jsonl(rejected))
         storage.write_bytes_atomic(storage.join(out, schema.DUPLICATES), _jsonl(duplicates))
-        reasons = collections.Counter(r["reason"] for r in rejected)
-        _check_bad_fraction(self._config, num_listed, len(rejected), reasons)
+        # Files: a chip that failed (--tile, "chip" in its line) leaves its scene written.
+        files_rejected = [r for r in rejected if "chip" not in r]
+        reasons = collections.Counter(r["reason"] for r in files_rejected)
+        _check_bad_fraction(self._config, num_listed, len(files_rejected), reasons)
         every_shard, splits = self._splits(plan, shards)
         self._remove_stale_shards(splits)
         info = self._info(
             num_listed,
-            num_rejected=len(rejected),
+            num_rejected=len(files_rejected),
             num_duplicates=len(duplicates),
             label_names=label_names,
             splits=splits,

@@ -18,6 +18,8 @@ __all__ = [
     "NO_OBJECTS",
     "PackedObjects",
     "AnalysisRow",
+    "Chip",
+    "InspectedChip",
     "InspectedImage",
     "ListedFile",
     "MatchedFile",
@@ -104,6 +106,32 @@ class InspectedImage(ListedFile):
         return {f: getattr(self, f) for f in INSPECTION_FIELDS}
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class Chip:
+    """One chip of a scene (--tile): its window in source pixels and the source's sides."""
+
+    y: int
+    x: int
+    height: int
+    width: int
+    source_height: int
+    source_width: int
+
+    @property
+    def carrier(self) -> bool:
+        """Whether this chip counts its source as a written file: the grid's first chip, which
+        every scene has, so each source is counted once whichever shards its chips land in."""
+        return self.y == 0 and self.x == 0
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class InspectedChip(InspectedImage):
+    """One chip of an inspected scene: the scene's fields, with its own key (the source's key
+    and the window: shards are hashed by it), its sides and its share of the source's bytes."""
+
+    chip: Chip = dataclasses.field(default=None, kw_only=True)
+
+
 _LISTED_FIELDS = tuple(f.name for f in dataclasses.fields(ListedFile))
 # What inspection finds about a file: the size it read and the fields InspectedImage adds.
 INSPECTION_FIELDS = ("size",) + tuple(
@@ -128,10 +156,12 @@ class WriterEntry(NamedTuple):
     transcode: str
     group: str = ""
     objects: PackedObjects | None = None
+    chip: Chip | None = None  # --tile: the window this record holds
 
     @classmethod
     def of(cls, image: InspectedImage) -> WriterEntry:
-        return cls._make(getattr(image, f) for f in cls._fields)
+        defaults = cls._field_defaults
+        return cls._make(getattr(image, f, defaults.get(f)) for f in cls._fields)
 
 
 class AnalysisRow(NamedTuple):

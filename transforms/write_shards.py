@@ -40,6 +40,7 @@ from transforms.keys import int_hash
 from transforms.shard_objects import ShardObjects
 from transforms.shard_sinks import GzipSink, HashingWriter, discard
 from transforms.splice_records import PreviousRecords, index_entry, record_settings
+from transforms.tiles.chip_records import chip_record, reads_by_window
 
 __all__ = ["GzipSink", "WriteShards", "writer_software"]
 
@@ -187,7 +188,8 @@ class _ShardContents:
 
     def add(self, entry: WriterEntry, label_id: int, offset: int, frame_length: int, fmt, why):
         """Count the record of `entry` whose frame (`frame_length` bytes) starts at `offset`."""
-        if entry.source_format not in ARRAY_FORMATS:  # (frames: the index holds one per file)
+        # (frames and chips: the index holds one record per file)
+        if entry.source_format not in ARRAY_FORMATS and entry.chip is None:
             self.located.append(index_entry(entry, label_id, offset, frame_length, fmt, why))
         if self._with_dali_index:
             size = frame_length - dali_index.RECORD_OVERHEAD
@@ -217,6 +219,7 @@ class _WriteShardFn(beam.DoFn):
         self._compression = config.compression
         self._dali_index = config.dali_index
         self._group_by = config.group_by
+        self._tiles = config.tiles
         self._written = Metrics.counter("imgrec", "written")
         self._written_bytes = Metrics.counter("imgrec", "written_bytes")
         self._shards = Metrics.counter("imgrec", "shards_written")
@@ -273,6 +276,8 @@ class _WriteShardFn(beam.DoFn):
             settings += ("dali_index",)
         if self._annotations is not None:  # any annotation changed: every shard rewritten
             settings += ("annotations", self._annotations.fingerprint)
+        if self._tiles is not None:
+            settings += ("tiles", self._tiles)
         return _Shard(
             split=split,
             index=index,
@@ -397,11 +402,17 @@ class _WriteShardFn(beam.DoFn):
                     continue
                 records, reject = self._stored_or_reject(entry, data, error)
                 extras, reject = _with_objects(objects, entry, data, records, reject)
+                # A scene is one file, counted by its first chip (a failed chip is a line of
+                # rejected.jsonl naming it, not a rejected file: the scene's header was good).
+                counts_file = entry.chip is None or entry.chip.carrier
                 if reject is not None:
                     Metrics.counter("imgrec", f"rejected_{reject['reason']}").inc()
+                    if entry.chip is not None:
+                        reject["chip"] = [entry.chip.x, entry.chip.y]
+                        contents.num_files += counts_file
                     yield pvalue.TaggedOutput(self.REJECTED, reject)
                     continue
-                contents.num_files += 1
+                contents.num_files += counts_file
                 for stored, (extra, changes) in zip(records, extras, strict=True):
                     for change in changes:
                         yield pvalue.TaggedOutput(self.OBJECTS_CHANGED, change.to_dict())
@@ -459,12 +470,15 @@ class _WriteShardFn(beam.DoFn):
         spliced = [None] * len(entries)
         if self._splicer is not None:
             spliced = self._splicer.fetch(entries, label_ids)
+        unread = [
+            s is not None or reads_by_window(e) for e, s in zip(entries, spliced, strict=True)
+        ]
         reads = storage.read_many(
-            (e.path for e, s in zip(entries, spliced, strict=True) if s is None),
+            (e.path for e, skip in zip(entries, unread, strict=True) if not skip),
             self._concurrency,
         )
-        for entry, splice in zip(entries, spliced, strict=True):
-            if splice is not None:
+        for entry, splice, skip in zip(entries, spliced, unread, strict=True):
+            if skip:  # spliced, or a chip read by window (chip_records.py)
                 yield entry, None, None, splice
                 continue
             _, result = next(reads)
@@ -495,6 +509,8 @@ class _WriteShardFn(beam.DoFn):
         Raises:
             Rejected: the bytes changed since inspection, or no longer decode/transcode.
         """
+        if entry.chip is not None:
+            return [chip_record(entry, data, self._opts)]
         if hashlib.sha256(data).hexdigest() != entry.sha256:
             raise Rejected(
                 "changed_during_run",
