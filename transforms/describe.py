@@ -15,6 +15,7 @@ from core import dali_index, schema, storage
 from core.errors import ERROR_PREFIX
 from transforms.describe_objects import describe_objects
 from transforms.elements import ShardInfo
+from transforms.tiles.describe_tiles import describe_tiles
 
 __all__ = ["DescribeDataset", "TooManyRejectsError", "ERROR_PREFIX"]
 
@@ -157,6 +158,8 @@ class _DescribeFn(beam.DoFn):
                 self._config, every_shard, unmatched or [], objects_changed or []
             )
             info["feature_spec"] = {**info["feature_spec"], **schema.OBJECT_FEATURE_SPEC_JSON}
+        if self._config.tiles is not None:
+            info["tiles"] = describe_tiles(self._config.tiles, every_shard)
         _check_accounting(info)
         _check_training_split(self._config, info)
         # Written last: its presence means the dataset is complete.

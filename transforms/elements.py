@@ -199,6 +199,8 @@ class ShardInfo:
     groups: list | None = None  # --group_by: the sorted image/group hashes of its records
     layouts: dict | None = None  # records per pixel layout, "uint16x13" (dtype x channels)
     objects: dict | None = None  # annotated runs: the shard's object tally (ObjectTally.to_dict)
+    # --tile: {"written": chips, "skipped": {source path: chips under --tile_min_valid}}
+    chips: dict | None = None
 
     @classmethod
     def from_dict(cls, d: dict) -> ShardInfo:

@@ -185,6 +185,15 @@ class _ShardContents:
         self.idx_lines = []  # --dali_index: one line per record, at its offset in the shard
         self.located = []  # each record's RecordLocation: where the next run finds it
         self.objects = None  # annotated runs: the shard's ObjectTally as a dict
+        self.chips = None  # --tile: chips written, and skipped per scene (ShardInfo.chips)
+
+    def count_chip(self, entry: WriterEntry, written: bool) -> None:
+        self.chips = self.chips or {"written": 0, "skipped": {}}
+        if written:
+            self.chips["written"] += 1
+        else:
+            skipped = self.chips["skipped"]
+            skipped[entry.path] = skipped.get(entry.path, 0) + 1
 
     def add(self, entry: WriterEntry, label_id: int, offset: int, frame_length: int, fmt, why):
         """Count the record of `entry` whose frame (`frame_length` bytes) starts at `offset`."""
@@ -413,6 +422,8 @@ class _WriteShardFn(beam.DoFn):
                     yield pvalue.TaggedOutput(self.REJECTED, reject)
                     continue
                 contents.num_files += counts_file
+                if entry.chip is not None:
+                    contents.count_chip(entry, written=bool(records))
                 for stored, (extra, changes) in zip(records, extras, strict=True):
                     for change in changes:
                         yield pvalue.TaggedOutput(self.OBJECTS_CHANGED, change.to_dict())
@@ -462,6 +473,7 @@ class _WriteShardFn(beam.DoFn):
             layouts=dict(sorted(contents.layouts.items())),
             dali_index=written_index,
             objects=contents.objects,
+            chips=contents.chips,
         )
 
     def _prefetched(self, entries: list[WriterEntry], label_ids: dict):
@@ -509,8 +521,9 @@ class _WriteShardFn(beam.DoFn):
         Raises:
             Rejected: the bytes changed since inspection, or no longer decode/transcode.
         """
-        if entry.chip is not None:
-            return [chip_record(entry, data, self._opts)]
+        if entry.chip is not None:  # None: skipped (--tile_min_valid)
+            stored = chip_record(entry, data, self._opts, self._tiles.min_valid)
+            return [stored] if stored is not None else []
         if hashlib.sha256(data).hexdigest() != entry.sha256:
             raise Rejected(
                 "changed_during_run",

@@ -96,13 +96,23 @@ def _expected(path: str, ex: dict) -> tuple[np.ndarray, list[float] | None]:
         return samples, list(src.window_transform(window).to_gdal())
 
 
+def _valid(path: str, w) -> float:
+    """GDAL's valid fraction of a window (its dataset mask); a photo's pixels are all valid."""
+    if path.endswith(".png"):
+        return 1.0
+    with rasterio.open(path) as src:
+        mask = src.dataset_mask(window=Window(w.x, w.y, w.width, w.height))
+    return np.count_nonzero(mask) / mask.size
+
+
 def test_every_chip_equals_its_gdal_window_and_no_scene_straddles_splits(corpus, tmp_path):
     out = str(tmp_path / "out")
     info = _convert(
         corpus, out, "--tile", "64x48", "--tile_overlap", "8", "--bit_depth", "16",
-        "--splits", "train=0.5,validation=0.5", "--min_shards", "3",
+        "--splits", "train=0.5,validation=0.5", "--min_shards", "3", "--tile_min_valid", "0.6",
     )  # fmt: skip
     assert (info["num_listed"], info["num_written"], info["num_rejected"]) == (7, 7, 0)
+    skipped = info["tiles"]["skipped_by_scene"]
     records = _chips(out, info)
     by_source: dict[str, list] = {}
     for split, shard, ex in records:
@@ -111,9 +121,11 @@ def test_every_chip_equals_its_gdal_window_and_no_scene_straddles_splits(corpus,
     for path, chips in by_source.items():
         first = chips[0][2]
         sides = int(first[schema.TILE_SOURCE_HEIGHT]), int(first[schema.TILE_SOURCE_WIDTH])
-        grid = {(w.y, w.x) for w in chip_windows(*sides, _TILE, _OVERLAP)}
+        grid = chip_windows(*sides, _TILE, _OVERLAP)
+        kept = {(w.y, w.x) for w in grid if _valid(path, w) >= 0.6}
         found = [(int(ex[schema.TILE_Y]), int(ex[schema.TILE_X])) for _, _, ex in chips]
-        assert sorted(found) == sorted(grid), path  # every chip once
+        assert sorted(found) == sorted(kept), path  # every chip valid enough, once
+        assert skipped.get(path, 0) == len(grid) - len(kept), path
         assert len({split for split, _, _ in chips}) == 1, path  # the scene is the group
         for _, _, ex in chips:
             pixels, transform = _expected(path, ex)
@@ -124,6 +136,8 @@ def test_every_chip_equals_its_gdal_window_and_no_scene_straddles_splits(corpus,
                 np.testing.assert_allclose(json.loads(ex["geo/transform"]), transform)
                 assert ex["geo/epsg"] == 32633
                 assert ex["geo/nodata"].decode() in ("0", "nan")
+    assert sum(skipped.values()) == info["tiles"]["num_chips_skipped"] > 0
+    assert set(skipped) == {os.path.join(corpus, "fields", f"s2_{k}.tif") for k in range(3)}
     scene = by_source[os.path.join(corpus, "fields", "s2_0.tif")]
     assert len({shard for _, shard, _ in scene}) > 1  # a scene's chips spread over shards
     assert sum(entry["num_examples"] for entry in info["splits"].values()) == len(records)

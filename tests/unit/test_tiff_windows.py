@@ -72,14 +72,70 @@ _LAYOUTS = {
 }  # fmt: skip
 
 
+def _bordered(bands: np.ndarray, nodata) -> np.ndarray:
+    """`bands` with a nodata border in every band and a stripe of nodata in one band only (a
+    pixel is invalid only where every band holds nodata)."""
+    bands[:, :, :21] = nodata
+    bands[0, 40:60, :] = nodata
+    return bands
+
+
+_VALIDITY = {
+    "nodata 0 in every band": (
+        lambda: _bordered(_RNG.integers(1, 65536, (3, 100, 120), dtype=np.uint16), 0),
+        {"nodata": 0, "tiled": True, "blockxsize": 32, "blockysize": 32},
+        {},
+    ),
+    "nan nodata": (
+        lambda: _bordered(_RNG.normal(size=(2, 100, 120)).astype(np.float32), np.nan),
+        {"nodata": float("nan")},
+        {},
+    ),
+    "alpha": (
+        lambda: _bordered(_RNG.integers(1, 256, (4, 100, 120), dtype=np.uint8), 0),
+        {"photometric": "RGB", "alpha": "YES", "tiled": True, "blockxsize": 16,
+         "blockysize": 16},
+        {},
+    ),
+    "internal mask": (
+        lambda: _RNG.integers(0, 256, (3, 100, 120), dtype=np.uint8),
+        {"tiled": True, "blockxsize": 32, "blockysize": 32, "compress": "deflate"},
+        {"GDAL_TIFF_INTERNAL_MASK": True},
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("kind", _VALIDITY)
+def test_valid_fraction_is_gdals_dataset_mask(kind, tmp_path):
+    make, profile, env = _VALIDITY[kind]
+    path = str(tmp_path / "scene.tif")
+    with rasterio.Env(**env):
+        _gdal_file(path, make(), _NORTH_UP, **profile)
+        if kind == "internal mask":
+            with rasterio.open(path, "r+") as dst:
+                mask = np.zeros((100, 120), np.uint8)
+                mask[10:70, 30:100] = 255
+                dst.write_mask(mask)
+    with rasterio.open(path) as src, open(path, "rb") as f:
+        fractions = set()
+        for w in chip_windows(src.height, src.width, (40, 48), 0):
+            valid = tiff.decode_window(f, w.y, w.x, w.height, w.width, _FULL).valid
+            mask = src.dataset_mask(window=Window(w.x, w.y, w.width, w.height))
+            assert valid == pytest.approx(np.count_nonzero(mask) / mask.size), (kind, w)
+            fractions.add(round(valid, 6))
+        assert len(fractions) >= 2 and min(fractions) < 1  # the rule did something
+
+
 @pytest.mark.parametrize("layout", _LAYOUTS)
 def test_every_chip_equals_gdals_window(layout, tmp_path):
     make, transform, profile = _LAYOUTS[layout]
     path = _gdal_file(tmp_path / "scene.tif", make(), transform, **profile)
     with rasterio.open(path) as src, open(path, "rb") as f:
         for w in chip_windows(src.height, src.width, (40, 56), 8):
-            image, sides = tiff.decode_window(f, w.y, w.x, w.height, w.width, _FULL)
+            image, sides, valid = tiff.decode_window(f, w.y, w.x, w.height, w.width, _FULL)
             window = Window(w.x, w.y, w.width, w.height)
+            mask = src.dataset_mask(window=window)  # GDAL's valid pixels: 255
+            assert valid == pytest.approx(np.count_nonzero(mask) / mask.size)
             expected = np.moveaxis(src.read(window=window), 0, 2)
             (frame,) = image.frames
             assert sides == (src.height, src.width)
@@ -114,7 +170,7 @@ def test_a_chip_at_8_bits_follows_the_whole_images_rule(tmp_path):
                       blockysize=16)  # fmt: skip
     data = open(path, "rb").read()
     whole = tiff.decode_arrays(data, ArrayRequest()).frames[0]
-    chip, _ = tiff.decode_window(io.BytesIO(data), 10, 20, 16, 24, ArrayRequest())
+    chip = tiff.decode_window(io.BytesIO(data), 10, 20, 16, 24, ArrayRequest()).image
     assert chip.frames[0].dtype == np.uint8
     np.testing.assert_array_equal(chip.frames[0], whole[10:26, 20:44])
 

@@ -13,15 +13,21 @@ import dataclasses
 import io
 import json
 import struct
+from typing import NamedTuple
 
 import numpy as np
 
 from core import schema
 from core.rejects import Rejected
 from transforms.images.array_contract import ArrayImage, ArrayRequest, check_declared
-from transforms.images.tiff_window import window_samples
+from transforms.images.tiff_window import (
+    mask_page,
+    shifted_transform,
+    valid_fraction,
+    window_samples,
+)
 
-__all__ = ["decode_arrays", "decode_window", "looks_like_tiff", "shifted_transform"]
+__all__ = ["TiffWindow", "decode_arrays", "decode_window", "looks_like_tiff"]
 
 # Little- and big-endian classic TIFF, then BigTIFF.
 _SIGNATURES = (b"II*\x00", b"MM\x00*", b"II+\x00", b"MM\x00+")
@@ -127,17 +133,21 @@ def decode_arrays(data: bytes, request: ArrayRequest) -> ArrayImage:
     return ArrayImage(frames, len(pages), geo, scale, offset, reasons)
 
 
-def decode_window(source, y: int, x: int, height: int, width: int, request: ArrayRequest):
-    """(ArrayImage of one window of a TIFF's first page, the page's (height, width)).
+class TiffWindow(NamedTuple):
+    """One window of a TIFF's first page, as decode_window returns it."""
 
-    `source`: a seekable binary file (never read whole: only the tiles or strips under the
-    window are decoded). The window is in the file's pixel grid, as GDAL reads it (the
-    Orientation tag is not applied); the depth rule is decode_arrays', over the window's
-    samples; geo/transform is the window's.
+    image: ArrayImage  # the window's stored frame and its features (geo/transform its own)
+    sides: tuple[int, int]  # the page's (height, width)
+    valid: float  # the window's fraction of valid pixels (GDAL's dataset mask)
 
-    Raises:
-        Rejected: as decode_arrays.
-    """
+
+def decode_window(
+    source, y: int, x: int, height: int, width: int, request: ArrayRequest
+) -> TiffWindow:
+    """One window of a TIFF's first page from `source`, a seekable binary file never read
+    whole (only the tiles or strips under the window are decoded). The window is in the file's
+    pixel grid, as GDAL reads it (no Orientation tag applied); decode_arrays' depth rule over
+    its samples. Raises Rejected as decode_arrays does."""
     import tifffile
 
     source.seek(0)  # tifffile takes an open file's position as the TIFF's start
@@ -146,10 +156,11 @@ def decode_window(source, y: int, x: int, height: int, width: int, request: Arra
             page = _main_pages(tif, refuse_more=False)[0]
             sides = int(page.imagelength), int(page.imagewidth)
             _check_layout(page, "TIFF page 0", tif.filehandle.size)
-            _refuse_subsampled(page, 0)
             samples = window_samples(page, y, x, height, width)
-            decoded = _pixels(page, samples, orientation=1)
             geo = _geo_keys(page, apply_orientation=False)
+            nodata, mask = geo.get(schema.GEO_KEYS["nodata"][0]), mask_page(tif, page)
+            valid = valid_fraction(page, mask, samples, nodata, (y, x, height, width))
+            decoded = _pixels(page, samples, orientation=1)
     except Rejected:
         raise
     except MemoryError as e:
@@ -160,13 +171,7 @@ def decode_window(source, y: int, x: int, height: int, width: int, request: Arra
     if key in geo:
         geo[key] = json.dumps(shifted_transform(json.loads(geo[key]), y, x))
     frames, scale, offset = _stored([decoded], request.bit_depth)
-    return ArrayImage(frames, 1, geo, scale, offset, []), sides
-
-
-def shifted_transform(transform: list[float], y: int, x: int) -> list[float]:
-    """GDAL's geotransform of the window whose top-left pixel is (row y, column x)."""
-    t0, t1, t2, t3, t4, t5 = transform
-    return [t0 + x * t1 + y * t2, t1, t2, t3 + x * t4 + y * t5, t4, t5]
+    return TiffWindow(ArrayImage(frames, 1, geo, scale, offset, []), sides, valid)
 
 
 def _message(e: BaseException) -> str:
@@ -276,20 +281,16 @@ def _check_layout(page, what: str, size: int) -> None:
         )
     if int(page.imagedepth) > 1:
         raise Rejected("unsupported_format", f"{what}: volumetric tiles (ImageDepth > 1)")
-
-
-def _refuse_subsampled(page, index: int) -> None:
     if page.is_subsampled and page.compression not in _JPEG_COMPRESSIONS:
         raise Rejected(
             "unsupported_format",
-            f"TIFF page {index}: YCbCr chroma subsampling without JPEG compression "
+            f"{what}: YCbCr chroma subsampling without JPEG compression "
             "(no installed decoder converts it)",
         )
 
 
 def _samples(page, index: int) -> np.ndarray:
     """The page's samples as [H, W, S], the stored sample type kept."""
-    _refuse_subsampled(page, index)
     array = page.asarray()
     axes = page.axes
     if set(axes) - set("SYX") or array.ndim != len(axes):

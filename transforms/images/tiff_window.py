@@ -11,7 +11,12 @@ import math
 
 import numpy as np
 
-__all__ = ["segment_indices", "window_samples"]
+__all__ = ["mask_page", "segment_indices", "shifted_transform", "valid_fraction", "window_samples"]
+
+# SubfileType bit of a transparency mask page (GDAL's internal mask: GDAL_TIFF_INTERNAL_MASK).
+_MASK = 4
+# ExtraSamples values of alpha: associated (premultiplied) and unassociated.
+_ALPHAS = (1, 2)
 
 # Compressions whose segments tifffile decodes with the page's JPEG tables (TIFF 6 JPEG flavours).
 _JPEG_COMPRESSIONS = (6, 7, 33007, 34892)
@@ -81,3 +86,44 @@ def window_samples(page, y: int, x: int, height: int, width: int) -> np.ndarray:
             ]
     # [planes, H, W, contig] -> [H, W, samples]: one of the two is 1.
     return np.moveaxis(out, 0, 2).reshape(height, width, planes * contig)
+
+
+def shifted_transform(transform: list[float], y: int, x: int) -> list[float]:
+    """GDAL's geotransform of the window whose top-left pixel is (row y, column x)."""
+    t0, t1, t2, t3, t4, t5 = transform
+    return [t0 + x * t1 + y * t2, t1, t2, t3 + x * t4 + y * t5, t4, t5]
+
+
+def mask_page(tif, page):
+    """The internal transparency mask of `page` (the next page, of SubfileType mask and the
+    same sides), or None."""
+    pages = tif.pages
+    index = pages.index(page) if hasattr(pages, "index") else 0
+    if index + 1 >= len(pages):
+        return None
+    candidate = pages[index + 1]
+    if not int(candidate.subfiletype) & _MASK:
+        return None
+    if candidate.imagelength != page.imagelength or candidate.imagewidth != page.imagewidth:
+        return None
+    return candidate
+
+
+def valid_fraction(page, mask, samples: np.ndarray, nodata: str | None, window) -> float:
+    """The window's fraction of valid pixels as GDAL's dataset mask says: the internal mask
+    where there is one; else a pixel is invalid when every band holds the nodata value (NaN
+    included); else when its alpha is 0; else every pixel is valid.
+
+    `samples`: the window's stored samples [H, W, S]; `window`: (y, x, height, width).
+    """
+    if mask is not None:
+        return float(np.count_nonzero(window_samples(mask, *window))) / samples[..., 0].size
+    if nodata is not None:
+        value = float(nodata)
+        same = np.isnan(samples) if np.isnan(value) else samples == value
+        return 1.0 - float(np.count_nonzero(same.all(axis=2))) / same[..., 0].size
+    extras = [int(e) for e in page.extrasamples]
+    if extras and extras[0] in _ALPHAS:
+        alpha = samples[..., samples.shape[2] - len(extras)]
+        return float(np.count_nonzero(alpha)) / alpha.size
+    return 1.0

@@ -45,8 +45,11 @@ def tile_features(chip: Chip) -> dict:
     }
 
 
-def chip_record(entry: WriterEntry, data: bytes | None, opts: CheckOptions) -> StoredImage:
-    """The stored chip of `entry` (its window `entry.chip`); `data`: the source's bytes, None
+def chip_record(
+    entry: WriterEntry, data: bytes | None, opts: CheckOptions, min_valid: float = 0.0
+) -> StoredImage | None:
+    """The stored chip of `entry` (its window `entry.chip`), or None for a chip whose fraction
+    of valid pixels is below `min_valid` (--tile_min_valid); `data`: the source's bytes, None
     for a chip read by window.
 
     Raises:
@@ -54,7 +57,7 @@ def chip_record(entry: WriterEntry, data: bytes | None, opts: CheckOptions) -> S
     """
     chip = entry.chip
     if data is None:
-        image = _tiff_window(entry, opts)
+        image, valid = _tiff_window(entry, opts)
     else:
         if hashlib.sha256(data).hexdigest() != entry.sha256:
             raise Rejected(
@@ -62,6 +65,9 @@ def chip_record(entry: WriterEntry, data: bytes | None, opts: CheckOptions) -> S
                 "the file's bytes no longer match the sha256 seen at inspection",
             )
         image = _cut(_decoded_whole(entry, data, opts), chip)
+        valid = _alpha_valid(image.frames[0])
+    if valid < min_valid:
+        return None
     frame = image.frames[0]
     stored, features, _ = next(
         arrays.stored_frames(image, arrays.request_for(opts), arrays.jpeg_quality(opts))
@@ -79,21 +85,30 @@ def chip_record(entry: WriterEntry, data: bytes | None, opts: CheckOptions) -> S
     )
 
 
-def _tiff_window(entry: WriterEntry, opts: CheckOptions) -> ArrayImage:
+def _tiff_window(entry: WriterEntry, opts: CheckOptions) -> tuple[ArrayImage, float]:
+    """(the chip's pixels, its valid fraction) read by window."""
     from transforms.images import tiff  # the window reader, on the writer's path only
 
     chip = entry.chip
     with open_source(entry.path) as f:
-        image, sides = tiff.decode_window(
+        window = tiff.decode_window(
             f, chip.y, chip.x, chip.height, chip.width, arrays.request_for(opts)
         )
+    sides = window.sides
     if sides != (chip.source_height, chip.source_width):
         raise Rejected(
             "changed_during_run",
             f"the TIFF is now {sides[1]}x{sides[0]}; inspection saw "
             f"{chip.source_width}x{chip.source_height}",
         )
-    return image
+    return window.image, window.valid
+
+
+def _alpha_valid(frame: np.ndarray) -> float:
+    """A photo chip's valid fraction: its pixels of alpha > 0 (gray + alpha, RGBA), else 1."""
+    if frame.shape[2] not in (2, 4):
+        return 1.0
+    return float(np.count_nonzero(frame[..., -1])) / (frame.shape[0] * frame.shape[1])
 
 
 def _decoded_whole(entry: WriterEntry, data: bytes, opts: CheckOptions) -> ArrayImage:

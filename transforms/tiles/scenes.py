@@ -65,7 +65,8 @@ def inspect_scene(item: ListedFile, opts: CheckOptions) -> InspectedImage | None
             return None
         size, sha256 = _streamed_digest(f)
         check_file_size(size, opts)
-        image, (height, width) = tiff.decode_window(f, 0, 0, 1, 1, arrays.request_for(opts))
+        first = tiff.decode_window(f, 0, 0, 1, 1, arrays.request_for(opts))
+    image, (height, width) = first.image, first.sides
     if min(height, width) < opts.min_side:
         raise Rejected("too_small", f"{width}x{height}: shorter side < --min_side {opts.min_side}")
     stored = arrays.encode_frame(image.frames[0], arrays.jpeg_quality(opts))
