@@ -17,7 +17,7 @@ from PIL import Image, ImageOps
 from core import schema
 from core.rejects import Rejected
 from transforms.elements import Chip, WriterEntry
-from transforms.images import arrays
+from transforms.images import arrays, tiff
 from transforms.images.array_contract import ArrayImage
 from transforms.images.limits import CheckOptions
 from transforms.images.store_modes import StoredImage
@@ -87,8 +87,6 @@ def chip_record(
 
 def _tiff_window(entry: WriterEntry, opts: CheckOptions) -> tuple[ArrayImage, float]:
     """(the chip's pixels, its valid fraction) read by window."""
-    from transforms.images import tiff  # the window reader, on the writer's path only
-
     chip = entry.chip
     with open_source(entry.path) as f:
         window = tiff.decode_window(
