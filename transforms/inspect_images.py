@@ -54,7 +54,7 @@ class _InspectFn(beam.DoFn):
         self._opts = config.check
         self._concurrency = config.read_concurrency
         self._decode_threads = config.decode_threads
-        self._tiles = config.tiles is not None  # scenes: a TIFF is inspected by its header
+        self._tiles = config.tiles.size if config.tiles else None  # a TIFF: by its header
         self._stats_split = config.train_split if config.analyze else None
         self._stats_fraction = config.stats_sample_fraction
         self._stats_max_images = config.stats_max_images
@@ -95,7 +95,7 @@ class _InspectFn(beam.DoFn):
         try:
             if item.size >= 0:  # Known from the listing: refuse empty/huge files unread.
                 check_file_size(item.size, self._opts)
-            if item.size >= HEADER_FIRST_BYTES and not self._tiles:
+            if item.size >= HEADER_FIRST_BYTES and self._tiles is None:
                 refuse_whole_scene(item.path, self._opts)  # before holding its bytes
             return storage.read_bytes(item.path), None
         except Rejected as e:
@@ -108,7 +108,8 @@ class _InspectFn(beam.DoFn):
         file, `read` None, is read here, on the calling thread)."""
         try:
             if self._tiles and read is None:
-                scene = inspect_scene(item, self._opts)  # None: not a TIFF, read whole
+                stats_chip = self._tiles if self._wants_stats(item, fraction) else None
+                scene = inspect_scene(item, self._opts, stats_chip)  # None: not a TIFF
                 if scene is not None:
                     return scene, None
             data, reject = read.result() if read is not None else self._read(item)

@@ -18,6 +18,7 @@ from core.rejects import Rejected
 from transforms.elements import InspectedImage, ListedFile
 from transforms.images import arrays, tiff
 from transforms.images.limits import CheckOptions, check_dims, check_file_size
+from transforms.images.stats import _channel_stats
 
 __all__ = ["HEADER_FIRST_BYTES", "inspect_scene", "open_source", "refuse_whole_scene"]
 
@@ -53,20 +54,30 @@ def _streamed_digest(f: IO[bytes]) -> tuple[int, str]:
     return size, digest.hexdigest()
 
 
-def inspect_scene(item: ListedFile, opts: CheckOptions) -> InspectedImage | None:
+def inspect_scene(
+    item: ListedFile, opts: CheckOptions, stats_chip: tuple[int, int] | None = None
+) -> InspectedImage | None:
     """The InspectedImage of a TIFF scene to cut into chips (--tile), or None for another
-    format (inspected whole, as without --tile).
+    format (inspected whole, as without --tile). `stats_chip`: the chip sides whose first chip
+    gives the scene's pixel statistics (a sampled training image), as the reader shows it.
 
     Raises:
         Rejected: the header or the first window fails as the writer's reads would.
     """
+    request = arrays.request_for(opts)
     with open_source(item.path) as f:
         if not _is_tiff(f):
             return None
         size, sha256 = _streamed_digest(f)
         check_file_size(size, opts)
-        first = tiff.decode_window(f, 0, 0, 1, 1, arrays.request_for(opts))
-    image, (height, width) = first.image, first.sides
+        first = tiff.decode_window(f, 0, 0, 1, 1, request)
+        image, (height, width) = first.image, first.sides
+        stats = None
+        if stats_chip is not None:
+            chip = tiff.decode_window(
+                f, 0, 0, min(stats_chip[0], height), min(stats_chip[1], width), request
+            )
+            stats = _photo_stats(chip.image.frames[0])
     if min(height, width) < opts.min_side:
         raise Rejected("too_small", f"{width}x{height}: shorter side < --min_side {opts.min_side}")
     stored = arrays.encode_frame(image.frames[0], arrays.jpeg_quality(opts))
@@ -80,8 +91,15 @@ def inspect_scene(item: ListedFile, opts: CheckOptions) -> InspectedImage | None
         width=width,
         channels=stored.channels,
         transcode="decoded_pixels",
-        stats=None,
+        stats=stats,
     )
+
+
+def _photo_stats(frame) -> list:
+    """Pixel statistics of a chip as the reader's default output shows it (uint8 RGB)."""
+    from core import raw_pixels  # TensorFlow, only where statistics are sampled
+
+    return list(_channel_stats(raw_pixels.as_photo(frame).numpy()))
 
 
 def refuse_whole_scene(path: str, opts: CheckOptions) -> None:
