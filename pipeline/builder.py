@@ -119,7 +119,7 @@ def add_convert(
     )
     to_plan = deduped["unique"]
     if config.tiles is not None:  # [InspectedChip]: each scene's chips, planned like files
-        to_plan = to_plan | "CutChips" >> CutChips(config.tiles)
+        to_plan = to_plan | "CutChips" >> CutChips(config.tiles, config.seed)
     planned = to_plan | "Plan" >> PlanShards(config)
     handoff = services.analysis_handoff if services else None
     analysis = _Analysis(p, config, deduped["unique"], label_names, handoff)

@@ -116,12 +116,9 @@ class Chip:
     width: int
     source_height: int
     source_width: int
-
-    @property
-    def carrier(self) -> bool:
-        """Whether this chip counts its source as a written file: the grid's first chip, which
-        every scene has, so each source is counted once whichever shards its chips land in."""
-        return self.y == 0 and self.x == 0
+    # Whether this chip counts its source as a written file: the first chip planned of each
+    # source, so a source is counted once whichever shards its chips land in.
+    carrier: bool = False
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

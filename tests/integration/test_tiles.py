@@ -174,3 +174,67 @@ def test_a_scene_too_big_to_convert_whole_is_refused_from_its_header(tmp_path):
         (reject,) = [json.loads(line) for line in f]
     assert reject["reason"] == "too_many_pixels"
     assert "--tile" in reject["detail"] and "it was not read" in reject["detail"]
+
+
+# (x, y, w, h) of each object in the 400 x 300 photo; the last has a triangle as its outline.
+_BOXES = {1: (20, 20, 40, 20), 2: (100, 10, 80, 40), 3: (300, 200, 60, 60)}
+
+
+def _expected_boxes(y: int, x: int, height: int, width: int, min_object: float) -> dict:
+    """{object id: (xmin, ymin, xmax, ymax) in the chip's pixels} of the objects at least
+    `min_object` of whose box is inside the chip."""
+    found = {}
+    for oid, (bx, by, bw, bh) in _BOXES.items():
+        x0, y0 = max(bx, x), max(by, y)
+        x1, y1 = min(bx + bw, x + width), min(by + bh, y + height)
+        if x1 > x0 and y1 > y0 and (x1 - x0) * (y1 - y0) >= min_object * bw * bh:
+            found[oid] = (x0 - x, y0 - y, x1 - x, y1 - y)
+    return found
+
+
+def test_coco_boxes_and_masks_are_cut_with_their_chips(tmp_path):
+    images = tmp_path / "images"
+    images.mkdir()
+    photo = np.random.default_rng(5).integers(0, 256, (300, 400, 3), dtype=np.uint8)
+    Image.fromarray(photo).save(images / "big.png")
+    coco = {
+        "images": [{"id": 7, "file_name": "big.png", "width": 400, "height": 300}],
+        "categories": [{"id": 1, "name": "car"}],
+        "annotations": [
+            {"id": oid, "image_id": 7, "category_id": 1, "bbox": list(box), "iscrowd": 0,
+             "area": box[2] * box[3], "segmentation": [[300, 200, 360, 200, 360, 260]]}
+            for oid, box in _BOXES.items()
+        ],
+    }  # fmt: skip
+    (tmp_path / "coco.json").write_text(json.dumps(coco))
+    out = str(tmp_path / "out")
+    info = _convert(
+        str(images), out, "--annotations", str(tmp_path / "coco.json"), "--tile", "128",
+        "--tile_min_object", "0.5", "--tile_keep_empty", "0.5", "--splits", "train=1",
+    )  # fmt: skip
+    assert (info["num_written"], info["num_rejected"]) == (1, 0)
+    spec = schema.feature_spec() | schema.object_feature_spec()
+    chips, empty = {}, 0
+    for shard in info["splits"]["train"]["shards"]:
+        for rec in read_records(os.path.join(out, shard["file"])):
+            ex = tf.io.parse_single_example(rec, spec)
+            y, x = int(ex[schema.TILE_Y]), int(ex[schema.TILE_X])
+            h, w = int(ex[schema.HEIGHT]), int(ex[schema.WIDTH])
+            side = {k: tf.sparse.to_dense(ex[v]).numpy() for k, v in schema.OBJECT_BBOX.items()}
+            boxes = np.stack([side["xmin"] * w, side["ymin"] * h, side["xmax"] * w,
+                              side["ymax"] * h], axis=-1)  # fmt: skip
+            expected = _expected_boxes(y, x, h, w, 0.5)
+            np.testing.assert_allclose(boxes.reshape(-1, 4), list(expected.values()) or
+                                       np.zeros((0, 4)), atol=1e-3)  # fmt: skip
+            masks = tf.sparse.to_dense(ex[schema.OBJECT_MASK]).numpy()
+            assert len(masks) == len(expected)
+            for png in masks:
+                assert tf.io.decode_png(png).shape[:2] == (h, w)
+            pixels = tf.io.decode_png(ex[schema.ENCODED]).numpy()
+            np.testing.assert_array_equal(pixels, photo[y : y + h, x : x + w])
+            assert ex[schema.SOURCE_ID].numpy().decode() == f"big.png#tile={y},{x}"
+            chips[(y, x)] = sorted(expected)
+            empty += not expected
+    # 4 x 3 chips; the straddling car (2) only where half of it is: at x 128
+    assert chips[(0, 0)] == [1] and chips[(0, 128)] == [2] and chips[(172, 272)] == [3]
+    assert 0 < empty < 9  # of the 9 chips without objects, a deterministic part is kept
