@@ -197,8 +197,8 @@ class _ShardContents:
 
     def add(self, entry: WriterEntry, label_id: int, offset: int, frame_length: int, fmt, why):
         """Count the record of `entry` whose frame (`frame_length` bytes) starts at `offset`."""
-        # (frames and chips: the index holds one record per file)
-        if entry.source_format not in ARRAY_FORMATS and entry.chip is None:
+        # (frames: the index holds one record per file; chips: one per window)
+        if entry.chip is not None or entry.source_format not in ARRAY_FORMATS:
             self.located.append(index_entry(entry, label_id, offset, frame_length, fmt, why))
         if self._with_dali_index:
             size = frame_length - dali_index.RECORD_OVERHEAD
@@ -240,8 +240,10 @@ class _WriteShardFn(beam.DoFn):
     def setup(self):
         self._software = writer_software()
         self._previous_shards = None  # {relname: dataset_info shard entry}, read on first use
+        # --tile decides which chips a record holds and which are skipped: part of the settings.
+        check = self._opts if self._tiles is None else (self._opts, self._tiles)
         self._record_settings = record_settings(
-            self._opts, self._store, self._compression, self._software
+            check, self._store, self._compression, self._software
         )
         self._splicer = None
         # Annotated records are written whole: a splice would not count their objects.
@@ -406,7 +408,9 @@ class _WriteShardFn(beam.DoFn):
                         entry, label_id, out.num_bytes, len(frame), splice.format, splice.transcode
                     )
                     contents.layouts[splice.layout()] += 1
-                    contents.num_files += 1
+                    contents.num_files += entry.chip is None or entry.chip.carrier
+                    if entry.chip is not None:
+                        contents.count_chip(entry, written=True)
                     sink.write(frame)
                     continue
                 records, reject = self._stored_or_reject(entry, data, error)

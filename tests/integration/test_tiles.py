@@ -238,3 +238,38 @@ def test_coco_boxes_and_masks_are_cut_with_their_chips(tmp_path):
     # 4 x 3 chips; the straddling car (2) only where half of it is: at x 128
     assert chips[(0, 0)] == [1] and chips[(0, 128)] == [2] and chips[(172, 272)] == [3]
     assert 0 < empty < 9  # of the 9 chips without objects, a deterministic part is kept
+
+
+def test_a_versioned_rerun_reads_only_the_changed_scenes_chips(tmp_path, monkeypatch):
+    """Scene b rewritten: its chips are read again; scene a's are spliced from the previous
+    version's shards (or its shards copied whole), and the version equals a fresh run's."""
+    from tests.integration.test_incremental import _run, snapshot
+    from transforms.tiles import chip_records
+
+    reads: list[str] = []
+    real = chip_records.open_source
+
+    def counting(path):
+        reads.append(os.path.basename(path))
+        return real(path)
+
+    monkeypatch.setattr(chip_records, "open_source", counting)
+    src = tmp_path / "in" / "fields"
+    src.mkdir(parents=True)
+    rng = np.random.default_rng(8)
+    for name in ("a", "b"):
+        _geotiff(str(src / f"{name}.tif"), rng.integers(1, 60000, (4, 120, 130), np.uint16),
+                 tiled=True, blockxsize=32, blockysize=32)  # fmt: skip
+    args = ["--input", f"{tmp_path / 'in'}/**", "--tile", "40", "--splits", "train=1",
+            "--min_shards", "4"]  # fmt: skip
+    root = str(tmp_path / "root")
+    _run([*args, "--output", root], versioned=True)
+    assert sorted(set(reads)) == ["a.tif", "b.tif"]
+    reads.clear()
+    _geotiff(str(src / "b.tif"), rng.integers(1, 60000, (4, 120, 130), np.uint16),
+             tiled=True, blockxsize=32, blockysize=32)  # fmt: skip
+    second, counters = _run([*args, "--output", root], versioned=True)
+    assert reads.count("b.tif") == 12 and "a.tif" not in reads  # 3 x 4 chips of 40 each
+    assert counters["records_spliced"] > 0  # a's chips in the shards b's chips changed
+    fresh, _ = _run([*args, "--output", str(tmp_path / "fresh")], versioned=True)
+    assert snapshot(second) == snapshot(fresh)
