@@ -4,6 +4,7 @@ its window, its keys and transform, splits by scene, accounting; the big-scene r
 
 from __future__ import annotations
 
+import html
 import json
 import os
 
@@ -12,6 +13,7 @@ import pytest
 from PIL import Image
 
 from core import schema
+from pipeline.report.page import build_report
 from tests.runs import in_process, read_records
 from transforms.tiles.grid import chip_windows
 
@@ -138,6 +140,13 @@ def test_every_chip_equals_its_gdal_window_and_no_scene_straddles_splits(corpus,
                 assert ex["geo/nodata"].decode() in ("0", "nan")
     assert sum(skipped.values()) == info["tiles"]["num_chips_skipped"] > 0
     assert set(skipped) == {os.path.join(corpus, "fields", f"s2_{k}.tif") for k in range(3)}
+    page = build_report(out)  # each scene's overview, its chips and skipped ones counted
+    assert "<h2 id=scenes>Scenes</h2>" in page
+    captions = [
+        f"{html.escape(path)}: {len(chips)} chips shown, {skipped.get(path, 0)} skipped"
+        for path, chips in by_source.items()
+    ]
+    assert sum(caption in page for caption in captions) == 6  # MAX_SCENES of the 7
     scene = by_source[os.path.join(corpus, "fields", "s2_0.tif")]
     assert len({shard for _, shard, _ in scene}) > 1  # a scene's chips spread over shards
     assert sum(entry["num_examples"] for entry in info["splits"].values()) == len(records)

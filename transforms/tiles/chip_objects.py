@@ -14,6 +14,7 @@ import dataclasses
 import math
 
 import numpy as np
+from pycocotools import mask as coco_mask
 
 from transforms.annotations.objects import (
     Box,
@@ -85,8 +86,6 @@ def _segmentation(segmentation, scale, sides, window: Window):
         ]
         return Polygons.from_parts(parts) if parts else None
     if isinstance(coco, dict) and list(coco.get("size", ())) == [sides[1], sides[0]]:
-        from pycocotools import mask as coco_mask  # the annotated path's decoder
-
         rle = (
             coco if isinstance(coco["counts"], str) else coco_mask.frPyObjects(coco, *coco["size"])
         )
