@@ -36,6 +36,11 @@ __all__ = [
     "GROUP",
     "DICOM_KEYS",
     "GEO_KEYS",
+    "TILE_KEYS",
+    "TILE_X",
+    "TILE_Y",
+    "TILE_SOURCE_HEIGHT",
+    "TILE_SOURCE_WIDTH",
     "OPTIONAL_FEATURES",
     "SOURCE_ID",
     "OBJECT_BBOX",
@@ -148,7 +153,15 @@ GEO_KEYS = {
     "transform": ("geo/transform", "string", ""),
     "raster_type": ("geo/raster_type", "string", ""),
     "keys": ("geo/keys", "string", ""),
+    "nodata": ("geo/nodata", "string", ""),  # GDAL's nodata value as its tag writes it
 }
+# --tile: a chip's offset in its source (source pixels) and the source's sides; image/filename
+# stays the source's, geo/transform is the chip's.
+TILE_X = "image/tile/x"
+TILE_Y = "image/tile/y"
+TILE_SOURCE_HEIGHT = "image/tile/source_height"
+TILE_SOURCE_WIDTH = "image/tile/source_width"
+TILE_KEYS = (TILE_X, TILE_Y, TILE_SOURCE_HEIGHT, TILE_SOURCE_WIDTH)
 # The dtype of each DICOM key's feature; a string otherwise.
 _DICOM_TYPES = {
     "BitsStored": "int64",
@@ -179,6 +192,7 @@ OPTIONAL_FEATURES: tuple[tuple[str, str, tuple[int, ...], Any], ...] = (
         for name, key in DICOM_KEYS.items()
     ),
     *((key, dtype, (), default) for key, dtype, default in GEO_KEYS.values()),
+    *((key, "int64", (), 0) for key in TILE_KEYS),
 )
 
 # Objects (--annotations, --masks): exactly the keys the TensorFlow Object Detection API and TF

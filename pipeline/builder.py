@@ -29,6 +29,7 @@ from transforms.match_annotations import MatchAnnotations
 from transforms.plan_shards import PlanShards
 from transforms.publish_version import DigestListing, PublishVersion, WriteFileIndex
 from transforms.reuse_inspections import RecordInspections, ReuseInspections, reuse_sources
+from transforms.tiles.cut_chips import CutChips
 from transforms.write_shards import WriteShards
 
 __all__ = ["RunServices", "build_pipeline", "add_convert"]
@@ -116,7 +117,10 @@ def add_convert(
         if config.dedupe
         else {"unique": inspected, "duplicates": p | "NoDuplicates" >> beam.Create([])}
     )
-    planned = deduped["unique"] | "Plan" >> PlanShards(config)
+    to_plan = deduped["unique"]
+    if config.tiles is not None:  # [InspectedChip]: each scene's chips, planned like files
+        to_plan = to_plan | "CutChips" >> CutChips(config.tiles, config.seed)
+    planned = to_plan | "Plan" >> PlanShards(config)
     handoff = services.analysis_handoff if services else None
     analysis = _Analysis(p, config, deduped["unique"], label_names, handoff)
     groups = analysis.before_writing(planned["groups"])  # ((split, index), [entry])

@@ -271,6 +271,37 @@ def _add_image_options(g) -> None:
     )
 
 
+def _add_tile_options(g) -> None:
+    """Chips of scenes (--tile): one record per chip. docs/tiles.md."""
+    g.add_argument(
+        "--tile",
+        default=None,
+        help="H or HxW: cut every image into chips of H x W source pixels, one record each "
+        "(image/tile/x, image/tile/y; geo/transform of the chip). TIFFs are read by window.",
+    )
+    g.add_argument(
+        "--tile_overlap", type=int, default=0, help="Pixels shared by neighbouring chips."
+    )
+    g.add_argument(
+        "--tile_min_valid",
+        type=float,
+        default=0.0,
+        help="Skip chips whose fraction of valid pixels (GDAL's dataset mask) is below this.",
+    )
+    g.add_argument(
+        "--tile_min_object",
+        type=float,
+        default=0.5,
+        help="With --annotations: keep an object in a chip when this much of its area is inside.",
+    )
+    g.add_argument(
+        "--tile_keep_empty",
+        type=float,
+        default=1.0,
+        help="With --annotations: the fraction of chips without objects kept (deterministic).",
+    )
+
+
 def _add_storage_options(g) -> None:
     """How records and shards are stored."""
     g.add_argument(
@@ -418,6 +449,7 @@ def add_flag_groups(g) -> None:
     _add_version_options(g)
     _add_reject_options(g)
     _add_image_options(g)
+    _add_tile_options(g)
     _add_storage_options(g)
     _add_inspection_options(g)
     _add_analysis_options(g)

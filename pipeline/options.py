@@ -15,6 +15,7 @@ from transforms.images.limits import (
     CheckOptions,
 )
 from transforms.reuse_inspections import RESUME_VERIFY_MODES
+from transforms.tiles.grid import TileOptions, parse_tile_size
 
 __all__ = ["ConvertOptions", "ConvertConfig", "OptionError", "parse_splits"]
 
@@ -128,12 +129,32 @@ class ConvertConfig:
     stats_max_images: int = DEFAULT_STATS_MAX_IMAGES
     # --annotations, --masks and their choices; None: a run without objects (today's records).
     annotations: AnnotationOptions | None = None
+    # --tile and its companions; None: one record per image.
+    tiles: TileOptions | None = None
 
     def __post_init__(self):
         self._check_sources()
         self._check_versions()
         self._check_storage()
         self._check_throughput()
+        self._check_tiles()
+
+    def _check_tiles(self) -> None:
+        """--tile against the options that decide a record's pixels some other way."""
+        if self.tiles is None:
+            return
+        clashes = {
+            "--max_side": bool(self.check.max_side),
+            "--frames all": self.check.frames == "all",
+            f"--store {self.store}": self.store != "encoded",
+            "--masks": self.annotations is not None and bool(self.annotations.masks),
+        }
+        for option, clash in clashes.items():
+            if clash:
+                raise OptionError(
+                    f"--tile with {option}: chips are cut from the first page or frame at "
+                    f"source resolution and stored encoded; drop {option} (or --tile)"
+                )
 
     def _check_sources(self) -> None:
         """--input/--manifest, --output, where splits and labels come from, shard planning."""
@@ -296,7 +317,37 @@ class ConvertConfig:
             stats_sample_fraction=o.stats_sample_fraction,
             stats_max_images=o.stats_max_images,
             annotations=_annotation_options(o),
+            tiles=_tile_options(o),
         )
+
+
+def _tile_options(o: ConvertOptions) -> TileOptions | None:
+    """--tile and its companions; None without --tile (the companions then refused)."""
+    if not o.tile:
+        defaults = TileOptions(1, 1)
+        if (o.tile_overlap, o.tile_min_valid, o.tile_min_object, o.tile_keep_empty) != (
+            defaults.overlap,
+            defaults.min_valid,
+            defaults.min_object,
+            defaults.keep_empty,
+        ):
+            raise OptionError(
+                "--tile_overlap, --tile_min_valid, --tile_min_object and --tile_keep_empty "
+                "apply to --tile: give --tile H[xW]"
+            )
+        return None
+    try:
+        height, width = parse_tile_size(o.tile)
+        return TileOptions(
+            height,
+            width,
+            overlap=o.tile_overlap,
+            min_valid=o.tile_min_valid,
+            min_object=o.tile_min_object,
+            keep_empty=o.tile_keep_empty,
+        )
+    except ValueError as e:
+        raise OptionError(str(e)) from e
 
 
 def _label_from(o: ConvertOptions) -> str:

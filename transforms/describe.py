@@ -15,6 +15,7 @@ from core import dali_index, schema, storage
 from core.errors import ERROR_PREFIX
 from transforms.describe_objects import describe_objects
 from transforms.elements import ShardInfo
+from transforms.tiles.describe_tiles import describe_tiles
 
 __all__ = ["DescribeDataset", "TooManyRejectsError", "ERROR_PREFIX"]
 
@@ -136,13 +137,15 @@ class _DescribeFn(beam.DoFn):
         duplicates = sorted(duplicates, key=lambda r: r["path"])
         storage.write_bytes_atomic(storage.join(out, schema.REJECTED), _jsonl(rejected))
         storage.write_bytes_atomic(storage.join(out, schema.DUPLICATES), _jsonl(duplicates))
-        reasons = collections.Counter(r["reason"] for r in rejected)
-        _check_bad_fraction(self._config, num_listed, len(rejected), reasons)
+        # Files: a chip that failed (--tile, "chip" in its line) leaves its scene written.
+        files_rejected = [r for r in rejected if "chip" not in r]
+        reasons = collections.Counter(r["reason"] for r in files_rejected)
+        _check_bad_fraction(self._config, num_listed, len(files_rejected), reasons)
         every_shard, splits = self._splits(plan, shards)
         self._remove_stale_shards(splits)
         info = self._info(
             num_listed,
-            num_rejected=len(rejected),
+            num_rejected=len(files_rejected),
             num_duplicates=len(duplicates),
             label_names=label_names,
             splits=splits,
@@ -155,6 +158,8 @@ class _DescribeFn(beam.DoFn):
                 self._config, every_shard, unmatched or [], objects_changed or []
             )
             info["feature_spec"] = {**info["feature_spec"], **schema.OBJECT_FEATURE_SPEC_JSON}
+        if self._config.tiles is not None:
+            info["tiles"] = describe_tiles(self._config.tiles, every_shard)
         _check_accounting(info)
         _check_training_split(self._config, info)
         # Written last: its presence means the dataset is complete.

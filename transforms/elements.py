@@ -18,6 +18,8 @@ __all__ = [
     "NO_OBJECTS",
     "PackedObjects",
     "AnalysisRow",
+    "Chip",
+    "InspectedChip",
     "InspectedImage",
     "ListedFile",
     "MatchedFile",
@@ -104,6 +106,29 @@ class InspectedImage(ListedFile):
         return {f: getattr(self, f) for f in INSPECTION_FIELDS}
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class Chip:
+    """One chip of a scene (--tile): its window in source pixels and the source's sides."""
+
+    y: int
+    x: int
+    height: int
+    width: int
+    source_height: int
+    source_width: int
+    # Whether this chip counts its source as a written file: the first chip planned of each
+    # source, so a source is counted once whichever shards its chips land in.
+    carrier: bool = False
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class InspectedChip(InspectedImage):
+    """One chip of an inspected scene: the scene's fields, with its own key (the source's key
+    and the window: shards are hashed by it), its sides and its share of the source's bytes."""
+
+    chip: Chip = dataclasses.field(default=None, kw_only=True)
+
+
 _LISTED_FIELDS = tuple(f.name for f in dataclasses.fields(ListedFile))
 # What inspection finds about a file: the size it read and the fields InspectedImage adds.
 INSPECTION_FIELDS = ("size",) + tuple(
@@ -128,10 +153,12 @@ class WriterEntry(NamedTuple):
     transcode: str
     group: str = ""
     objects: PackedObjects | None = None
+    chip: Chip | None = None  # --tile: the window this record holds
 
     @classmethod
     def of(cls, image: InspectedImage) -> WriterEntry:
-        return cls._make(getattr(image, f) for f in cls._fields)
+        defaults = cls._field_defaults
+        return cls._make(getattr(image, f, defaults.get(f)) for f in cls._fields)
 
 
 class AnalysisRow(NamedTuple):
@@ -169,6 +196,8 @@ class ShardInfo:
     groups: list | None = None  # --group_by: the sorted image/group hashes of its records
     layouts: dict | None = None  # records per pixel layout, "uint16x13" (dtype x channels)
     objects: dict | None = None  # annotated runs: the shard's object tally (ObjectTally.to_dict)
+    # --tile: {"written": chips, "skipped": {source path: chips under --tile_min_valid}}
+    chips: dict | None = None
 
     @classmethod
     def from_dict(cls, d: dict) -> ShardInfo:

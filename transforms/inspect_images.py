@@ -15,6 +15,7 @@ from transforms.elements import InspectedImage, ListedFile
 from transforms.images.check import check_image
 from transforms.images.limits import CheckOptions, check_file_size
 from transforms.keys import stats_fraction, wants_stats
+from transforms.tiles.scenes import HEADER_FIRST_BYTES, inspect_scene, refuse_whole_scene
 
 __all__ = ["InspectImages", "inspect_bytes"]
 
@@ -53,6 +54,7 @@ class _InspectFn(beam.DoFn):
         self._opts = config.check
         self._concurrency = config.read_concurrency
         self._decode_threads = config.decode_threads
+        self._tiles = config.tiles.size if config.tiles else None  # a TIFF: by its header
         self._stats_split = config.train_split if config.analyze else None
         self._stats_fraction = config.stats_sample_fraction
         self._stats_max_images = config.stats_max_images
@@ -93,6 +95,8 @@ class _InspectFn(beam.DoFn):
         try:
             if item.size >= 0:  # Known from the listing: refuse empty/huge files unread.
                 check_file_size(item.size, self._opts)
+            if item.size >= HEADER_FIRST_BYTES and self._tiles is None:
+                refuse_whole_scene(item.path, self._opts)  # before holding its bytes
             return storage.read_bytes(item.path), None
         except Rejected as e:
             return None, make_reject(item.path, e.reason, e.detail)
@@ -103,6 +107,11 @@ class _InspectFn(beam.DoFn):
         """(InspectedImage, None) or (None, Reject) once the file's read completes (a local
         file, `read` None, is read here, on the calling thread)."""
         try:
+            if self._tiles and read is None:
+                stats_chip = self._tiles if self._wants_stats(item, fraction) else None
+                scene = inspect_scene(item, self._opts, stats_chip)  # None: not a TIFF
+                if scene is not None:
+                    return scene, None
             data, reject = read.result() if read is not None else self._read(item)
             if reject is not None:
                 return None, reject
@@ -111,6 +120,8 @@ class _InspectFn(beam.DoFn):
             return None, make_reject(item.path, e.reason, e.detail)
         except storage.StoreOutageError:
             raise  # the store is down: stop the job (the only per-file failure that may)
+        except OSError as e:  # a scene's stream (--tile) failed to open or read
+            return None, make_reject(item.path, "unreadable", f"{type(e).__name__}: {e}")
         except Exception as e:  # noqa: BLE001  (the per-file dead-letter boundary)
             return None, decoder_error(item.path, e)
 
@@ -120,8 +131,11 @@ class _InspectFn(beam.DoFn):
         # threads, one per core this worker may use: more only contend for the cores.
         # Local files are read on the decoding thread itself: a pool hand-off costs more CPU
         # than the read (docs/benchmarks.md).
+        # With --tile, every file is first opened as a possible scene (never read whole).
         reads = [
-            None if storage.is_local(item.path) else self._pool.submit(self._read, item)
+            None
+            if storage.is_local(item.path) or self._tiles
+            else self._pool.submit(self._read, item)
             for item in batch
         ]
         if self._decode_pool is None:

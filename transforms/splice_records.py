@@ -27,6 +27,7 @@ from core.tfrecord import read_record
 from transforms.elements import WriterEntry
 
 __all__ = [
+    "splice_name",
     "FALLBACK_REASONS",
     "PreviousRecords",
     "STATS_FALLBACK",
@@ -79,12 +80,21 @@ def record_settings(check_options, store: str, compression: str, software: dict)
     return hashlib.sha256(repr(settings).encode()).hexdigest()
 
 
+def splice_name(entry: WriterEntry) -> str:
+    """What a record is found by in the next run's index: its file's path; a chip's (--tile)
+    also names its window, so each chip of an unchanged scene is spliced on its own."""
+    if entry.chip is None:
+        return entry.path
+    c = entry.chip
+    return f"{entry.path}\0tile={c.y},{c.x},{c.height}x{c.width}"
+
+
 def index_entry(
     entry: WriterEntry, label_id: int, offset: int, length: int, fmt: str, transcode: str
 ) -> RecordLocation:
     """The marker line of the record written from `entry` at `offset`."""
     return RecordLocation(
-        entry.path, entry.sha256, entry.transcode, entry.label, label_id, offset, length, fmt,
+        splice_name(entry), entry.sha256, entry.transcode, entry.label, label_id, offset, length, fmt,
         transcode,
     )  # fmt: skip
 
@@ -163,7 +173,7 @@ class PreviousRecords:
         found: list[Spliced | None] = [None] * len(records)
         wanted = collections.defaultdict(list)  # previous shard file -> [(location, position)]
         for i, record in enumerate(records):
-            hit = index.get(record.path)
+            hit = index.get(splice_name(record))
             if hit is None:
                 if blanket:  # (a new file counts here too: the previous index cannot tell)
                     self._refuse(blanket, 1)

@@ -40,6 +40,7 @@ from transforms.keys import int_hash
 from transforms.shard_objects import ShardObjects
 from transforms.shard_sinks import GzipSink, HashingWriter, discard
 from transforms.splice_records import PreviousRecords, index_entry, record_settings
+from transforms.tiles.chip_records import chip_record, reads_by_window
 
 __all__ = ["GzipSink", "WriteShards", "writer_software"]
 
@@ -184,10 +185,20 @@ class _ShardContents:
         self.idx_lines = []  # --dali_index: one line per record, at its offset in the shard
         self.located = []  # each record's RecordLocation: where the next run finds it
         self.objects = None  # annotated runs: the shard's ObjectTally as a dict
+        self.chips = None  # --tile: chips written, and skipped per scene (ShardInfo.chips)
+
+    def count_chip(self, entry: WriterEntry, written: bool) -> None:
+        self.chips = self.chips or {"written": 0, "skipped": {}}
+        if written:
+            self.chips["written"] += 1
+        else:
+            skipped = self.chips["skipped"]
+            skipped[entry.path] = skipped.get(entry.path, 0) + 1
 
     def add(self, entry: WriterEntry, label_id: int, offset: int, frame_length: int, fmt, why):
         """Count the record of `entry` whose frame (`frame_length` bytes) starts at `offset`."""
-        if entry.source_format not in ARRAY_FORMATS:  # (frames: the index holds one per file)
+        # (frames: the index holds one record per file; chips: one per window)
+        if entry.chip is not None or entry.source_format not in ARRAY_FORMATS:
             self.located.append(index_entry(entry, label_id, offset, frame_length, fmt, why))
         if self._with_dali_index:
             size = frame_length - dali_index.RECORD_OVERHEAD
@@ -217,6 +228,7 @@ class _WriteShardFn(beam.DoFn):
         self._compression = config.compression
         self._dali_index = config.dali_index
         self._group_by = config.group_by
+        self._tiles = config.tiles
         self._written = Metrics.counter("imgrec", "written")
         self._written_bytes = Metrics.counter("imgrec", "written_bytes")
         self._shards = Metrics.counter("imgrec", "shards_written")
@@ -228,8 +240,10 @@ class _WriteShardFn(beam.DoFn):
     def setup(self):
         self._software = writer_software()
         self._previous_shards = None  # {relname: dataset_info shard entry}, read on first use
+        # --tile decides which chips a record holds and which are skipped: part of the settings.
+        check = self._opts if self._tiles is None else (self._opts, self._tiles)
         self._record_settings = record_settings(
-            self._opts, self._store, self._compression, self._software
+            check, self._store, self._compression, self._software
         )
         self._splicer = None
         # Annotated records are written whole: a splice would not count their objects.
@@ -273,6 +287,8 @@ class _WriteShardFn(beam.DoFn):
             settings += ("dali_index",)
         if self._annotations is not None:  # any annotation changed: every shard rewritten
             settings += ("annotations", self._annotations.fingerprint)
+        if self._tiles is not None:
+            settings += ("tiles", self._tiles)
         return _Shard(
             split=split,
             index=index,
@@ -392,16 +408,26 @@ class _WriteShardFn(beam.DoFn):
                         entry, label_id, out.num_bytes, len(frame), splice.format, splice.transcode
                     )
                     contents.layouts[splice.layout()] += 1
-                    contents.num_files += 1
+                    contents.num_files += entry.chip is None or entry.chip.carrier
+                    if entry.chip is not None:
+                        contents.count_chip(entry, written=True)
                     sink.write(frame)
                     continue
                 records, reject = self._stored_or_reject(entry, data, error)
                 extras, reject = _with_objects(objects, entry, data, records, reject)
+                # A scene is one file, counted by its first chip (a failed chip is a line of
+                # rejected.jsonl naming it, not a rejected file: the scene's header was good).
+                counts_file = entry.chip is None or entry.chip.carrier
                 if reject is not None:
                     Metrics.counter("imgrec", f"rejected_{reject['reason']}").inc()
+                    if entry.chip is not None:
+                        reject["chip"] = [entry.chip.x, entry.chip.y]
+                        contents.num_files += counts_file
                     yield pvalue.TaggedOutput(self.REJECTED, reject)
                     continue
-                contents.num_files += 1
+                contents.num_files += counts_file
+                if entry.chip is not None:
+                    contents.count_chip(entry, written=bool(records))
                 for stored, (extra, changes) in zip(records, extras, strict=True):
                     for change in changes:
                         yield pvalue.TaggedOutput(self.OBJECTS_CHANGED, change.to_dict())
@@ -451,6 +477,7 @@ class _WriteShardFn(beam.DoFn):
             layouts=dict(sorted(contents.layouts.items())),
             dali_index=written_index,
             objects=contents.objects,
+            chips=contents.chips,
         )
 
     def _prefetched(self, entries: list[WriterEntry], label_ids: dict):
@@ -459,12 +486,15 @@ class _WriteShardFn(beam.DoFn):
         spliced = [None] * len(entries)
         if self._splicer is not None:
             spliced = self._splicer.fetch(entries, label_ids)
+        unread = [
+            s is not None or reads_by_window(e) for e, s in zip(entries, spliced, strict=True)
+        ]
         reads = storage.read_many(
-            (e.path for e, s in zip(entries, spliced, strict=True) if s is None),
+            (e.path for e, skip in zip(entries, unread, strict=True) if not skip),
             self._concurrency,
         )
-        for entry, splice in zip(entries, spliced, strict=True):
-            if splice is not None:
+        for entry, splice, skip in zip(entries, spliced, unread, strict=True):
+            if skip:  # spliced, or a chip read by window (chip_records.py)
                 yield entry, None, None, splice
                 continue
             _, result = next(reads)
@@ -495,6 +525,9 @@ class _WriteShardFn(beam.DoFn):
         Raises:
             Rejected: the bytes changed since inspection, or no longer decode/transcode.
         """
+        if entry.chip is not None:  # None: skipped (--tile_min_valid)
+            stored = chip_record(entry, data, self._opts, self._tiles.min_valid)
+            return [stored] if stored is not None else []
         if hashlib.sha256(data).hexdigest() != entry.sha256:
             raise Rejected(
                 "changed_during_run",

@@ -41,6 +41,7 @@ from pipeline.report.scan import (
     scan_dataset,
 )
 from pipeline.report.summary import non_jpeg_warning, stored_forms
+from pipeline.report.tile_section import tile_section
 
 __all__ = [
     "REPORT_FILE",
@@ -298,6 +299,7 @@ def build_report(data_dir: str) -> str:
     out += _classes_section(info, counts, names)
     out += object_section(info, scan)  # annotated datasets only
     out += _contact_sheet_section(data_dir, info)
+    out += tile_section(data_dir, info)  # --tile datasets only
     out += _rejects_section(data_dir, info)
     out += _transcodes_section(info, all_rows)
     out += _duplicates_section(data_dir, info)

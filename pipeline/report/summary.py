@@ -111,6 +111,15 @@ def format_summary(info: dict, output: str, seconds: float) -> str:
         f"{len(info['label_names'])}"
     )
     lines += object_lines(info, output)
+    tiles = info.get("tiles")
+    if tiles:  # --tile: records are chips of the files written
+        options = tiles["options"]
+        lines.append(
+            f"  chips       {tiles['num_chips_written']:>7}   of {options['height']}x"
+            f"{options['width']} (overlap {options['overlap']}); "
+            f"{tiles['num_chips_skipped']} skipped by --tile_min_valid "
+            f"in {len(tiles['skipped_by_scene'])} scenes"
+        )
     if info.get("num_rejected"):
         lines.append(f"  reasons per file: {_join(output, schema.REJECTED)}")
     warning = non_jpeg_warning(info)

@@ -99,6 +99,7 @@ ROOMS: dict[str, tuple[str, ...]] = {
     "core": ("core",),
     "transforms.images": ("core", "transforms.images"),
     "transforms.annotations": ("core", "transforms.annotations"),
+    "transforms.tiles": ("core", "transforms"),  # chips (--tile): its stage, reads and records
     "transforms": ("core", "transforms"),
     "pipeline.reader": ("core", "pipeline.reader"),
     "pipeline.report": ("core", "pipeline.reader", "pipeline.report"),
@@ -148,7 +149,7 @@ def _in(room: str) -> list[str]:
 CORE = _in("core")
 IMAGES = _in("transforms.images")
 ANNOTATIONS = _in("transforms.annotations")
-TRANSFORMS = _in("transforms") + IMAGES + ANNOTATIONS
+TRANSFORMS = _in("transforms") + IMAGES + ANNOTATIONS + _in("transforms.tiles")
 READER = _in("pipeline.reader")
 
 

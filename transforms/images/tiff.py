@@ -13,14 +13,21 @@ import dataclasses
 import io
 import json
 import struct
+from typing import NamedTuple
 
 import numpy as np
 
 from core import schema
 from core.rejects import Rejected
 from transforms.images.array_contract import ArrayImage, ArrayRequest, check_declared
+from transforms.images.tiff_window import (
+    mask_page,
+    shifted_transform,
+    valid_fraction,
+    window_samples,
+)
 
-__all__ = ["decode_arrays", "looks_like_tiff"]
+__all__ = ["TiffWindow", "decode_arrays", "decode_window", "looks_like_tiff"]
 
 # Little- and big-endian classic TIFF, then BigTIFF.
 _SIGNATURES = (b"II*\x00", b"MM\x00*", b"II+\x00", b"MM\x00+")
@@ -70,6 +77,8 @@ _DECODE_ERRORS = (
 # TIFF tags read here by number (TIFF 6.0 and the GeoTIFF 1.1 specification).
 _ORIENTATION, _SMIN, _SMAX, _INKSET = 274, 340, 341, 332
 _GEO_KEY_DIRECTORY = 34735
+# GDAL's nodata tag (ASCII: one value for every band, "nan" included).
+_GDAL_NODATA = 42113
 # SubfileType bits of pages that are no image of their own: reduced resolution (an overview of
 # a cloud-optimized GeoTIFF, a thumbnail) and transparency masks.
 _REDUCED, _MASK = 1, 4
@@ -124,6 +133,47 @@ def decode_arrays(data: bytes, request: ArrayRequest) -> ArrayImage:
     return ArrayImage(frames, len(pages), geo, scale, offset, reasons)
 
 
+class TiffWindow(NamedTuple):
+    """One window of a TIFF's first page, as decode_window returns it."""
+
+    image: ArrayImage  # the window's stored frame and its features (geo/transform its own)
+    sides: tuple[int, int]  # the page's (height, width)
+    valid: float  # the window's fraction of valid pixels (GDAL's dataset mask)
+
+
+def decode_window(
+    source, y: int, x: int, height: int, width: int, request: ArrayRequest
+) -> TiffWindow:
+    """One window of a TIFF's first page from `source`, a seekable binary file never read
+    whole (only the tiles or strips under the window are decoded). The window is in the file's
+    pixel grid, as GDAL reads it (no Orientation tag applied); decode_arrays' depth rule over
+    its samples. Raises Rejected as decode_arrays does."""
+    import tifffile
+
+    source.seek(0)  # tifffile takes an open file's position as the TIFF's start
+    try:
+        with tifffile.TiffFile(source) as tif:
+            page = _main_pages(tif, refuse_more=False)[0]
+            sides = int(page.imagelength), int(page.imagewidth)
+            _check_layout(page, "TIFF page 0", tif.filehandle.size)
+            samples = window_samples(page, y, x, height, width)
+            geo = _geo_keys(page, apply_orientation=False)
+            nodata, mask = geo.get(schema.GEO_KEYS["nodata"][0]), mask_page(tif, page)
+            valid = valid_fraction(page, mask, samples, nodata, (y, x, height, width))
+            decoded = _pixels(page, samples, orientation=1)
+    except Rejected:
+        raise
+    except MemoryError as e:
+        raise Rejected("too_many_pixels", f"TIFF: out of memory decoding a window ({e})") from e
+    except _DECODE_ERRORS as e:
+        raise Rejected("corrupt", f"TIFF: {_message(e)}") from e
+    key = schema.GEO_KEYS["transform"][0]
+    if key in geo:
+        geo[key] = json.dumps(shifted_transform(json.loads(geo[key]), y, x))
+    frames, scale, offset = _stored([decoded], request.bit_depth)
+    return TiffWindow(ArrayImage(frames, 1, geo, scale, offset, []), sides, valid)
+
+
 def _message(e: BaseException) -> str:
     text = str(e).strip().splitlines()
     return f"{type(e).__name__}: {text[0] if text else ''}"[:200]
@@ -154,13 +204,18 @@ def _main_pages(tif, refuse_more: bool) -> list:
 def _page(page, index: int, size: int, request: ArrayRequest) -> _Page:
     """One page decoded, its colour turned into pixels, upright."""
     _check_page(page, index, size, request)
-    pixels, bits = _colour(page, _samples(page, index))
+    orientation = _tag_int(page, _ORIENTATION, 1) if request.apply_exif_orientation else 1
+    return _pixels(page, _samples(page, index), orientation)
+
+
+def _pixels(page, samples: np.ndarray, orientation: int) -> _Page:
+    """Samples (a whole page's or a window's) turned into pixels, upright by `orientation`."""
+    pixels, bits = _colour(page, samples)
     if pixels.dtype == np.float16:
         pixels = pixels.astype(np.float32)
     if pixels.dtype.kind == "b":
         pixels, bits = pixels.astype(np.uint8), 1
     value_range = _declared_range(page, pixels, bits)
-    orientation = _tag_int(page, _ORIENTATION, 1) if request.apply_exif_orientation else 1
     oriented = _orient(pixels, orientation)
     return _Page(oriented, bits, value_range, oriented is not pixels)
 
@@ -182,24 +237,32 @@ def _tag_numbers(page, code: int) -> tuple[float, ...]:
 
 def _check_page(page, index: int, size: int, request: ArrayRequest) -> None:
     """Refuse what cannot be decoded, before any pixel buffer exists."""
-    import tifffile
-
     what = f"TIFF page {index}"
     height, width = int(page.imagelength), int(page.imagewidth)
     check_declared(width, height, request, f"{what} header")
     if page.dtype is None:
-        raise Rejected(
-            "unsupported_format",
-            f"{what}: {page.bitspersample}-bit samples of format "
-            f"{int(page.sampleformat)} have no numpy type",
-        )
+        _check_layout(page, what, size)
     decoded = int(np.prod(page.shape, dtype=np.int64)) * np.dtype(page.dtype).itemsize
     if decoded > request.max_pixels * _BYTES_PER_PIXEL:
         raise Rejected(
             "too_many_pixels",
             f"{what} ({width}x{height}, {page.samplesperpixel} bands) decodes to {decoded} "
             f"bytes > {_BYTES_PER_PIXEL} bytes per --max_pixels pixel "
-            f"({request.max_pixels * _BYTES_PER_PIXEL}); raise --max_pixels to keep it",
+            f"({request.max_pixels * _BYTES_PER_PIXEL}); raise --max_pixels to keep it "
+            "whole, or cut it into chips with --tile 1024 (docs/tiles.md)",
+        )
+    _check_layout(page, what, size)
+
+
+def _check_layout(page, what: str, size: int) -> None:
+    """Refuse a page whose samples no installed decoder reads, or whose data leaves the file."""
+    import tifffile
+
+    if page.dtype is None:
+        raise Rejected(
+            "unsupported_format",
+            f"{what}: {page.bitspersample}-bit samples of format "
+            f"{int(page.sampleformat)} have no numpy type",
         )
     offsets, counts = page.dataoffsets, page.databytecounts
     if not offsets or not any(counts):
@@ -218,16 +281,16 @@ def _check_page(page, index: int, size: int, request: ArrayRequest) -> None:
         )
     if int(page.imagedepth) > 1:
         raise Rejected("unsupported_format", f"{what}: volumetric tiles (ImageDepth > 1)")
+    if page.is_subsampled and page.compression not in _JPEG_COMPRESSIONS:
+        raise Rejected(
+            "unsupported_format",
+            f"{what}: YCbCr chroma subsampling without JPEG compression "
+            "(no installed decoder converts it)",
+        )
 
 
 def _samples(page, index: int) -> np.ndarray:
     """The page's samples as [H, W, S], the stored sample type kept."""
-    if page.is_subsampled and page.compression not in _JPEG_COMPRESSIONS:
-        raise Rejected(
-            "unsupported_format",
-            f"TIFF page {index}: YCbCr chroma subsampling without JPEG compression "
-            "(no installed decoder converts it)",
-        )
     array = page.asarray()
     axes = page.axes
     if set(axes) - set("SYX") or array.ndim != len(axes):
@@ -255,8 +318,8 @@ def _stored(pages: list[_Page], bit_depth: int) -> tuple[list[np.ndarray], float
                 f"reads {', '.join(sorted(set(_RAW_DTYPES.values())))})",
             )
         return [p.pixels.astype(name, copy=False) for p in pages], 1.0, 0.0
-    if kind == "f" and bit_depth == 16:
-        return [p.pixels.astype(np.float32, copy=False) for p in pages], 1.0, 0.0
+    if kind == "f" and bit_depth == 16:  # float32 and float64 as they are (half: float32)
+        return [p.pixels for p in pages], 1.0, 0.0
     if kind == "u" and bits == 8 and pixels.dtype == np.uint8:
         return [p.pixels for p in pages], 1.0, 0.0
     if kind == "u" and 8 < bits <= 16 and bit_depth == 16 and pixels.dtype.itemsize <= 2:
@@ -465,6 +528,9 @@ def _geo_keys(page, apply_orientation: bool) -> dict[str, int | str]:
         "raster_type": raster_type,
         "keys": json.dumps(keys, sort_keys=True),
     }
+    nodata = page.tags.valueof(_GDAL_NODATA)
+    if isinstance(nodata, str) and nodata.strip():
+        values["nodata"] = nodata.strip()
     transform = _geotransform(keys)
     if transform is not None:
         orientation = _tag_int(page, _ORIENTATION, 1) if apply_orientation else 1

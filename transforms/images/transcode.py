@@ -55,6 +55,7 @@ TRANSCODE_REASONS = {
     "exif_orientation": "EXIF says the pixels are stored rotated/flipped; TensorFlow ignores EXIF, "
     "so the upright pixels are stored (--apply_exif_orientation)",
     "max_side": "the longer side exceeded --max_side; stored downscaled",
+    "tile": "a chip of the source cut by --tile: its window's pixels stored (image/tile/*)",
 }
 
 
