@@ -325,8 +325,8 @@ def _real(targets: dict) -> tf.Tensor:
 
 
 def _area(boxes: tf.Tensor) -> tf.Tensor:
-    height = tf.maximum(boxes[..., 2] - boxes[..., 0], 0.0)
-    return height * tf.maximum(boxes[..., 3] - boxes[..., 1], 0.0)
+    sides = tf.maximum(boxes[..., 2:] - boxes[..., :2], 0.0)
+    return sides[..., 0] * sides[..., 1]
 
 
 def _compact(targets: dict, keep: tf.Tensor) -> dict[str, tf.Tensor]:
@@ -335,17 +335,15 @@ def _compact(targets: dict, keep: tf.Tensor) -> dict[str, tf.Tensor]:
     batch_dims = keep.shape.rank - 1
     # A stable sort of "dropped" puts the kept slots first, each side in its order.
     order = tf.argsort(tf.cast(tf.logical_not(keep), tf.int32), axis=-1, stable=True)
-    kept = tf.gather(keep, order, batch_dims=batch_dims)
     out = dict(targets)
     out["num_instances"] = tf.reduce_sum(tf.cast(keep, tf.int32), axis=-1)
+    kept = _real(out)
     if "masks" in out:  # one image's: only the kept objects' rows
         out["masks"] = tf.gather(out["masks"], order[: out["num_instances"]])
     for key, padding in _PADDING.items():
         if key in out:
             value = tf.gather(out[key], order, batch_dims=batch_dims)
-            where = tf.reshape(
-                kept, tf.concat([tf.shape(kept), [1] * (value.shape.rank - keep.shape.rank)], 0)
-            )
+            where = kept[..., None] if key == "boxes" else kept
             out[key] = tf.where(where, value, tf.cast(padding, value.dtype))
     return out
 
