@@ -14,6 +14,7 @@ from PIL import Image
 
 from core import schema
 from pipeline.report.page import build_report
+from pipeline.verify import verify_dataset
 from tests.runs import in_process, read_records
 from transforms.tiles.grid import chip_windows
 
@@ -165,6 +166,12 @@ def test_default_options_store_chips_at_8_bits(corpus, tmp_path):
         got = _pixels(ex)  # 16-bit samples as a viewer shows them: their range onto 0..255
         assert got.dtype == np.uint8
         np.testing.assert_array_equal(got, np.rint(samples * (255 / 65535)).astype(np.uint8))
+    assert verify_dataset(out).ok
+    info["tiles"]["num_chips_written"] += 1  # verify counts the chips it reads
+    with open(os.path.join(out, schema.DATASET_INFO), "w") as f:
+        json.dump(info, f)
+    report = verify_dataset(out, decode=False)
+    assert any("chips read, dataset_info.json says" in p for p in report.problems)
 
 
 def test_a_scene_too_big_to_convert_whole_is_refused_from_its_header(tmp_path):
