@@ -147,7 +147,6 @@ class ConvertConfig:
             "--max_side": bool(self.check.max_side),
             "--frames all": self.check.frames == "all",
             f"--store {self.store}": self.store != "encoded",
-            "--masks": self.annotations is not None and bool(self.annotations.masks),
         }
         for option, clash in clashes.items():
             if clash:

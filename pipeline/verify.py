@@ -16,6 +16,7 @@ from core import dali_index, schema, storage
 from core.tfrecord import read_record
 from core.versions import VersionError, resolve_dataset_dir
 from pipeline import verify_objects
+from pipeline.verify_tiles import TileChecks
 from transforms.images.headers import probe_png
 
 __all__ = ["verify_dataset", "main", "VerifyReport"]
@@ -137,6 +138,7 @@ def verify_dataset(data_dir: str, decode: bool = True) -> VerifyReport:
         group_splits={},
         layouts={},
         objects=objects,
+        tiles=TileChecks() if info.get("tiles") else None,
     )
     for split, entry in info["splits"].items():
         split_records = 0
@@ -148,6 +150,8 @@ def verify_dataset(data_dir: str, decode: bool = True) -> VerifyReport:
                 f"split {split}: {split_records} records, dataset_info says {entry['num_examples']}"
             )
     for problem in verify_objects.count_problems(info, objects) if objects else ():
+        report.problem(problem)
+    for problem in checks.tiles.problems(info) if checks.tiles else ():
         report.problem(problem)
     _check_groups(report, info, checks.group_splits)
     _check_layouts(report, info, checks.layouts)
@@ -198,6 +202,7 @@ class _RecordChecks:
     group_splits: dict  # image/group -> the splits its records are in (filled while checking)
     layouts: dict  # split -> Counter of "uint16x13" pixel layouts (filled while checking)
     objects: verify_objects.ObjectChecks | None = None  # an annotated dataset's
+    tiles: TileChecks | None = None  # a --tile dataset's
 
 
 def _check_shard(report: VerifyReport, data_dir: str, shard: dict, checks: _RecordChecks) -> int:
@@ -255,6 +260,8 @@ def _check_record(
     if checks.objects is not None:
         for problem in verify_objects.record_problems(ex, split, checks.objects):
             report.problem(f"{where}: {problem}")
+    if checks.tiles is not None and (problem := checks.tiles.note(ex, split)):
+        report.problem(f"{where}: {problem}")
     dtype = ex[schema.DTYPE].numpy().decode()
     layout = schema.pixel_layout(dtype, ex[schema.CHANNELS].numpy())
     checks.layouts.setdefault(split, collections.Counter())[layout] += 1

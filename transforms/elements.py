@@ -119,6 +119,7 @@ class Chip:
     # Whether this chip counts its source as a written file: the first chip planned of each
     # source, so a source is counted once whichever shards its chips land in.
     carrier: bool = False
+    source_key: str = ""  # the source's key (its --masks file is named from it)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -51,7 +51,10 @@ _STATS = INSPECTION_FIELDS.index("stats")
 def records_folder(config, output: str | None = None) -> str:
     """The folder of `config`'s records in `output` (default: config.output): one per set of
     check options, since they decide what inspection finds."""
-    digest = hashlib.sha256(f"{RECORD_VERSION}\0{config.check!r}".encode()).hexdigest()
+    decides = f"{RECORD_VERSION}\0{config.check!r}"
+    if getattr(config, "tiles", None) is not None:  # --tile: a scene inspected by its header
+        decides += "\0tile"
+    digest = hashlib.sha256(decides.encode()).hexdigest()
     return storage.join(output or config.output, RECORD_DIR, digest[:16])
 
 

@@ -84,25 +84,40 @@ class ShardObjects:
         return extra, changes
 
     def _mask(self, entry: WriterEntry, orientation: int, stored: StoredImage) -> bytes:
-        path = mask_path(self._options.masks, entry.key)
+        chip = entry.chip
+        path = mask_path(self._options.masks, chip.source_key if chip else entry.key)
         try:
             data = storage.read_bytes(path)
         except storage.ReadError as e:
             raise Rejected(
                 "mask_missing", f"{path}: {e}; fix: put the mask there or correct --masks"
             ) from e
+        # A chip's (--tile): the source's label map at the source's size, then its window.
+        width, height = (
+            (chip.source_width, chip.source_height) if chip else (entry.width, entry.height)
+        )
         try:
-            return semantic_mask(
+            mask = semantic_mask(
                 data,
                 path=path,
-                image_width=entry.width,
-                image_height=entry.height,
+                image_width=width,
+                image_height=height,
                 orientation=orientation,
-                stored_width=stored.width,
-                stored_height=stored.height,
+                stored_width=stored.width if chip is None else width,
+                stored_height=stored.height if chip is None else height,
             )
         except MaskError as e:
             raise Rejected(e.reason, e.detail) from e
+        return mask if chip is None else _window_png(mask, chip)
+
+
+def _window_png(mask: bytes, chip) -> bytes:
+    """The chip's window of a label-map PNG, as a PNG."""
+    with Image.open(io.BytesIO(mask)) as image:
+        window = image.crop((chip.x, chip.y, chip.x + chip.width, chip.y + chip.height))
+    out = io.BytesIO()
+    window.save(out, "PNG")
+    return out.getvalue()
 
 
 def _source_id(entry: WriterEntry, annotations: ImageAnnotations) -> str:

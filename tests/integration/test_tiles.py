@@ -14,6 +14,7 @@ from PIL import Image
 
 from core import schema
 from pipeline.report.page import build_report
+from pipeline.verify import verify_dataset
 from tests.runs import in_process, read_records
 from transforms.tiles.grid import chip_windows
 
@@ -165,6 +166,12 @@ def test_default_options_store_chips_at_8_bits(corpus, tmp_path):
         got = _pixels(ex)  # 16-bit samples as a viewer shows them: their range onto 0..255
         assert got.dtype == np.uint8
         np.testing.assert_array_equal(got, np.rint(samples * (255 / 65535)).astype(np.uint8))
+    assert verify_dataset(out).ok
+    info["tiles"]["num_chips_written"] += 1  # verify counts the chips it reads
+    with open(os.path.join(out, schema.DATASET_INFO), "w") as f:
+        json.dump(info, f)
+    report = verify_dataset(out, decode=False)
+    assert any("chips read, dataset_info.json says" in p for p in report.problems)
 
 
 def test_a_scene_too_big_to_convert_whole_is_refused_from_its_header(tmp_path):
@@ -201,7 +208,7 @@ def _expected_boxes(y: int, x: int, height: int, width: int, min_object: float) 
     return found
 
 
-def test_coco_boxes_and_masks_are_cut_with_their_chips(tmp_path):
+def test_coco_boxes_masks_and_label_maps_are_cut_with_their_chips(tmp_path):
     images = tmp_path / "images"
     images.mkdir()
     photo = np.random.default_rng(5).integers(0, 256, (300, 400, 3), dtype=np.uint8)
@@ -216,10 +223,14 @@ def test_coco_boxes_and_masks_are_cut_with_their_chips(tmp_path):
         ],
     }  # fmt: skip
     (tmp_path / "coco.json").write_text(json.dumps(coco))
+    (tmp_path / "masks").mkdir()
+    label_map = np.random.default_rng(6).integers(0, 4, (300, 400), dtype=np.uint8)
+    Image.fromarray(label_map).save(tmp_path / "masks" / "big.png")
     out = str(tmp_path / "out")
     info = _convert(
         str(images), out, "--annotations", str(tmp_path / "coco.json"), "--tile", "128",
         "--tile_min_object", "0.5", "--tile_keep_empty", "0.5", "--splits", "train=1",
+        "--masks", str(tmp_path / "masks" / "{stem}.png"),
     )  # fmt: skip
     assert (info["num_written"], info["num_rejected"]) == (1, 0)
     spec = schema.feature_spec() | schema.object_feature_spec()
@@ -241,6 +252,8 @@ def test_coco_boxes_and_masks_are_cut_with_their_chips(tmp_path):
                 assert tf.io.decode_png(png).shape[:2] == (h, w)
             pixels = tf.io.decode_png(ex[schema.ENCODED]).numpy()
             np.testing.assert_array_equal(pixels, photo[y : y + h, x : x + w])
+            classes = tf.io.decode_png(ex[schema.SEGMENTATION]).numpy()[:, :, 0]
+            np.testing.assert_array_equal(classes, label_map[y : y + h, x : x + w])
             assert ex[schema.SOURCE_ID].numpy().decode() == f"big.png#tile={y},{x}"
             chips[(y, x)] = sorted(expected)
             empty += not expected

@@ -52,7 +52,7 @@ def chips_of(image: InspectedImage, tiles: TileOptions, seed: int = 0) -> list[I
             stats=None,
             objects=objects,
         )
-        chip = Chip(w.y, w.x, w.height, w.width, image.height, image.width, carrier=i == 0)
+        chip = Chip(w.y, w.x, w.height, w.width, image.height, image.width, i == 0, image.key)
         out.append(InspectedChip(**fields, chip=chip))
     return out
 
