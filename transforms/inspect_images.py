@@ -35,6 +35,7 @@ def inspect_bytes(
         channels=info.channels,
         transcode=info.transcode,
         stats=list(info.stats) if info.stats is not None else None,
+        phash=info.phash,
     )
 
 

@@ -36,6 +36,7 @@ from transforms.images.limits import (
     check_dims,
     check_file_size,
 )
+from transforms.images.phash import phash, reduction
 from transforms.images.pillow_probe import probe_other
 from transforms.images.sniff import array_format, cut_signature, sniff_format
 from transforms.images.stats import _channel_stats
@@ -64,6 +65,7 @@ class ImageInfo:
     channels: int
     transcode: str = ""
     stats: tuple | None = None
+    phash: int | None = None  # transforms/images/phash.py; None: --near_duplicates off
 
 
 def _probe(data: bytes, opts: CheckOptions) -> tuple[str, Header]:
@@ -135,6 +137,7 @@ def check_image(data: bytes, opts: CheckOptions, compute_stats: bool = False) ->
     else:
         stored, stored_fmt, channels = data, fmt, h.channels
     decoded, height, width = _decode_as_training(stored, stored_fmt, data, h, opts, compute_stats)
+    hashed = _phash(decoded, height, width, stored, stored_fmt) if opts.phash else None
     if opts.jpeg_verify == "strict" and fmt == "jpeg":
         # The source bytes, also when transcoded: a repaired source bakes its damage into the
         # re-encode.
@@ -144,7 +147,17 @@ def check_image(data: bytes, opts: CheckOptions, compute_stats: bool = False) ->
     check_dims(width, height, opts, "decoded image")
     # np.asarray: a read-only view of the tensor's buffer, where `.numpy()` copies it.
     stats = _channel_stats(np.asarray(decoded)) if compute_stats else None
-    return ImageInfo(stored_fmt, fmt, height, width, channels, ",".join(reasons), stats)
+    return ImageInfo(stored_fmt, fmt, height, width, channels, ",".join(reasons), stats, hashed)
+
+
+def _phash(decoded, height: int, width: int, stored: bytes, stored_fmt: str) -> int:
+    """The pHash of the image inspection decoded (at 1/8 DCT scale or full size). A small JPEG
+    checked at 1/8 scale is decoded again at the scale the hash wants: it is cheap at that size."""
+    pixels = np.asarray(decoded)
+    wanted = reduction(height, width)
+    if pixels.shape[0] < height and wanted < VERIFY_DCT_RATIO:
+        pixels = np.asarray(tf_decode(stored_fmt, stored, ratio=wanted))
+    return phash(pixels, height, width)
 
 
 def array_reasons(image: ArrayImage, opts: CheckOptions) -> list[str]:
@@ -164,11 +177,11 @@ def _check_arrays(fmt: str, data: bytes, opts: CheckOptions, compute_stats: bool
     image = arrays.decode(fmt, data, opts)
     reasons = array_reasons(image, opts)
     stored = arrays.encode_frame(image.frames[0], arrays.jpeg_quality(opts))
-    stats = None
-    if stored.format == "raw" and compute_stats:  # what the reader's default returns of it
+    pixels = None
+    if stored.format == "raw" and (compute_stats or opts.phash):  # as the reader's default
         from core import raw_pixels  # TensorFlow, loaded only where needed (as load_tf does)
 
-        stats = _channel_stats(raw_pixels.as_photo(image.frames[0]).numpy())
+        pixels = raw_pixels.as_photo(image.frames[0]).numpy()
     elif stored.format != "raw":
         tf = load_tf()
         try:
@@ -176,11 +189,13 @@ def _check_arrays(fmt: str, data: bytes, opts: CheckOptions, compute_stats: bool
         except tf.errors.InvalidArgumentError as e:  # our own encode: a bug, named as one
             detail = f"the stored {stored.format.upper()} does not decode: {tf_message(e)}"
             raise Rejected("decoder_error", detail) from e
-        if compute_stats:
-            stats = _channel_stats(np.asarray(decoded))
+        pixels = np.asarray(decoded)
+    stats = _channel_stats(pixels) if compute_stats else None
+    hashed = phash(pixels, stored.height, stored.width) if opts.phash else None
     return ImageInfo(
-        stored.format, fmt, stored.height, stored.width, stored.channels, ",".join(reasons), stats
-    )
+        stored.format, fmt, stored.height, stored.width, stored.channels, ",".join(reasons),
+        stats, hashed,
+    )  # fmt: skip
 
 
 def _refuse_scan_bombs(data: bytes, h: Header) -> None:
