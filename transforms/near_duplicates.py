@@ -94,28 +94,31 @@ def _cluster(grouped) -> NearCluster:
 class _SplitUnitsFn(beam.CombineFn):
     """NearCluster -> {unit: split} for every unit (--group_by group or file) that must move so
     that each cluster, with the groups its images belong to, lies in one split: the split of
-    the component's smallest unit (union-find over clusters and units)."""
+    the image first by key among those joined (union-find over clusters and units)."""
 
     def create_accumulator(self):
         return []
 
     def add_input(self, acc, cluster):
-        acc.append([(m.unit, m.split) for m in cluster.members])
+        acc.append([(m.key, m.unit, m.split) for m in cluster.members])
         return acc
 
     def merge_accumulators(self, accumulators):
         return [c for acc in accumulators for c in acc]
 
     def extract_output(self, acc):
-        split_of = {unit: split for units in acc for unit, split in units}
-        names = sorted(split_of)
-        index = {unit: n for n, unit in enumerate(names)}
-        edges = [(index[u[0][0]], index[unit]) for u in acc for unit, _ in u]
+        first_key, split_of = {}, {}
+        for key, unit, split in (m for members in acc for m in members):
+            first_key[unit] = min(key, first_key.get(unit, key))
+            split_of[unit] = split
+        units = sorted(first_key, key=first_key.get)  # node n: the unit n-th by its first key
+        index = {unit: n for n, unit in enumerate(units)}
+        edges = [(index[members[0][1]], index[unit]) for members in acc for _, unit, _ in members]
         moves = {}
         for node, first in components(edges).items():
-            split = split_of[names[first]]
-            if split_of[names[node]] != split:
-                moves[names[node]] = split
+            split = split_of[units[first]]
+            if split_of[units[node]] != split:
+                moves[units[node]] = split
         return moves
 
 

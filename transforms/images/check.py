@@ -137,7 +137,13 @@ def check_image(data: bytes, opts: CheckOptions, compute_stats: bool = False) ->
     else:
         stored, stored_fmt, channels = data, fmt, h.channels
     decoded, height, width = _decode_as_training(stored, stored_fmt, data, h, opts, compute_stats)
-    hashed = _phash(decoded, height, width, stored, stored_fmt) if opts.phash else None
+    hashed = None
+    if opts.phash:
+        # A JPEG stored as it is (or downscaled in the writer) is hashed from its own bytes,
+        # however it was verified: statistics or --jpeg_verify never change its record.
+        own = fmt == "jpeg" and h.height > 0 and h.width > 0
+        own = own and (not reasons or transcode_deferred(reasons, fmt, h.channels))
+        hashed = _phash(decoded, data, h) if own else phash(np.asarray(decoded), height, width)
     if opts.jpeg_verify == "strict" and fmt == "jpeg":
         # The source bytes, also when transcoded: a repaired source bakes its damage into the
         # re-encode.
@@ -150,14 +156,15 @@ def check_image(data: bytes, opts: CheckOptions, compute_stats: bool = False) ->
     return ImageInfo(stored_fmt, fmt, height, width, channels, ",".join(reasons), stats, hashed)
 
 
-def _phash(decoded, height: int, width: int, stored: bytes, stored_fmt: str) -> int:
-    """The pHash of the image inspection decoded (at 1/8 DCT scale or full size). A small JPEG
-    checked at 1/8 scale is decoded again at the scale the hash wants: it is cheap at that size."""
+def _phash(decoded, jpeg: bytes, h: Header) -> int:
+    """The pHash of a JPEG's bytes decoded at the DCT scale the hash reduces it by: the check's
+    own 1/8-scale decode where that is it, else one more decode (a small JPEG: cheap; one
+    decoded at full size for statistics or --jpeg_verify full: the 1/8 scale is cheap)."""
     pixels = np.asarray(decoded)
-    wanted = reduction(height, width)
-    if pixels.shape[0] < height and wanted < VERIFY_DCT_RATIO:
-        pixels = np.asarray(tf_decode(stored_fmt, stored, ratio=wanted))
-    return phash(pixels, height, width)
+    wanted = reduction(h.height, h.width)
+    if pixels.shape[:2] != dct_shape(h.height, h.width, wanted):
+        pixels = np.asarray(tf_decode("jpeg", jpeg, ratio=wanted))
+    return phash(pixels, h.height, h.width)
 
 
 def array_reasons(image: ArrayImage, opts: CheckOptions) -> list[str]:
