@@ -28,10 +28,11 @@ __all__ = [
 
 # report: list clusters; group: each cluster in one split; drop: keep the first by key; off.
 NEAR_DUPLICATE_MODES = ("report", "group", "drop", "off")
-# Bits two pHashes of one photo may differ by: bench/near_duplicates.py's edited copies (resize,
-# JPEG quality, 5 % crop, 15 % brightness/contrast, PNG) stay within it, its distinct photos,
-# texture crops, video frames and scans above it (docs/benchmarks.md).
-DEFAULT_THRESHOLD = 8
+# Bits two pHashes of one photo may differ by: the largest at which bench/near_duplicates.py's
+# distinct images (photos, texture crops, video frames, document scans) stay apart (<= 1 %
+# merged; the next step up merges same-layout scans), while it finds >= 95 % of the edited
+# copies (resize, JPEG quality, 5 % crop, 15 % brightness/contrast, PNG). docs/benchmarks.md.
+DEFAULT_THRESHOLD = 6
 # Three bands of 21-22 bits: a band value then picks about one hash in a few million, so even a
 # million-image dataset meets few candidates per lookup, and the default threshold needs a
 # radius of 2 bits per band (254 neighbour masks). More bands mean narrower bands and crowded

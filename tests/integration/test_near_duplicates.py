@@ -15,6 +15,7 @@ from PIL import Image, ImageEnhance
 from bench import _photos
 from core import schema, versions
 from tests.runs import in_process, read_records
+from transforms.hamming import DEFAULT_THRESHOLD
 
 NUM_PHOTOS = 10
 # photo index -> its copies: (file name, bytes maker)
@@ -83,12 +84,12 @@ def test_default_options_report_every_copy_and_store_the_hash(corpus, tmp_path):
     near = info["near_duplicates"]
     across = sum(len(r["splits"]) > 1 for r in rows)
     assert near == {
-        "mode": "report", "threshold": 8, "num_clusters": 3, "num_images": 8,
+        "mode": "report", "threshold": DEFAULT_THRESHOLD, "num_clusters": 3, "num_images": 8,
         "num_across_splits": across,
     }  # fmt: skip
     assert f"near-duplicates: 3 clusters, 8 images, {across} clusters across splits" in proc.stdout
     for row in rows:
-        assert 0 <= row["distance"] <= 8
+        assert 0 <= row["distance"] <= DEFAULT_THRESHOLD
     # The report shows each cluster's images side by side, those across splits first.
     with open(os.path.join(out, "report.html")) as f:
         page = f.read()

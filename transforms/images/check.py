@@ -143,7 +143,7 @@ def check_image(data: bytes, opts: CheckOptions, compute_stats: bool = False) ->
         # however it was verified: statistics or --jpeg_verify never change its record.
         own = fmt == "jpeg" and h.height > 0 and h.width > 0
         own = own and (not reasons or transcode_deferred(reasons, fmt, h.channels))
-        hashed = _phash(decoded, data, h) if own else phash(np.asarray(decoded), height, width)
+        hashed = _phash(decoded, data, h) if own else phash(np.asarray(decoded))
     if opts.jpeg_verify == "strict" and fmt == "jpeg":
         # The source bytes, also when transcoded: a repaired source bakes its damage into the
         # re-encode.
@@ -164,7 +164,7 @@ def _phash(decoded, jpeg: bytes, h: Header) -> int:
     wanted = reduction(h.height, h.width)
     if pixels.shape[:2] != dct_shape(h.height, h.width, wanted):
         pixels = np.asarray(tf_decode("jpeg", jpeg, ratio=wanted))
-    return phash(pixels, h.height, h.width)
+    return phash(pixels)
 
 
 def array_reasons(image: ArrayImage, opts: CheckOptions) -> list[str]:
@@ -198,7 +198,7 @@ def _check_arrays(fmt: str, data: bytes, opts: CheckOptions, compute_stats: bool
             raise Rejected("decoder_error", detail) from e
         pixels = np.asarray(decoded)
     stats = _channel_stats(pixels) if compute_stats else None
-    hashed = phash(pixels, stored.height, stored.width) if opts.phash else None
+    hashed = phash(pixels) if opts.phash else None
     return ImageInfo(
         stored.format, fmt, stored.height, stored.width, stored.channels, ",".join(reasons),
         stats, hashed,
