@@ -16,6 +16,7 @@ __all__ = [
     "DATASET_INFO",
     "REJECTED",
     "DUPLICATES",
+    "NEAR_DUPLICATES",
     "ENCODED",
     "FORMAT",
     "HEIGHT",
@@ -34,6 +35,7 @@ __all__ = [
     "VALUE_SCALE",
     "VALUE_OFFSET",
     "GROUP",
+    "PHASH",
     "DICOM_KEYS",
     "GEO_KEYS",
     "TILE_KEYS",
@@ -81,6 +83,8 @@ SCHEMA_VERSION = 1
 DATASET_INFO = "dataset_info.json"
 REJECTED = "rejected.jsonl"
 DUPLICATES = "duplicates.jsonl"
+# --near_duplicates (not off): one cluster of near-copies a line (transforms/near_duplicates.py).
+NEAR_DUPLICATES = "near_duplicates.jsonl"
 # With --annotations: the Object Detection API's label map, annotations naming no listed image,
 # and every object clipped or dropped on its way in.
 LABEL_MAP = "label_map.pbtxt"
@@ -123,6 +127,8 @@ VALUE_SCALE = "image/value_scale"
 VALUE_OFFSET = "image/value_offset"
 # --group_by: a salted hash of the file's group (never the value itself: it may be a patient ID).
 GROUP = "image/group"
+# --near_duplicates (not off): the image's 64-bit perceptual hash (transforms/images/phash.py).
+PHASH = "image/phash"
 # DICOM tags kept (docs/dicom.md): never a patient's name, ID or birth date.
 DICOM_KEYS = {
     name: f"dicom/{name}"
@@ -182,6 +188,7 @@ OPTIONAL_FEATURES: tuple[tuple[str, str, tuple[int, ...], Any], ...] = (
     (VALUE_SCALE, "float", (), 1.0),
     (VALUE_OFFSET, "float", (), 0.0),
     (GROUP, "string", (), ""),
+    (PHASH, "int64", (), 0),
     *(
         (
             key,

@@ -5,7 +5,7 @@ Layout of a versioned `--output ROOT`:
     ROOT/LATEST                    one line: the name of the newest complete version
     ROOT/v20261201T030000Z/        one conversion (the usual output layout, plus the files below)
         version.json               written when the run starts: marks the folder as a version
-        files.jsonl.gz             per-file index (path, sha256, split, label, shard)
+        files.jsonl.gz             per-file index (path, sha256, split, label, shard[, phash])
         changes.json               what changed against the version LATEST named before it
         .imgrec/published.json     when LATEST moved to this version (so: when the one before
                                    it was superseded; `--keep_for` counts from there)

@@ -26,6 +26,7 @@ from transforms.elements import ShardInfo
 from transforms.inspect_images import InspectImages
 from transforms.list_images import ListImages
 from transforms.match_annotations import MatchAnnotations
+from transforms.near_duplicates import FindNearDuplicates
 from transforms.plan_shards import PlanShards
 from transforms.publish_version import DigestListing, PublishVersion, WriteFileIndex
 from transforms.reuse_inspections import RecordInspections, ReuseInspections, reuse_sources
@@ -117,6 +118,7 @@ def add_convert(
         if config.dedupe
         else {"unique": inspected, "duplicates": p | "NoDuplicates" >> beam.Create([])}
     )
+    deduped = _near_duplicates(deduped, config)  # + "clusters": NearCluster, or None
     to_plan = deduped["unique"]
     if config.tiles is not None:  # [InspectedChip]: each scene's chips, planned like files
         to_plan = to_plan | "CutChips" >> CutChips(config.tiles, config.seed)
@@ -148,6 +150,7 @@ def add_convert(
         label_names=label_names,
         statistics=statistics,
         objects=_object_outputs(p, matched, written) if config.annotations else None,
+        near_duplicates=deduped["clusters"],
     )
     if config.versioned:
         _publish_version(config, described, planned["groups"], listing, rerun_key)
@@ -159,6 +162,20 @@ def _match_annotations(listed, config: ConvertConfig) -> dict | None:
     if config.annotations is None or not config.annotations.paths:
         return None
     return listed | "MatchAnnotations" >> MatchAnnotations(config)
+
+
+def _near_duplicates(deduped: dict, config: ConvertConfig) -> dict:
+    """Dedupe's outputs after --near_duplicates: its images grouped or dropped, with the
+    clusters (None with off) and the dropped near-duplicates among the duplicates."""
+    if config.near_duplicates == "off":
+        return {**deduped, "clusters": None}
+    near = deduped["unique"] | "NearDuplicates" >> FindNearDuplicates(
+        config.near_duplicates, config.near_threshold
+    )
+    duplicates = deduped["duplicates"]
+    if config.near_duplicates == "drop":
+        duplicates = (duplicates, near["dropped"]) | "AllDuplicates" >> beam.Flatten()
+    return {"unique": near["images"], "duplicates": duplicates, "clusters": near["clusters"]}
 
 
 def _object_outputs(p, matched, written) -> dict:

@@ -12,6 +12,7 @@ from transforms.annotations.options import (
     RELABEL_MODES,
     UNANNOTATED_MODES,
 )
+from transforms.hamming import DEFAULT_THRESHOLD, NEAR_DUPLICATE_MODES
 from transforms.images.limits import (
     BIT_DEPTHS,
     DEFAULT_MAX_PIXELS,
@@ -190,6 +191,20 @@ def _add_reject_options(g) -> None:
         const=True,
         default=True,
         help="Drop files whose bytes equal another's (default true).",
+    )
+    g.add_argument(
+        "--near_duplicates",
+        choices=NEAR_DUPLICATE_MODES,
+        default="report",
+        help="Near-copies (resized, re-encoded, cropped, brightened; a perceptual hash): report "
+        "(near_duplicates.jsonl, the default), group (each cluster in one split), drop (keep the "
+        "first by key) or off. See docs/options.md.",
+    )
+    g.add_argument(
+        "--near_duplicates_threshold",
+        type=int,
+        default=DEFAULT_THRESHOLD,
+        help=f"Hash bits (of 64) near-copies may differ by (default {DEFAULT_THRESHOLD}).",
     )
     g.add_argument(
         "--max_pixels",

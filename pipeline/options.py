@@ -11,6 +11,7 @@ from core.retention import DEFAULT_KEEP_FOR, parse_duration
 from core.schema import COMPRESSIONS, STORE_MODES
 from transforms import groups
 from transforms.annotations.options import AnnotationOptions
+from transforms.hamming import DEFAULT_THRESHOLD, check_near_duplicates
 from transforms.images.limits import (
     CheckOptions,
 )
@@ -42,7 +43,12 @@ def _check_options(o: ConvertOptions) -> CheckOptions:
     """
     try:
         return CheckOptions(
-            **{f.name: getattr(o, f.name) for f in dataclasses.fields(CheckOptions)}
+            **{
+                f.name: getattr(o, f.name)
+                for f in dataclasses.fields(CheckOptions)
+                if f.name != "phash"
+            },
+            phash=o.near_duplicates != "off",
         )
     except ValueError as e:
         raise OptionError(str(e)) from e
@@ -115,6 +121,9 @@ class ConvertConfig:
     previous_version: str = ""
     max_bad_fraction: float = DEFAULT_MAX_BAD_FRACTION
     dedupe: bool = True
+    # --near_duplicates (transforms/near_duplicates.py) and its Hamming threshold in bits.
+    near_duplicates: str = "report"
+    near_threshold: int = DEFAULT_THRESHOLD
     # The per-image limits and transcode choices (--max_pixels ... --resize_filter), validated by
     # CheckOptions itself; inspection, the writer and the plan digests take it as it is.
     check: CheckOptions = dataclasses.field(default_factory=CheckOptions)
@@ -215,6 +224,10 @@ class ConvertConfig:
             raise OptionError(f"--max_bad_fraction must be in [0, 1], got {self.max_bad_fraction}")
         if not isinstance(self.check, CheckOptions):
             raise OptionError(f"check must be a CheckOptions, got {type(self.check).__name__}")
+        try:
+            check_near_duplicates(self.near_duplicates, self.near_threshold, self.split_from)
+        except ValueError as e:
+            raise OptionError(str(e)) from e
         if self.store not in STORE_MODES:
             raise OptionError(
                 f"--store must be one of {', '.join(STORE_MODES)}, got {self.store!r}"
@@ -306,6 +319,8 @@ class ConvertConfig:
             full=o.full,
             max_bad_fraction=o.max_bad_fraction,
             dedupe=o.dedupe,
+            near_duplicates=o.near_duplicates,
+            near_threshold=o.near_duplicates_threshold,
             check=_check_options(o),
             store=o.store,
             compression=o.compression,

@@ -15,6 +15,7 @@ from core import dali_index, schema, storage
 from core.errors import ERROR_PREFIX
 from transforms.describe_objects import describe_objects
 from transforms.elements import ShardInfo
+from transforms.near_duplicates import cluster_summary
 from transforms.tiles.describe_tiles import describe_tiles
 
 __all__ = ["DescribeDataset", "TooManyRejectsError", "ERROR_PREFIX"]
@@ -131,6 +132,7 @@ class _DescribeFn(beam.DoFn):
         statistics,
         unmatched=None,
         objects_changed=None,
+        near_duplicates=None,
     ):
         out = self._config.output
         rejected = sorted(rejected, key=lambda r: (r["path"], r["reason"]))
@@ -160,6 +162,7 @@ class _DescribeFn(beam.DoFn):
             info["feature_spec"] = {**info["feature_spec"], **schema.OBJECT_FEATURE_SPEC_JSON}
         if self._config.tiles is not None:
             info["tiles"] = describe_tiles(self._config.tiles, every_shard)
+        self._near_duplicates(info, near_duplicates)
         _check_accounting(info)
         _check_training_split(self._config, info)
         # Written last: its presence means the dataset is complete.
@@ -169,6 +172,23 @@ class _DescribeFn(beam.DoFn):
             mime_type="application/json",
         )
         yield info
+
+    def _near_duplicates(self, info: dict, clusters) -> None:
+        """near_duplicates.jsonl (clusters across splits first) and its counts in `info`; with
+        --near_duplicates off, no file (one left by an earlier run is removed)."""
+        path = storage.join(self._config.output, schema.NEAR_DUPLICATES)
+        if clusters is None:
+            storage.delete_quietly([path])
+            return
+        rows = sorted(
+            (c.to_dict() for c in clusters), key=lambda r: (len(r["splits"]) < 2, r["paths"])
+        )
+        storage.write_bytes_atomic(path, _jsonl(rows))
+        info["near_duplicates"] = {
+            "mode": self._config.near_duplicates,
+            "threshold": self._config.near_threshold,
+            **cluster_summary(rows),
+        }
 
     def _splits(self, plan: dict, shards: list[ShardInfo]) -> tuple[list[ShardInfo], dict]:
         """(every planned shard, {split: its dataset_info.json entry}); a planned shard no file
@@ -288,12 +308,14 @@ class DescribeDataset(beam.PTransform):
         label_names,
         statistics,
         objects=None,
+        near_duplicates=None,
     ):
         super().__init__()
         self._config = config
         self._provenance = provenance
         # Annotated runs: {"unmatched": ..., "objects_changed": ...} PCollections.
         self._objects = objects
+        self._near_duplicates = near_duplicates  # NearCluster; None: --near_duplicates off
         self._inputs = dict(
             num_listed=num_listed,
             shards=shards,
@@ -309,6 +331,8 @@ class DescribeDataset(beam.PTransform):
         objects = {}
         if self._objects is not None:
             objects = {name: pvalue.AsList(pc) for name, pc in self._objects.items()}
+        if self._near_duplicates is not None:
+            objects["near_duplicates"] = pvalue.AsList(self._near_duplicates)
         return (
             pbegin
             | "Once" >> beam.Create([None])

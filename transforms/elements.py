@@ -23,8 +23,11 @@ __all__ = [
     "InspectedImage",
     "ListedFile",
     "MatchedFile",
+    "NearCluster",
+    "NearMember",
     "ShardInfo",
     "WriterEntry",
+    "split_unit",
 ]
 
 
@@ -91,6 +94,7 @@ class InspectedImage(ListedFile):
     transcode: str  # "" or comma-joined reasons
     # [sum_r, sum_g, sum_b, sumsq_r, sumsq_g, sumsq_b, num_pixels] of sampled training images
     stats: list | None
+    phash: int | None = None  # image/phash (transforms/images/phash.py); None: not computed
 
     @classmethod
     def of(cls, listed: ListedFile, **inspection: Any) -> InspectedImage:
@@ -155,11 +159,54 @@ class WriterEntry(NamedTuple):
     group: str = ""
     objects: PackedObjects | None = None
     chip: Chip | None = None  # --tile: the window this record holds
+    phash: int | None = None
 
     @classmethod
     def of(cls, image: InspectedImage) -> WriterEntry:
         defaults = cls._field_defaults
         return cls._make(getattr(image, f, defaults.get(f)) for f in cls._fields)
+
+
+class NearMember(NamedTuple):
+    """What near-duplicate clustering keeps of one image: names and its hash, never bytes."""
+
+    key: str
+    path: str
+    split: str
+    sha256: str
+    phash: int
+    # What moves to another split as a whole (--near_duplicates group): its --group_by group.
+    unit: str
+
+    @classmethod
+    def of(cls, image: InspectedImage) -> NearMember:
+        return cls(image.key, image.path, image.split, image.sha256, image.phash, split_unit(image))
+
+
+def split_unit(image: ListedFile) -> str:
+    """What keeps one split: the image's --group_by group, or the image alone."""
+    return f"group\0{image.group}" if image.group else f"key\0{image.key}"
+
+
+@dataclasses.dataclass(frozen=True)
+class NearCluster:
+    """Near-duplicate images (transforms/near_duplicates.py): members sorted by key, the
+    largest Hamming distance between two of their hashes."""
+
+    members: tuple[NearMember, ...]
+    distance: int
+
+    @property
+    def splits(self) -> list[str]:
+        return sorted({m.split for m in self.members})
+
+    def to_dict(self) -> dict:
+        """Its near_duplicates.jsonl line."""
+        return {
+            "paths": [m.path for m in self.members],
+            "distance": self.distance,
+            "splits": self.splits,
+        }
 
 
 class AnalysisRow(NamedTuple):

@@ -36,6 +36,7 @@ def inspect_bytes(
         channels=info.channels,
         transcode=info.transcode,
         stats=list(info.stats) if info.stats is not None else None,
+        phash=info.phash,
     )
 
 

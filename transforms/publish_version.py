@@ -37,6 +37,7 @@ def _index_rows(group: tuple[tuple[str, int], list[WriterEntry]]) -> list[dict]:
     (split, index), entries = group
     return [
         {"path": e.path, "sha256": e.sha256, "split": split, "label": e.label, "shard": index}
+        | ({"phash": e.phash} if e.phash is not None else {})
         for e in entries
     ]
 

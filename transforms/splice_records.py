@@ -287,6 +287,11 @@ def _relabel(data: bytes, label_text: str, label_id: int) -> bytes:
         sha256=b(schema.SHA256).decode(),
         transcoded_from=b(schema.TRANSCODED_FROM).decode(),
         transcode_reason=b(schema.TRANSCODE_REASON).decode(),
+        # The optional features a photo's record may hold, as they were.
+        extra={
+            **({schema.GROUP: b(schema.GROUP).decode()} if schema.GROUP in feature else {}),
+            **({schema.PHASH: i(schema.PHASH)} if schema.PHASH in feature else {}),
+        },
     )
 
 

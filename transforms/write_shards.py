@@ -153,10 +153,11 @@ def _example(
         sha256=entry.sha256 if stored.data is data else hashlib.sha256(stored.data).hexdigest(),
         transcoded_from=entry.source_format if transcode else "",
         transcode_reason=transcode,
-        # Its image's own optional features (arrays.py) and its --group_by group.
+        # Its image's own optional features (arrays.py), its --group_by group and its pHash.
         extra={
             **(stored.features or {}),
             **({schema.GROUP: entry.group} if entry.group else {}),
+            **({schema.PHASH: entry.phash} if entry.phash is not None else {}),
             **(objects or {}),
         },
     )

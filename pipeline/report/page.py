@@ -56,6 +56,8 @@ THUMB_PX = 160
 # Rejected/duplicate examples listed per reason; files larger than this get no thumbnail.
 EXAMPLES_PER_REASON = 4
 THUMB_MAX_FILE_BYTES = 32 * 2**20
+# Clusters of near-duplicates shown (each up to PER_CLASS images), those across splits first.
+NEAR_CLUSTERS_SHOWN = 12
 # The reader's evaluation output size shown beside each original.
 EVAL_SIZE = (224, 224)
 # Records the contact sheet may read while looking for images of every class.
@@ -303,6 +305,7 @@ def build_report(data_dir: str) -> str:
     out += _rejects_section(data_dir, info)
     out += _transcodes_section(info, all_rows)
     out += _duplicates_section(data_dir, info)
+    out += _near_duplicates_section(data_dir, info)
     out += _sizes_and_shards_section(info, all_rows)
     out += _pixel_statistics_section(info)
     stamp = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
@@ -494,6 +497,30 @@ def _duplicates_section(data_dir: str, info: dict) -> list[str]:
         out.append(
             f"<tr><td class=path>{e(d.get('path', ''))}</td><td>same bytes as</td>"
             f"<td class=path>{e(str(d.get('duplicate_of', '')))}</td></tr>"
+        )
+    out.append("</table>")
+    return out
+
+
+def _near_duplicates_section(data_dir: str, info: dict) -> list[str]:
+    """Clusters of near-copies side by side, those across splits first (the file's order)."""
+    near = info.get("near_duplicates")
+    if near is None:
+        return []
+    e = _escape
+    out = [
+        f"<h2>Near-duplicates ({near['num_clusters']} clusters, {near['num_images']} images, "
+        f"{near['num_across_splits']} across splits)</h2><table>"
+    ]
+    for c in _jsonl(data_dir, schema.NEAR_DUPLICATES)[:NEAR_CLUSTERS_SHOWN]:
+        cells = "".join(
+            f"<td>{_img(_open_any(p), 'no thumbnail', 'thumb')}<div class=path>{e(p)}</div></td>"
+            for p in c["paths"][:PER_CLASS]
+        )
+        more = len(c["paths"]) - PER_CLASS
+        out.append(
+            f"<tr><th>{e(', '.join(c['splits']))}<div class=muted>{c['distance']} bits"
+            f"{f'; {more} more' if more > 0 else ''}</div></th>{cells}</tr>"
         )
     out.append("</table>")
     return out

@@ -99,6 +99,13 @@ def format_summary(info: dict, output: str, seconds: float) -> str:
     reasons = ", ".join(f"{k} {v}" for k, v in info.get("rejected_by_reason", {}).items())
     lines.append(f"  rejected    {info['num_rejected']:>7}   {reasons}".rstrip())
     lines.append(f"  duplicates  {info['num_duplicates']:>7}")
+    near = info.get("near_duplicates")
+    if near is not None:
+        lines.append(
+            f"  near-duplicates: {near['num_clusters']} clusters, {near['num_images']} images, "
+            f"{near['num_across_splits']} clusters across splits"
+            + (f" ({_join(output, schema.NEAR_DUPLICATES)})" if near["num_clusters"] else "")
+        )
     transcoded = ", ".join(f"{k} {v}" for k, v in info.get("transcoded_by_reason", {}).items())
     if transcoded:
         lines.append(

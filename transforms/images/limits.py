@@ -87,6 +87,8 @@ class CheckOptions:
     resize_filter: str = "lanczos"
     bit_depth: int = 8
     frames: str = "first"
+    # --near_duplicates other than off: inspection computes each image's perceptual hash.
+    phash: bool = True
 
     def __post_init__(self):
         if self.max_pixels < 1:

@@ -1,0 +1,233 @@
+"""--near_duplicates: how many edited copies the default threshold finds and how many distinct
+images it merges, what `report` costs against `off` (the default command, whole process), and a
+million hashes clustered in one process on one core.
+
+    python bench/near_duplicates.py --part quality --photos 600 --edited 200
+    python bench/near_duplicates.py --part cost --sizes 3000 --repeats 3
+    python bench/near_duplicates.py --part million --hashes 1000000
+
+quality: a corpus of its own (bench/_photos.py: generated photos, never seen by the threshold's
+choice in tests), each of `--edited` photos copied by every edit; hard distinct cases: crops of
+one texture, frames of one panning video, document scans. The default command converts it; the
+job's near_duplicates.jsonl gives the headline, the records' image/phash the threshold sweep.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import glob
+import json
+import os
+import shutil
+import sys
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from bench import _photos  # noqa: E402
+from bench._common import REPO, WORK, alternate, corpus, load_average, timed_run  # noqa: E402
+from transforms.hamming import DEFAULT_THRESHOLD, cluster_hashes  # noqa: E402
+
+# The edits the issue names (EDITS also has "all": every one of them at once, a harder row).
+LISTED_EDITS = ("resize", "jpeg_quality", "crop", "brightness_contrast", "png")
+HARD = {"texture": (8, 16), "frames": (8, 10), "scan": (1, 60)}  # kind: (sets, images per set)
+
+
+def _write(path: str, data: bytes) -> None:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "wb") as f:
+        f.write(data)
+
+
+def build_quality_corpus(photos: int, edited: int) -> str:
+    """(Once) root/<kind>/<name>: kind photo, an edit's name, or a hard case's; the name's stem
+    says which distinct image it is (copies share their photo's stem)."""
+    root = os.path.join(WORK, f"near-{photos}-{edited}")
+    if os.path.exists(root + ".done"):
+        return root
+    shutil.rmtree(root, ignore_errors=True)
+    for i in range(photos):
+        im = _photos.photo(10_000 + i)
+        _write(os.path.join(root, "photo", f"p{i:05d}.jpg"), _photos.original(im))
+        if i < edited:
+            for name in _photos.EDITS:
+                ext = "png" if name == "png" else "jpg"
+                _write(os.path.join(root, name, f"p{i:05d}.{ext}"), _photos.edit(im, name, i))
+    makers = {"texture": _photos.texture_crops, "frames": _photos.frames, "scan": _photos.scans}
+    for kind, (sets, per_set) in HARD.items():
+        for s in range(sets):
+            for j, im in enumerate(makers[kind](20_000 + 100 * s, per_set)):
+                _write(os.path.join(root, kind, f"{kind}{s:02d}-{j:03d}.jpg"), _photos.original(im))
+    open(root + ".done", "w").close()
+    return root
+
+
+def _identity(path: str) -> tuple[str, str]:
+    """(kind, distinct image) of a corpus file: copies are their photo."""
+    kind = os.path.basename(os.path.dirname(path))
+    stem = os.path.splitext(os.path.basename(path))[0]
+    return kind, stem
+
+
+def evaluate(clusters: list[list[str]], paths: list[str]) -> dict:
+    """found per edit (a copy in its photo's cluster) and merged per kind of distinct image
+    (one sharing a cluster with another distinct image)."""
+    cluster_of = {p: n for n, members in enumerate(clusters) for p in members}
+    sources = collections.defaultdict(set)  # cluster -> distinct images in it
+    for p, n in cluster_of.items():
+        sources[n].add(_identity(p)[1])
+    found, copies, merged, distinct = (collections.Counter() for _ in range(4))
+    originals = {_identity(p)[1]: p for p in paths if _identity(p)[0] == "photo"}
+    for p in paths:
+        kind, stem = _identity(p)
+        if kind in _photos.EDITS:
+            copies[kind] += 1
+            n = cluster_of.get(p)
+            found[kind] += n is not None and cluster_of.get(originals[stem]) == n
+        else:
+            distinct[kind] += 1
+            n = cluster_of.get(p)
+            merged[kind] += n is not None and len(sources[n]) > 1
+    return {"found": found, "copies": copies, "merged": merged, "distinct": distinct}
+
+
+def _rates(result: dict) -> tuple[float, float]:
+    listed = sum(result["found"][e] for e in LISTED_EDITS) / sum(
+        result["copies"][e] for e in LISTED_EDITS
+    )
+    false = sum(result["merged"].values()) / sum(result["distinct"].values())
+    return listed, false
+
+
+def _record_hashes(out: str) -> dict[str, int]:
+    """image/filename -> image/phash of every record (as TensorFlow parses them)."""
+    import tensorflow as tf
+
+    from core import schema
+
+    spec = {
+        schema.FILENAME: tf.io.FixedLenFeature([], tf.string),
+        schema.PHASH: tf.io.FixedLenFeature([], tf.int64),
+    }
+    found = {}
+    for shard in glob.glob(os.path.join(out, "*", "*.tfrecord")):
+        for record in tf.data.TFRecordDataset(shard):
+            parsed = tf.io.parse_single_example(record, spec)
+            found[parsed[schema.FILENAME].numpy().decode()] = int(parsed[schema.PHASH])
+    return found
+
+
+def quality(args) -> None:
+    root = build_quality_corpus(args.photos, args.edited)
+    out = os.path.join(WORK, "near-out")
+    shutil.rmtree(out, ignore_errors=True)
+    argv = [sys.executable, "-m", "pipeline", "convert", "--input", f"{root}/*/*", "--output", out]
+    env = dict(os.environ, PYTHONPATH=REPO, TF_CPP_MIN_LOG_LEVEL="2")
+    wall, _ = timed_run(argv, env, "quality corpus conversion")
+    paths = sorted(glob.glob(f"{root}/*/*"))
+    with open(os.path.join(out, "near_duplicates.jsonl")) as f:
+        clusters = [json.loads(line)["paths"] for line in f]
+    result = evaluate(clusters, paths)
+    listed, false = _rates(result)
+    print(f"{len(paths)} files ({args.photos} photos, {args.edited} edited by each of "
+          f"{len(_photos.EDITS)} edits, {sum(result['distinct'].values()) - args.photos} hard "
+          f"distinct images), default command {wall:.1f} s")  # fmt: skip
+    print(f"the job's clusters, threshold {DEFAULT_THRESHOLD}: found {listed:.1%} of the listed "
+          f"edits' copies, merged {false:.2%} of distinct images")  # fmt: skip
+    for edit in _photos.EDITS:
+        print(f"  found {edit:>20}: {result['found'][edit]}/{result['copies'][edit]}")
+    for kind in ("photo", *HARD):
+        print(f"  merged {kind:>19}: {result['merged'][kind]}/{result['distinct'][kind]}")
+    # The sweep: the records' own hashes clustered at each threshold (the job's algorithm).
+    hashes = _record_hashes(out)
+    by_hash = collections.defaultdict(list)
+    for path, h in hashes.items():
+        by_hash[h & 0xFFFF_FFFF_FFFF_FFFF].append(path)
+    print("threshold | found (listed edits) | found (all at once) | distinct merged")
+    for threshold in range(2, 15, 2):
+        found = cluster_hashes(np.fromiter(by_hash, dtype=np.uint64), threshold)
+        groups = [[p for h in members for p in by_hash[h]] for members in found]
+        groups += [
+            ps for ps in by_hash.values() if len(ps) > 1 and not any(ps[0] in g for g in groups)
+        ]
+        r = evaluate(groups, paths)
+        listed, false = _rates(r)
+        print(f"{threshold:>9} | {listed:20.1%} | {r['found']['all'] / r['copies']['all']:19.1%} "
+              f"| {false:.2%}")  # fmt: skip
+
+
+def cost(args) -> None:
+    """report against off: the default command on bench/_common's photo corpus (crops of
+    scikit-image's photos: near-copies among them, so report has clusters to find)."""
+    print(load_average())
+    env = dict(os.environ, PYTHONPATH=REPO, TF_CPP_MIN_LOG_LEVEL="2")
+    for size in (int(s) for s in args.sizes.split(",")):
+        images, _ = corpus(size)
+        outs = {m: os.path.join(WORK, f"near-cost-{m}") for m in ("report", "off")}
+
+        def run(mode: str, images=images, outs=outs, size=size):
+            shutil.rmtree(outs[mode], ignore_errors=True)
+            argv = [sys.executable, "-m", "pipeline", "convert", "--input", f"{images}/*/*.jpg",
+                    "--output", outs[mode], "--max_bad_fraction", "0.2",
+                    "--near_duplicates", mode]  # fmt: skip
+            return timed_run(argv, env, f"--near_duplicates {mode}, {size} files")
+
+        run("off")  # page cache
+        medians = alternate(("report", "off"), args.repeats, run, label=f"{size} files, ")
+        (w1, c1), (w0, c0) = medians["report"], medians["off"]
+        with open(os.path.join(outs["report"], "dataset_info.json")) as f:
+            near = json.load(f)["near_duplicates"]
+        print(f"{size} files, default command, median of {args.repeats}: report {w1:.2f} s wall "
+              f"({c1:.2f} s CPU), off {w0:.2f} s wall ({c0:.2f} s CPU): {w1 / w0:.3f}x wall, "
+              f"{c1 / c0:.3f}x CPU; {near['num_clusters']} clusters, {near['num_images']} images")  # fmt: skip
+
+
+def million(args) -> None:
+    """Hashes shaped like pHashes (bit 63 set, 31 of the other 63 set), 1 % of them planted
+    copies of another 0-`threshold` bits away, clustered by cluster_hashes on one core."""
+    rng = np.random.default_rng(0)
+    n = args.hashes
+    planted = n // 100
+    bits = np.argsort(rng.random((n - planted, 63)), axis=1)[:, :31]
+    weights = np.left_shift(np.uint64(1), np.arange(63, dtype=np.uint64))
+    hashes = weights[bits].sum(axis=1, dtype=np.uint64) | np.uint64(1 << 63)
+    bases = hashes[:planted]
+    flips = np.zeros(planted, dtype=np.uint64)
+    for k in range(planted):  # swap pairs of bits: a pHash keeps 32 bits set
+        d = int(rng.integers(0, DEFAULT_THRESHOLD // 2 + 1))
+        ones = np.flatnonzero([(int(bases[k]) >> b) & 1 for b in range(63)])
+        zeros = np.setdiff1d(np.arange(63), ones)
+        for b in (*rng.choice(ones, d, replace=False), *rng.choice(zeros, d, replace=False)):
+            flips[k] |= np.uint64(1 << int(b))
+    hashes = np.concatenate([hashes, bases ^ flips])
+    start = time.process_time()
+    wall = time.perf_counter()
+    clusters = cluster_hashes(hashes, DEFAULT_THRESHOLD)
+    cpu, wall = time.process_time() - start, time.perf_counter() - wall
+    where = {h: n for n, members in enumerate(clusters) for h in members}
+    copies = [(int(b), int(b ^ f)) for b, f in zip(bases, flips, strict=True) if f]
+    found = sum(where.get(a) is not None and where.get(a) == where.get(b) for a, b in copies)
+    print(f"{len(hashes):,} hashes ({planted:,} planted copies), threshold {DEFAULT_THRESHOLD}: "
+          f"{wall:.1f} s wall, {cpu:.1f} s CPU on one core; {len(clusters):,} clusters; "
+          f"{found:,}/{len(copies):,} planted copies found")  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--part", choices=("quality", "cost", "million", "all"), default="all")
+    parser.add_argument("--photos", type=int, default=600)
+    parser.add_argument("--edited", type=int, default=200)
+    parser.add_argument("--sizes", default="3000")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--hashes", type=int, default=1_000_000)
+    args = parser.parse_args()
+    for part in ("quality", "cost", "million"):
+        if args.part in (part, "all"):
+            globals()[part](args)
+
+
+if __name__ == "__main__":
+    main()

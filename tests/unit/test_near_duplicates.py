@@ -1,0 +1,204 @@
+"""Near-duplicates without a conversion: the pHash of Pillow-written copies, the multi-index
+search against all pairs, the options, and FindNearDuplicates' three modes under TestPipeline."""
+
+from __future__ import annotations
+
+import io
+import itertools
+
+import apache_beam as beam
+import numpy as np
+import pytest
+from apache_beam.testing.test_pipeline import TestPipeline
+from apache_beam.testing.util import assert_that, equal_to
+from PIL import Image, ImageEnhance
+
+from bench import _photos
+from pipeline.options import ConvertConfig, OptionError
+from transforms.elements import InspectedImage
+from transforms.hamming import DEFAULT_THRESHOLD, cluster_hashes, components, distance
+from transforms.images.check import check_image
+from transforms.images.limits import CheckOptions
+from transforms.near_duplicates import FindNearDuplicates
+
+
+def _encode(im: Image.Image, fmt: str, **kw) -> bytes:
+    buf = io.BytesIO()
+    im.save(buf, fmt, **kw)
+    return buf.getvalue()
+
+
+def _hash(data: bytes, **opts) -> int:
+    return check_image(data, CheckOptions(**opts)).phash
+
+
+def test_copies_of_a_photo_hash_close_and_other_photos_far():
+    """Pillow-written copies (another size, quality, format, a crop, brighter) stay within the
+    default threshold of the original as inspection hashes it; other photos do not."""
+    photos = [_photos.photo(seed, (400, 300)) for seed in range(6)]
+    originals = [_hash(_encode(im, "JPEG", quality=90)) for im in photos]
+    im = photos[0]
+    w, h = im.size
+    copies = {
+        "png": _encode(im, "PNG"),
+        "webp": _encode(im, "WEBP", quality=80),
+        "half": _encode(im.resize((w // 2, h // 2), Image.BICUBIC), "JPEG", quality=90),
+        "quality 40": _encode(im, "JPEG", quality=40),
+        "crop 3 %": _encode(im.crop((6, 4, w - 6, h - 4)), "JPEG", quality=90),
+        "brighter": _encode(ImageEnhance.Brightness(im).enhance(1.1), "JPEG", quality=90),
+    }
+    for name, data in copies.items():
+        assert distance(_hash(data), originals[0]) <= DEFAULT_THRESHOLD, name
+    for a, b in itertools.combinations(originals, 2):
+        assert distance(a, b) > DEFAULT_THRESHOLD
+    # Whichever way the check decodes (1/8 DCT scale or full size), the same hash.
+    data = _encode(im, "JPEG", quality=90)
+    assert _hash(data, jpeg_verify="full") == originals[0]
+    assert check_image(data, CheckOptions(), compute_stats=True).phash == originals[0]
+    assert _hash(data, max_side=200) == originals[0]  # downscaled by the writer
+    assert check_image(copies["png"], CheckOptions(phash=False)).phash is None
+
+
+def _brute_force(hashes: list[int], threshold: int) -> list[list[int]]:
+    pairs = [(a, b) for a, b in itertools.combinations(hashes, 2) if distance(a, b) <= threshold]
+    members: dict[int, list[int]] = {}
+    for node, first in components(pairs).items():
+        members.setdefault(first, []).append(node)
+    return sorted(sorted(m) for m in members.values())
+
+
+@pytest.mark.parametrize("threshold", [1, 2, 5, 8, 11])
+def test_multi_index_search_finds_what_all_pairs_find(threshold):
+    """Random hashes with planted copies 0-14 bits away: the clusters equal those of comparing
+    every pair, at thresholds below, at and above the bands' radius steps."""
+    rng = np.random.default_rng(threshold)
+    hashes = [int(h) for h in rng.integers(0, 2**64, 300, dtype=np.uint64)]
+    for base in hashes[:80]:
+        flips = rng.choice(64, int(rng.integers(0, 15)), replace=False)
+        hashes.append(base ^ sum(1 << int(b) for b in flips))
+    hashes = sorted(set(hashes))
+    want = _brute_force(hashes, threshold)
+    assert len(want) >= 3  # the comparison has clusters to find
+    assert cluster_hashes(np.array(hashes, dtype=np.uint64), threshold) == want
+
+
+def test_options_name_the_fix():
+    config = ConvertConfig(inputs=("x/*",), manifest=None, output="out")
+    assert (config.near_duplicates, config.near_threshold) == ("report", DEFAULT_THRESHOLD)
+    with pytest.raises(OptionError, match="--near_duplicates must be one of report, group"):
+        ConvertConfig(inputs=("x/*",), manifest=None, output="out", near_duplicates="keep")
+    with pytest.raises(OptionError, match="--near_duplicates_threshold must be in 0..16"):
+        ConvertConfig(inputs=("x/*",), manifest=None, output="out", near_threshold=20)
+    with pytest.raises(OptionError, match="use --near_duplicates report"):
+        ConvertConfig(
+            inputs=("x/*",), manifest=None, output="out", near_duplicates="group",
+            split_from="path",
+        )  # fmt: skip
+
+
+def _image(key: str, split: str, phash: int | None, group: str = "") -> InspectedImage:
+    return InspectedImage(
+        path=f"/in/{key}", key=key, label="a", split=split, size=1, stamp=None, group=group,
+        sha256=key, format="jpeg", source_format="jpeg", height=1, width=1, channels=3,
+        transcode="", stats=None, phash=phash,
+    )  # fmt: skip
+
+
+# a ~ a2 (2 bits) ~ a3 (2 more bits): one cluster through a chain; b alone; c and c2 share one
+# hash (two files, one picture); d has no hash (--near_duplicates was off for its record).
+_A = 0x0123_4567_89AB_CDEF
+_IMAGES = [
+    _image("a.jpg", "validation", _A),
+    _image("a2.jpg", "train", _A ^ 0b11),
+    _image("a3.jpg", "train", _A ^ 0b1111, group="g1"),
+    _image("mate.jpg", "train", -42, group="g1"),  # a3's --group_by group mate
+    _image("b.jpg", "train", ~_A),
+    _image("c.jpg", "train", 7),
+    _image("c2.jpg", "train", 7),
+    _image("d.jpg", "validation", None),
+]
+
+
+def _run(mode: str):
+    with TestPipeline() as p:
+        out = (
+            p
+            | beam.Create([_IMAGES[:3], _IMAGES[3:]])
+            | FindNearDuplicates(mode, DEFAULT_THRESHOLD)
+        )
+        clusters = out["clusters"] | "Rows" >> beam.Map(lambda c: c.to_dict())
+        images = out["images"] | "Splits" >> beam.FlatMap(lambda b: [(r.key, r.split) for r in b])
+        yield clusters, images, out["dropped"]
+
+
+def test_report_lists_clusters_and_changes_nothing():
+    for clusters, images, dropped in _run("report"):
+        assert_that(
+            clusters,
+            equal_to(
+                [
+                    {
+                        "paths": ["/in/a.jpg", "/in/a2.jpg", "/in/a3.jpg"],
+                        "distance": 4,
+                        "splits": ["train", "validation"],
+                    },
+                    {"paths": ["/in/c.jpg", "/in/c2.jpg"], "distance": 0, "splits": ["train"]},
+                ]
+            ),  # fmt: skip
+            label="clusters",
+        )
+        assert_that(images, equal_to([(r.key, r.split) for r in _IMAGES]), label="images")
+        assert_that(dropped, equal_to([]), label="dropped")
+
+
+def test_group_puts_each_cluster_and_its_groups_in_one_split():
+    """The cluster takes the split of its first image by key (a.jpg's validation), and a3's
+    group mate, in no cluster itself, moves with a3."""
+    for clusters, images, _ in _run("group"):
+        moved = {"a2.jpg": "validation", "a3.jpg": "validation", "mate.jpg": "validation"}
+        assert_that(
+            images,
+            equal_to([(r.key, moved.get(r.key, r.split)) for r in _IMAGES]),
+            label="images",
+        )
+        assert_that(
+            clusters | beam.Map(lambda c: c["splits"]),
+            equal_to([["validation"], ["train"]]),
+            label="splits",
+        )
+
+
+def test_drop_keeps_the_first_by_key_and_records_the_others():
+    for _, images, dropped in _run("drop"):
+        gone = {"a2.jpg", "a3.jpg", "c2.jpg"}
+        assert_that(
+            images,
+            equal_to([(r.key, r.split) for r in _IMAGES if r.key not in gone]),
+            label="images",
+        )
+        assert_that(
+            dropped,
+            equal_to(
+                [
+                    {
+                        "path": "/in/a2.jpg",
+                        "duplicate_of": "/in/a.jpg",
+                        "sha256": "a2.jpg",
+                        "distance": 2,
+                    },
+                    {
+                        "path": "/in/a3.jpg",
+                        "duplicate_of": "/in/a.jpg",
+                        "sha256": "a3.jpg",
+                        "distance": 4,
+                    },
+                    {
+                        "path": "/in/c2.jpg",
+                        "duplicate_of": "/in/c.jpg",
+                        "sha256": "c2.jpg",
+                        "distance": 0,
+                    },
+                ]
+            ),  # fmt: skip
+            label="dropped",
+        )
