@@ -38,7 +38,12 @@ from pipeline.reader.options import (
     resolve_options,
 )
 from pipeline.reader.pieces import Pieces, split_pieces
-from pipeline.reader.resumable import StartStep, check_no_start_step, epoch_order, ordered_records
+from pipeline.reader.resumable import (
+    StartStep,
+    check_no_start_step,
+    ordered_records,
+    partitioned_order,
+)
 from pipeline.reader.shard_records import read_shard as _read_shard
 from pipeline.reader.shares import pipeline_records
 
@@ -108,6 +113,7 @@ class _Config:
     # Training: global steps already taken (an int, or read when iteration starts).
     start_step: StartStep = 0
     shards_at_once: int = SHARDS_AT_ONCE  # training: shards read at once
+    partitions: int | None = None  # training: the epoch order's partitions (None: default)
     # Training: the units of the epoch order; None without every shard's record count.
     pieces: Pieces | None = None
     pixels: PixelOutput = PixelOutput()  # output dtype and bands (pipeline/reader/bands.py)
@@ -215,7 +221,7 @@ def make_dataset(
             **groups,
             task=(task, options),
         )
-        config = _training_config(config, store, start_step, groups["order"].shards_at_once)
+        config = _training_config(config, store, start_step, groups["order"])
         return _distribute(config, held, strategy, input_context)
     except BaseException:
         if held is not None:
@@ -308,11 +314,14 @@ def _make_config(
 
 
 def _training_config(
-    config: _Config, store: shard_cache.Store, start_step: StartStep, shards_at_once: int
+    config: _Config, store: shard_cache.Store, start_step: StartStep, order: Order
 ) -> _Config:
     """`config` with how training reads: from which step, and, when every shard's record count
     is known (the epoch order needs them), in which pieces (a small split's shard markers)."""
-    config = dataclasses.replace(config, start_step=start_step, shards_at_once=shards_at_once)
+    shards_at_once = order.shards_at_once
+    config = dataclasses.replace(
+        config, start_step=start_step, shards_at_once=shards_at_once, partitions=order.partitions
+    )
     if config.training and all(s.num_examples >= 0 for s in config.shards):
         pieces = split_pieces(config.shards, store, config.num_bytes, shards_at_once)
         config = dataclasses.replace(config, pieces=pieces)
@@ -494,7 +503,7 @@ def _pipeline_dataset(
     if config.pieces is not None:
         records = ordered_records(
             config,
-            epoch_order(config, _DEFAULT_ORDER_SEED),
+            partitioned_order(config, _DEFAULT_ORDER_SEED),
             num_pipelines,
             pipeline_id,
             batch_size,

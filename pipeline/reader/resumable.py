@@ -10,11 +10,24 @@ from collections.abc import Callable
 
 import tensorflow as tf
 
-from pipeline.reader.epoch_order import EpochOrder, pipeline_mask
+from pipeline.reader.epoch_order import EpochOrder
+from pipeline.reader.partitions import (
+    PartitionedOrder,
+    default_partitions,
+    partition,
+    partition_seed,
+)
 from pipeline.reader.shard_records import Span
 from pipeline.reader.shares import traced_as_written
 
-__all__ = ["StartStep", "check_no_start_step", "epoch_order", "ordered_records", "read_start_step"]
+__all__ = [
+    "StartStep",
+    "check_no_start_step",
+    "epoch_order",
+    "ordered_records",
+    "partitioned_order",
+    "read_start_step",
+]
 
 # What `make_dataset(start_step=...)` takes: a step, or something holding one that is read
 # when iteration starts (a restored optimizer's `iterations`, a callable).
@@ -43,11 +56,7 @@ def epoch_order(config, default_seed: int) -> EpochOrder:
     reader's config (`default_seed` for seed=None: every worker and every restart must draw
     the same order)."""
     batch, pieces = config.global_batch_size, config.pieces
-    window = config.window_records
-    if not window:
-        # Pieces read `lanes` at once mix a global batch well; a few whole shards need their
-        # records permuted over the shuffle buffer's window too (slower, docs/benchmarks.md).
-        window = batch if pieces.cut else config.shuffle_records
+    window = config.window_records or _default_window(config)
     # Windows of whole global batches: no batch straddles two windows (ordered_records).
     return EpochOrder(
         counts=pieces.count,
@@ -56,6 +65,12 @@ def epoch_order(config, default_seed: int) -> EpochOrder:
         window=-(-window // batch) * batch,
         permute=window > batch,
     )
+
+
+def _default_window(config) -> int:
+    """Pieces read `lanes` at once mix a global batch well; a few whole shards need their
+    records permuted over the shuffle buffer's window too (slower, docs/benchmarks.md)."""
+    return config.global_batch_size if config.pieces.cut else config.shuffle_records
 
 
 def check_no_start_step(config) -> None:
@@ -88,9 +103,20 @@ def _start_tensor(start_step: StartStep, steps: int, repeat: bool) -> tf.Tensor:
     return tf.ensure_shape(tf.py_function(read, [], tf.int64), [])
 
 
+def partitioned_order(config, default_seed: int) -> PartitionedOrder:
+    """The epoch order in partitions (pipeline/reader/partitions.py): `Order(partitions=)`, or
+    by default from the split's pieces and the global batch only, never from the workers, so
+    every worker and every restart with any number of workers draws the same order."""
+    template, batch = epoch_order(config, default_seed), config.global_batch_size
+    _steps(template, batch)
+    count = config.partitions or default_partitions(len(template.counts), batch)
+    steps_per_window = -(-(config.window_records or _default_window(config)) // batch)
+    return partition(template, config.pieces, batch, count, steps_per_window)
+
+
 def ordered_records(
     config,
-    order: EpochOrder,
+    plan: PartitionedOrder,
     num_pipelines: int,
     pipeline_id: int,
     batch_size: int,
@@ -100,11 +126,11 @@ def ordered_records(
     crop_seed: int | None,
 ) -> tf.data.Dataset:
     """`([batch_size] records, [batch_size, 2] crop seeds)` of one input pipeline, from global
-    step `start_step` on.
+    step `start_step` on; it reads only the partitions its part of each global batch comes from.
 
     Args:
         config: the reader's configuration (pipeline/reader/dataset.py `_Config`).
-        order: the split's epoch order.
+        plan: the split's epoch order in partitions.
         num_pipelines: input pipelines sharing each global batch (workers).
         pipeline_id: this pipeline's index.
         batch_size: records per element (the pipeline's part of a global batch, or a replica's).
@@ -117,59 +143,62 @@ def ordered_records(
         This pipeline's part of each global batch, in order, `steps * B / P` records per epoch;
         epochs on forever when `config.repeat`, else to the end of the start epoch.
     """
-    batch = config.global_batch_size
-    steps = _steps(order, batch)
-    crops = dataclasses.replace(
-        order, seed=random.getrandbits(62) if crop_seed is None else crop_seed
-    )
+    steps, per_window = plan.steps, plan.steps_per_window
+    mine, low, high = plan.owned(num_pipelines, pipeline_id)
+    crop_base = random.getrandbits(62) if crop_seed is None else crop_seed
+    crops = [
+        dataclasses.replace(plan.orders[p], seed=partition_seed(crop_base, p, plan.count))
+        for p in mine
+    ]
     make_windows = _cached_windows if config.cache else _streamed_windows
-    windows = make_windows(config, order, read_part)
-
-    # Each window is one global batch in final order, all of it this pipeline's: it is handed
-    # on as it is (a map and an unbatch fewer on every record's way).
-    whole_batches = not order.permute and num_pipelines == 1 and batch_size == batch
+    windows = make_windows(config, plan, mine, read_part)
+    # Its columns are whole partitions': no slice (and copy) of the steps' records.
+    whole = low == 0 and high == plan.columns[mine[-1] + 1] - plan.columns[mine[0]]
 
     def part(index, begin, window, records) -> tuple[tf.Tensor, tf.Tensor]:
-        """This pipeline's batches of the window's records, with their crop seeds."""
-        size = tf.shape(records, out_type=tf.int64)[0]
-        mine = pipeline_mask(
-            window * order.window, size, batch, num_pipelines, pipeline_id, begin, steps * batch
-        )
-        seeds = tf.boolean_mask(crops.crop_seeds(index, window, size), mine)
-        # Whole batches: a window holds whole global batches, and `mine` whole parts of them.
-        batches = tf.reshape(_chosen(records, order, index, window, mine), [-1, batch_size])
-        return batches, tf.reshape(seeds, [-1, batch_size, 2])
+        """This pipeline's batches of the window's steps from step `begin` on, with their crop
+        seeds: each partition's records in final order cut into its columns."""
+        first = tf.maximum(begin - window * per_window, 0)
+        rows = tf.minimum(tf.constant(per_window, tf.int64), steps - window * per_window)
+        columns, seeds = [], []
+        for j, p in enumerate(mine):
+            width, order = plan.width(p), plan.orders[p]
+            size = tf.shape(records[j], out_type=tf.int64)[0]
+            used = tf.range(first * width, rows * width)
+            if order.permute:
+                used = tf.gather(order.window_permutation(index, window, size), used)
+            columns.append(tf.reshape(tf.gather(records[j], used), [-1, width]))
+            seed = tf.gather(crops[j].crop_seeds(index, window, size), used)
+            seeds.append(tf.reshape(seed, [-1, width, 2]))
+        records = columns[0] if len(columns) == 1 else tf.concat(columns, axis=1)
+        seeds = seeds[0] if len(seeds) == 1 else tf.concat(seeds, axis=1)
+        if not whole:
+            records, seeds = records[:, low:high], seeds[:, low:high]
+        return tf.reshape(records, [-1, batch_size]), tf.reshape(seeds, [-1, batch_size, 2])
 
     def epoch(index: tf.Tensor, begin: tf.Tensor) -> tf.data.Dataset:
-        """This pipeline's records of epoch `index` from final position `begin` on."""
-        first = begin // order.window
-        wanted = -(-(steps * batch) // order.window) - first
-        records = windows(index, first).take(wanted)
+        """This pipeline's records of epoch `index` from global step `begin` on."""
+        first = begin // per_window
+        wanted = -(-steps // per_window) - first
         numbers = tf.data.Dataset.range(first, _FOREVER)
-        if whole_batches:
-            return tf.data.Dataset.zip(
-                records, numbers.map(lambda w: crops.crop_seeds(index, w, batch))
-            )
-        # Batch and unbatch move the strings of a tensor only they hold: the one copy of a
-        # record is _chosen's, off the merge's thread, and only when a window is permuted.
-        parts = tf.data.Dataset.zip(numbers, records).map(
+        parts = tf.data.Dataset.zip(numbers, windows(index, first).take(wanted)).map(
             traced_as_written(lambda w, r: part(index, begin, w, r)),
             num_parallel_calls=tf.data.AUTOTUNE,
             deterministic=True,
         )
         return parts.unbatch()
 
-    return _epochs_from(start_step, steps, batch, config.repeat, epoch)
+    return _epochs_from(start_step, steps, config.repeat, epoch)
 
 
 def _epochs_from(
-    start_step: StartStep, steps: int, batch: int, repeat: bool, epoch: Callable
+    start_step: StartStep, steps: int, repeat: bool, epoch: Callable
 ) -> tf.data.Dataset:
     """`epoch(index, begin)` from global step `start_step` on: the rest of its epoch, then
     later epochs (forever with `repeat`)."""
 
     def from_step(step: tf.Tensor) -> tf.data.Dataset:
-        first_epoch, begin = step // steps, (step % steps) * batch
+        first_epoch, begin = step // steps, step % steps
         last = first_epoch + 1 if not repeat else _FOREVER
         epochs = tf.data.Dataset.range(first_epoch, last)
         return epochs.flat_map(
@@ -183,16 +212,6 @@ def _epochs_from(
     return starts.flat_map(traced_as_written(from_step))
 
 
-def _chosen(records, order: EpochOrder, epoch, window, mine) -> tf.Tensor:
-    """The window's `records` in final order, those `mine` only (gathering copies them)."""
-    if order.permute:
-        size = tf.shape(records, out_type=tf.int64)[0]
-        return tf.gather(
-            records, tf.boolean_mask(order.window_permutation(epoch, window, size), mine)
-        )
-    return tf.cond(tf.reduce_all(mine), lambda: records, lambda: tf.boolean_mask(records, mine))
-
-
 def _steps(order: EpochOrder, batch: int) -> int:
     """Global steps per epoch; at least one."""
     if order.steps(batch) == 0:
@@ -203,10 +222,25 @@ def _steps(order: EpochOrder, batch: int) -> int:
     return order.steps(batch)
 
 
-def _streamed_windows(config, order: EpochOrder, read_part: Callable) -> Callable:
-    """`windows(epoch, first)`: the epoch's merged stream from window `first` on, read from
-    the pieces by one interleave, one tensor of records per window."""
-    shards, pieces = config.shards, config.pieces
+def _streamed_windows(config, plan: PartitionedOrder, mine: range, read_part: Callable) -> Callable:
+    """`windows(epoch, first)`: from window `first` on, a tuple per window of each partition
+    in `mine`'s merged stream, each read from its pieces by its own interleave."""
+    read = read_part
+    if config.local_copies is not None:
+        read = config.local_copies.after_download(read)
+
+    def windows(epoch: tf.Tensor, first: tf.Tensor) -> tf.data.Dataset:
+        return tf.data.Dataset.zip(
+            tuple(_merged(config, plan.orders[p], plan.units[p], read)(epoch, first) for p in mine)
+        )
+
+    return windows
+
+
+def _merged(config, order: EpochOrder, pieces, read: Callable) -> Callable:
+    """`windows(epoch, first)`: one partition's merged stream from window `first` on, one
+    tensor of records per window."""
+    shards = config.shards
     shard_of = tf.constant(pieces.shard, tf.int64)
     paths = tf.gather(tf.constant([s.path for s in shards], tf.string), shard_of)
     compressions = tf.gather(tf.constant([s.compression for s in shards], tf.string), shard_of)
@@ -215,9 +249,6 @@ def _streamed_windows(config, order: EpochOrder, read_part: Callable) -> Callabl
     offsets, lengths = tf.constant(pieces.offset, tf.int64), tf.constant(pieces.length, tf.int64)
     # A shard's last piece is read to the shard's end: its record count is checked there.
     ends_shard = tf.equal(firsts + counts, in_shard)
-    read = read_part
-    if config.local_copies is not None:
-        read = config.local_copies.after_download(read)
 
     def pieces_from(i: tf.Tensor, skip: tf.Tensor) -> tuple:
         """read_part's arguments for pieces `i`, from record `skip` on in each."""
@@ -249,7 +280,7 @@ def _streamed_windows(config, order: EpochOrder, read_part: Callable) -> Callabl
     return windows
 
 
-def _cached_windows(config, order: EpochOrder, read_part: Callable) -> Callable:
+def _cached_windows(config, plan: PartitionedOrder, mine: range, read_part: Callable) -> Callable:
     """`windows(epoch, first)` from the split's records kept in RAM (read once, in listed
     order): the same windows as streamed, gathered instead of read."""
     shards = config.shards
@@ -265,16 +296,21 @@ def _cached_windows(config, order: EpochOrder, read_part: Callable) -> Callable:
         files = config.local_copies.localize(files)
         read_part = config.local_copies.after_download(read_part)
     # One element, the whole split, kept after the first pass.
-    listed = files.flat_map(read_part).batch(order.num_examples).cache()
-    total, width = order.num_examples, order.window
+    listed = files.flat_map(read_part).batch(plan.starts[-1]).cache()
+    last = -(-plan.steps // plan.steps_per_window)
 
     def windows(epoch: tf.Tensor, first: tf.Tensor) -> tf.data.Dataset:
-        merged = order.merged_records(epoch)
+        merged = [plan.orders[p].merged_records(epoch) + plan.starts[p] for p in mine]
+        sizes = [(plan.orders[p].window, plan.orders[p].num_examples) for p in mine]
         # Read to its end (the cache is complete only then), once per epoch.
         everything = listed.get_single_element()
-        starts = tf.data.Dataset.range(first * width, total, width)
-        return starts.map(
-            lambda start: tf.gather(everything, merged[start : tf.minimum(start + width, total)])
-        )
+
+        def window(k: tf.Tensor) -> tuple:
+            return tuple(
+                tf.gather(everything, m[k * width : tf.minimum((k + 1) * width, total)])
+                for m, (width, total) in zip(merged, sizes, strict=True)
+            )
+
+        return tf.data.Dataset.range(first, last).map(window)
 
     return windows
