@@ -18,12 +18,22 @@ from __future__ import annotations
 import dataclasses
 
 import numpy as np
+import tensorflow as tf
 
-from pipeline.reader.epoch_order import EpochOrder
+from pipeline.reader.epoch_order import (
+    EpochOrder,
+    crop_seeds,
+    merged_listed,
+    resume_from,
+    resumed_inputs,
+    shard_order,
+    window_permutation,
+)
 from pipeline.reader.pieces import Pieces
 
 __all__ = [
     "DEFAULT_PARTITIONS",
+    "PartitionTables",
     "PartitionedOrder",
     "default_partitions",
     "partition",
@@ -81,6 +91,21 @@ class PartitionedOrder:
         first = self.columns[mine[0]]
         return range(mine[0], mine[-1] + 1), low - first, high - first
 
+    @property
+    def lanes(self) -> int:
+        """Pieces each partition reads at once (a partition of fewer has fewer open)."""
+        return max(order.lanes for order in self.orders)
+
+    def all_units(self) -> Pieces:
+        """Every partition's pieces end to end: partition p's piece i is piece `bases[p] + i`."""
+        fields = ("shard", "first", "count", "offset", "length")
+        joined = {f: tuple(v for unit in self.units for v in getattr(unit, f)) for f in fields}
+        return Pieces(**joined, lanes=self.units[0].lanes, cut=self.units[0].cut)
+
+    def bases(self) -> list[int]:
+        """Where each partition's pieces begin in `all_units`."""
+        return [int(v) for v in np.cumsum([0] + [len(u.count) for u in self.units])[:-1]]
+
     def epoch_records(self, epoch: int) -> list[int]:
         """The listed-order index of every record of the epoch's steps, step after step (tests,
         benchmarks): each partition's own order cut into its columns."""
@@ -89,6 +114,55 @@ class PartitionedOrder:
             local = np.asarray(order.epoch_records(epoch)[: self.steps * self.width(p)])
             parts.append((local + self.starts[p]).reshape(self.steps, self.width(p)))
         return [int(v) for v in np.concatenate(parts, axis=1).reshape(-1)]
+
+
+class PartitionTables:
+    """The partitions' seeds and widths as int64 tensors indexed by partition: one traced
+    function serves every partition. `crop_base`: the seed the crop seeds are drawn from."""
+
+    def __init__(self, plan: PartitionedOrder, crop_base: int):
+        count = plan.count
+        self.seeds = tf.constant([o.seed % 2**62 for o in plan.orders], tf.int64)
+        crops = [partition_seed(crop_base, p, count) % 2**62 for p in range(count)]
+        self.crop_seeds = tf.constant(crops, tf.int64)
+        self.widths = tf.constant([plan.width(p) for p in range(count)], tf.int64)
+        self.permute = plan.orders[0].permute
+        self.plan = plan
+        self.bases = tf.constant(plan.bases(), tf.int64)
+        self.num_units = tf.constant([len(u.count) for u in plan.units], tf.int64)
+        self.starts = tf.constant(plan.starts[:-1], tf.int64)
+
+    def resume_inputs(self, p, epoch, start) -> tuple[tf.Tensor, tf.Tensor]:
+        """Partition `p`'s interleave input from its merged position `start` on: (int64 [K]
+        pieces of `all_units`, int64 [K] records to skip), as EpochOrder.resume_inputs."""
+        order = shard_order(tf.gather(self.seeds, p), epoch, tf.gather(self.num_units, p))
+
+        def resumed(order, start, p):
+            partition = self.plan.orders[int(p)]
+            return resumed_inputs(partition.counts, partition.lanes, order.numpy(), int(start))
+
+        units, skips = resume_from(order, start, resumed, tf.cast(p, tf.int64))
+        return units + tf.gather(self.bases, p), skips
+
+    def merged_records(self, p, epoch) -> tf.Tensor:
+        """int64 [records of p]: the listed index of each of partition `p`'s merged positions,
+        as EpochOrder.merged_records (+ the partition's start)."""
+        order = shard_order(tf.gather(self.seeds, p), epoch, tf.gather(self.num_units, p))
+
+        def merged(order, p):
+            partition = self.plan.orders[int(p)]
+            return merged_listed(partition.counts, partition.lanes, order.numpy())
+
+        merged = tf.py_function(merged, [order, tf.cast(p, tf.int64)], tf.int64)
+        return tf.ensure_shape(merged, [None]) + tf.gather(self.starts, p)
+
+    def permutation(self, p, epoch, window, size) -> tf.Tensor:
+        """int64 [size]: partition `p`'s window `window`, merged positions in final order."""
+        return window_permutation(tf.gather(self.seeds, p), epoch, window, size)
+
+    def crops(self, p, epoch, window, size) -> tf.Tensor:
+        """int64 [size, 2]: crop and flip seeds of partition `p`'s window's final positions."""
+        return crop_seeds(tf.gather(self.crop_seeds, p), epoch, window, size)
 
 
 def default_partitions(num_units: int, global_batch_size: int) -> int:

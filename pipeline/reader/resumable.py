@@ -3,7 +3,6 @@ each input pipeline's part of every global batch, epoch after epoch. TensorFlow 
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 import random
 from collections.abc import Callable
@@ -13,9 +12,9 @@ import tensorflow as tf
 from pipeline.reader.epoch_order import EpochOrder
 from pipeline.reader.partitions import (
     PartitionedOrder,
+    PartitionTables,
     default_partitions,
     partition,
-    partition_seed,
 )
 from pipeline.reader.shard_records import Span
 from pipeline.reader.shares import traced_as_written
@@ -146,49 +145,86 @@ def ordered_records(
     steps, per_window = plan.steps, plan.steps_per_window
     mine, low, high = plan.owned(num_pipelines, pipeline_id)
     crop_base = random.getrandbits(62) if crop_seed is None else crop_seed
-    crops = [
-        dataclasses.replace(plan.orders[p], seed=partition_seed(crop_base, p, plan.count))
-        for p in mine
-    ]
-    make_windows = _cached_windows if config.cache else _streamed_windows
-    windows = make_windows(config, plan, mine, read_part)
-    # Its columns are whole partitions': no slice (and copy) of the steps' records.
-    whole = low == 0 and high == plan.columns[mine[-1] + 1] - plan.columns[mine[0]]
+    tables = PartitionTables(plan, crop_base)
+    source = (_Cached if config.cache else _Streamed)(config, plan, tables, read_part)
+    columns = _Columns(plan, mine, low, high, batch_size)
 
-    def part(index, begin, window, records) -> tuple[tf.Tensor, tf.Tensor]:
-        """This pipeline's batches of the window's steps from step `begin` on, with their crop
-        seeds: each partition's records in final order cut into its columns."""
+    def final(p, index, begin, window, records) -> tuple[tf.Tensor, tf.Tensor]:
+        """Partition `p`'s records of the window's steps from step `begin` on, in final order,
+        step after step, with their crop seeds."""
+        size = tf.shape(records, out_type=tf.int64)[0]
         first = tf.maximum(begin - window * per_window, 0)
         rows = tf.minimum(tf.constant(per_window, tf.int64), steps - window * per_window)
-        columns, seeds = [], []
-        for j, p in enumerate(mine):
-            width, order = plan.width(p), plan.orders[p]
-            size = tf.shape(records[j], out_type=tf.int64)[0]
-            used = tf.range(first * width, rows * width)
-            if order.permute:
-                used = tf.gather(order.window_permutation(index, window, size), used)
-            columns.append(tf.reshape(tf.gather(records[j], used), [-1, width]))
-            seed = tf.gather(crops[j].crop_seeds(index, window, size), used)
-            seeds.append(tf.reshape(seed, [-1, width, 2]))
-        records = columns[0] if len(columns) == 1 else tf.concat(columns, axis=1)
-        seeds = seeds[0] if len(seeds) == 1 else tf.concat(seeds, axis=1)
-        if not whole:
-            records, seeds = records[:, low:high], seeds[:, low:high]
-        return tf.reshape(records, [-1, batch_size]), tf.reshape(seeds, [-1, batch_size, 2])
+        width = tf.gather(tables.widths, p)
+        used = tf.range(first * width, rows * width)
+        if tables.permute:
+            used = tf.gather(tables.permutation(p, index, window, size), used)
+        return tf.gather(records, used), tf.gather(tables.crops(p, index, window, size), used)
 
     def epoch(index: tf.Tensor, begin: tf.Tensor) -> tf.data.Dataset:
         """This pipeline's records of epoch `index` from global step `begin` on."""
         first = begin // per_window
         wanted = -(-steps // per_window) - first
-        numbers = tf.data.Dataset.range(first, _FOREVER)
-        parts = tf.data.Dataset.zip(numbers, windows(index, first).take(wanted)).map(
-            traced_as_written(lambda w, r: part(index, begin, w, r)),
-            num_parallel_calls=tf.data.AUTOTUNE,
+        context = source.epoch_context()
+
+        def partition_steps(j: tf.Tensor) -> tf.data.Dataset:
+            p = j + mine.start
+            windows = source.windows(p, index, first, context).take(wanted)
+            numbered = tf.data.Dataset.zip(tf.data.Dataset.range(first, _FOREVER), windows)
+            return numbered.map(traced_as_written(lambda w, r: final(p, index, begin, w, r)))
+
+        # One element per partition in turn (each has `wanted` windows), read side by side.
+        parts = tf.data.Dataset.range(len(mine)).interleave(
+            traced_as_written(partition_steps),
+            cycle_length=len(mine),
+            block_length=1,
+            num_parallel_calls=len(mine),
             deterministic=True,
         )
+        if len(mine) > 1:
+            parts = parts.ragged_batch(len(mine))
+        parts = parts.map(traced_as_written(columns.batches))
         return parts.unbatch()
 
     return _epochs_from(start_step, steps, config.repeat, epoch)
+
+
+class _Columns:
+    """One window's records of the partitions `mine` (ragged: one row each, step after step)
+    to the pipeline's batches: its columns `[low, high)` of theirs in each step."""
+
+    def __init__(self, plan: PartitionedOrder, mine: range, low: int, high: int, batch_size: int):
+        self.batch_size = batch_size
+        self.width = plan.width(mine.start)
+        self.single = len(mine) == 1
+        # Column c of the steps comes from partition `part[c]` (of mine), its column `inner[c]`.
+        owned = [(j, c) for j, p in enumerate(mine) for c in range(plan.width(p))]
+        self.part = tf.constant([j for j, _ in owned[low:high]], tf.int64)
+        self.inner = tf.constant([c for _, c in owned[low:high]], tf.int64)
+        self.widths = tf.constant([plan.width(p) for p in mine], tf.int64)
+        self.whole = self.single and low == 0 and high == self.width
+        self.low, self.high = low, high
+
+    def batches(self, records, seeds) -> tuple[tf.Tensor, tf.Tensor]:
+        if self.single:  # one partition: its columns, no gather
+            records = tf.reshape(records, [-1, self.width])
+            seeds = tf.reshape(seeds, [-1, self.width, 2])
+            if not self.whole:
+                records, seeds = records[:, self.low : self.high], seeds[:, self.low : self.high]
+        else:
+            splits = records.row_splits
+            rows = (splits[1] - splits[0]) // self.widths[0]
+            index = (
+                tf.gather(splits[:-1], self.part)[tf.newaxis, :]
+                + tf.range(rows)[:, tf.newaxis] * tf.gather(self.widths, self.part)[tf.newaxis, :]
+                + self.inner[tf.newaxis, :]
+            )
+            records = tf.gather(records.flat_values, index)
+            seeds = tf.gather(seeds.flat_values, index)
+        return (
+            tf.reshape(records, [-1, self.batch_size]),
+            tf.reshape(seeds, [-1, self.batch_size, 2]),
+        )
 
 
 def _epochs_from(
@@ -222,95 +258,99 @@ def _steps(order: EpochOrder, batch: int) -> int:
     return order.steps(batch)
 
 
-def _streamed_windows(config, plan: PartitionedOrder, mine: range, read_part: Callable) -> Callable:
-    """`windows(epoch, first)`: from window `first` on, a tuple per window of each partition
-    in `mine`'s merged stream, each read from its pieces by its own interleave."""
-    read = read_part
-    if config.local_copies is not None:
-        read = config.local_copies.after_download(read)
+class _Streamed:
+    """Each partition's merged stream, window by window, read from its pieces by its own
+    interleave: one traced function for every partition (its tables indexed by partition)."""
 
-    def windows(epoch: tf.Tensor, first: tf.Tensor) -> tf.data.Dataset:
-        return tf.data.Dataset.zip(
-            tuple(_merged(config, plan.orders[p], plan.units[p], read)(epoch, first) for p in mine)
+    def __init__(self, config, plan: PartitionedOrder, tables, read_part: Callable):
+        self.config, self.plan, self.tables = config, plan, tables
+        self.read = read_part
+        if config.local_copies is not None:
+            self.read = config.local_copies.after_download(read_part)
+        units = plan.all_units()
+        shards = config.shards
+        shard_of = tf.constant(units.shard, tf.int64)
+        self.paths = tf.gather(tf.constant([s.path for s in shards], tf.string), shard_of)
+        self.compressions = tf.gather(
+            tf.constant([s.compression for s in shards], tf.string), shard_of
         )
+        self.in_shard = tf.gather(tf.constant([s.num_examples for s in shards], tf.int64), shard_of)
+        self.firsts, self.counts = (tf.constant(v, tf.int64) for v in (units.first, units.count))
+        self.offsets = tf.constant(units.offset, tf.int64)
+        self.lengths = tf.constant(units.length, tf.int64)
+        # A shard's last piece is read to the shard's end: its record count is checked there.
+        self.ends_shard = tf.equal(self.firsts + self.counts, self.in_shard)
+        self.window_sizes = tf.constant([o.window for o in plan.orders], tf.int64)
 
-    return windows
+    def epoch_context(self) -> None:
+        return None
 
-
-def _merged(config, order: EpochOrder, pieces, read: Callable) -> Callable:
-    """`windows(epoch, first)`: one partition's merged stream from window `first` on, one
-    tensor of records per window."""
-    shards = config.shards
-    shard_of = tf.constant(pieces.shard, tf.int64)
-    paths = tf.gather(tf.constant([s.path for s in shards], tf.string), shard_of)
-    compressions = tf.gather(tf.constant([s.compression for s in shards], tf.string), shard_of)
-    in_shard = tf.gather(tf.constant([s.num_examples for s in shards], tf.int64), shard_of)
-    firsts, counts = tf.constant(pieces.first, tf.int64), tf.constant(pieces.count, tf.int64)
-    offsets, lengths = tf.constant(pieces.offset, tf.int64), tf.constant(pieces.length, tf.int64)
-    # A shard's last piece is read to the shard's end: its record count is checked there.
-    ends_shard = tf.equal(firsts + counts, in_shard)
-
-    def pieces_from(i: tf.Tensor, skip: tf.Tensor) -> tuple:
+    def _pieces_from(self, i: tf.Tensor, skip: tf.Tensor) -> tuple:
         """read_part's arguments for pieces `i`, from record `skip` on in each."""
         unknown = tf.constant(-1, tf.int64)
         span = Span(
-            first=tf.gather(firsts, i) + skip,
-            offset=tf.where(skip == 0, tf.gather(offsets, i), unknown),  # inside: look it up
-            limit=tf.where(tf.gather(ends_shard, i), unknown, tf.gather(counts, i) - skip),
-            length=tf.where(skip == 0, tf.gather(lengths, i), unknown),
+            first=tf.gather(self.firsts, i) + skip,
+            offset=tf.where(skip == 0, tf.gather(self.offsets, i), unknown),  # inside: look up
+            limit=tf.where(
+                tf.gather(self.ends_shard, i), unknown, tf.gather(self.counts, i) - skip
+            ),
+            length=tf.where(skip == 0, tf.gather(self.lengths, i), unknown),
         )
-        return tf.gather(paths, i), tf.gather(compressions, i), tf.gather(in_shard, i), span
+        paths, compressions = tf.gather(self.paths, i), tf.gather(self.compressions, i)
+        return paths, compressions, tf.gather(self.in_shard, i), span
 
-    def windows(epoch: tf.Tensor, first: tf.Tensor) -> tf.data.Dataset:
-        parts = tf.data.Dataset.from_tensor_slices(
-            pieces_from(*order.resume_inputs(epoch, first * order.window))
-        )
-        if config.local_copies is not None:
-            parts = config.local_copies.localize(parts)
-        # The merge the epoch order is defined by; one reader per lane (AUTOTUNE read less).
+    def windows(self, p: tf.Tensor, epoch: tf.Tensor, first: tf.Tensor, _) -> tf.data.Dataset:
+        """Partition `p`'s merged stream of `epoch` from window `first` on."""
+        window = tf.gather(self.window_sizes, p)
+        units, skips = self.tables.resume_inputs(p, epoch, first * window)
+        parts = tf.data.Dataset.from_tensor_slices(self._pieces_from(units, skips))
+        if self.config.local_copies is not None:
+            parts = self.config.local_copies.localize(parts)
+        # The merge the partition's order is defined by; one reader per lane.
         merged = parts.interleave(
-            read,
-            cycle_length=order.lanes,
+            self.read,
+            cycle_length=self.plan.lanes,
             block_length=1,
-            num_parallel_calls=order.lanes,
+            num_parallel_calls=self.plan.lanes,
             deterministic=True,
         )
-        return merged.batch(order.window).prefetch(2)
-
-    return windows
+        return merged.batch(window).prefetch(2)
 
 
-def _cached_windows(config, plan: PartitionedOrder, mine: range, read_part: Callable) -> Callable:
-    """`windows(epoch, first)` from the split's records kept in RAM (read once, in listed
-    order): the same windows as streamed, gathered instead of read."""
-    shards = config.shards
-    files = tf.data.Dataset.from_tensor_slices(
-        (
-            [s.path for s in shards],
-            [s.compression for s in shards],
-            tf.constant([s.num_examples for s in shards], tf.int64),
-            Span(*[tf.constant([v] * len(shards), tf.int64) for v in (0, 0, -1, -1)]),
-        )
-    )
-    if config.local_copies is not None:
-        files = config.local_copies.localize(files)
-        read_part = config.local_copies.after_download(read_part)
-    # One element, the whole split, kept after the first pass.
-    listed = files.flat_map(read_part).batch(plan.starts[-1]).cache()
-    last = -(-plan.steps // plan.steps_per_window)
+class _Cached:
+    """The same windows from the split's records kept in RAM (read once, in listed order),
+    gathered instead of read."""
 
-    def windows(epoch: tf.Tensor, first: tf.Tensor) -> tf.data.Dataset:
-        merged = [plan.orders[p].merged_records(epoch) + plan.starts[p] for p in mine]
-        sizes = [(plan.orders[p].window, plan.orders[p].num_examples) for p in mine]
-        # Read to its end (the cache is complete only then), once per epoch.
-        everything = listed.get_single_element()
-
-        def window(k: tf.Tensor) -> tuple:
-            return tuple(
-                tf.gather(everything, m[k * width : tf.minimum((k + 1) * width, total)])
-                for m, (width, total) in zip(merged, sizes, strict=True)
+    def __init__(self, config, plan: PartitionedOrder, tables, read_part: Callable):
+        self.tables = tables
+        shards = config.shards
+        files = tf.data.Dataset.from_tensor_slices(
+            (
+                [s.path for s in shards],
+                [s.compression for s in shards],
+                tf.constant([s.num_examples for s in shards], tf.int64),
+                Span(*[tf.constant([v] * len(shards), tf.int64) for v in (0, 0, -1, -1)]),
             )
+        )
+        if config.local_copies is not None:
+            files = config.local_copies.localize(files)
+            read_part = config.local_copies.after_download(read_part)
+        # One element, the whole split, kept after the first pass.
+        self.listed = files.flat_map(read_part).batch(plan.starts[-1]).cache()
+        self.plan = plan
+        self.window_sizes = tf.constant([o.window for o in plan.orders], tf.int64)
+        self.totals = tf.constant([o.num_examples for o in plan.orders], tf.int64)
+        self.last = -(-plan.steps // plan.steps_per_window)
 
-        return tf.data.Dataset.range(first, last).map(window)
+    def epoch_context(self) -> tf.Tensor:
+        # Read to its end (the cache is complete only then), once per epoch.
+        return self.listed.get_single_element()
 
-    return windows
+    def windows(self, p, epoch, first, everything) -> tf.data.Dataset:
+        merged = self.tables.merged_records(p, epoch)
+        width, total = tf.gather(self.window_sizes, p), tf.gather(self.totals, p)
+
+        def window(k: tf.Tensor) -> tf.Tensor:
+            return tf.gather(everything, merged[k * width : tf.minimum((k + 1) * width, total)])
+
+        return tf.data.Dataset.range(first, self.last).map(window)
