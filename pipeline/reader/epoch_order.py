@@ -115,6 +115,8 @@ class EpochOrder:
     def epoch_records(self, epoch: int) -> list[int]:
         """The listed-order index of the record at every final position (tests, benchmarks)."""
         merged = self.merged_records(epoch).numpy()
+        if not self.permute:
+            return [int(v) for v in merged]
         out: list[int] = []
         for index, first in enumerate(range(0, self.num_examples, self.window)):
             size = min(self.window, self.num_examples - first)
