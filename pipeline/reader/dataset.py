@@ -8,6 +8,7 @@ records pipeline/reader/shard_records.py, how records become images pipeline/rea
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import os
 import warnings
@@ -37,7 +38,8 @@ from pipeline.reader.options import (
     Storage,
     resolve_options,
 )
-from pipeline.reader.pieces import Pieces, split_pieces
+from pipeline.reader.partitions import PartitionedOrder
+from pipeline.reader.pieces import Pieces, record_offsets, split_pieces
 from pipeline.reader.resumable import (
     StartStep,
     check_no_start_step,
@@ -116,6 +118,7 @@ class _Config:
     partitions: int | None = None  # training: the epoch order's partitions (None: default)
     # Training: the units of the epoch order; None without every shard's record count.
     pieces: Pieces | None = None
+    plan: PartitionedOrder | None = None  # training: the epoch order, in partitions
     pixels: PixelOutput = PixelOutput()  # output dtype and bands (pipeline/reader/bands.py)
     # task="detection" | "segmentation": (images, targets) elements (pipeline/reader/detection.py)
     task: str = "classification"
@@ -325,6 +328,10 @@ def _training_config(
     if config.training and all(s.num_examples >= 0 for s in config.shards):
         pieces = split_pieces(config.shards, store, config.num_bytes, shards_at_once)
         config = dataclasses.replace(config, pieces=pieces)
+        # The shard markers of the shards a partition's edge cuts (one small read each).
+        locate = functools.cache(lambda i: record_offsets(config.shards[i], store))
+        plan = partitioned_order(config, _DEFAULT_ORDER_SEED, locate)
+        config = dataclasses.replace(config, plan=plan)
     return config
 
 
@@ -500,10 +507,10 @@ def _pipeline_dataset(
         if ctx
         else config.global_batch_size
     )
-    if config.pieces is not None:
+    if config.plan is not None:
         records = ordered_records(
             config,
-            partitioned_order(config, _DEFAULT_ORDER_SEED),
+            config.plan,
             num_pipelines,
             pipeline_id,
             batch_size,

@@ -16,13 +16,13 @@ neighbour (read by both, each keeping its columns).
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import tensorflow as tf
 
 from pipeline.reader.epoch_order import (
     EpochOrder,
-    crop_seeds,
     merged_listed,
     resume_from,
     resumed_inputs,
@@ -118,13 +118,11 @@ class PartitionedOrder:
 
 class PartitionTables:
     """The partitions' seeds and widths as int64 tensors indexed by partition: one traced
-    function serves every partition. `crop_base`: the seed the crop seeds are drawn from."""
+    function serves every partition."""
 
-    def __init__(self, plan: PartitionedOrder, crop_base: int):
+    def __init__(self, plan: PartitionedOrder):
         count = plan.count
         self.seeds = tf.constant([o.seed % 2**62 for o in plan.orders], tf.int64)
-        crops = [partition_seed(crop_base, p, count) % 2**62 for p in range(count)]
-        self.crop_seeds = tf.constant(crops, tf.int64)
         self.widths = tf.constant([plan.width(p) for p in range(count)], tf.int64)
         self.permute = plan.orders[0].permute
         self.plan = plan
@@ -160,10 +158,6 @@ class PartitionTables:
         """int64 [size]: partition `p`'s window `window`, merged positions in final order."""
         return window_permutation(tf.gather(self.seeds, p), epoch, window, size)
 
-    def crops(self, p, epoch, window, size) -> tf.Tensor:
-        """int64 [size, 2]: crop and flip seeds of partition `p`'s window's final positions."""
-        return crop_seeds(tf.gather(self.crop_seeds, p), epoch, window, size)
-
 
 def default_partitions(num_units: int, global_batch_size: int) -> int:
     """The partitions when none are asked for: the largest power of two that is at most
@@ -174,11 +168,18 @@ def default_partitions(num_units: int, global_batch_size: int) -> int:
 
 
 def partition(
-    template: EpochOrder, pieces: Pieces, global_batch_size: int, count: int, steps_per_window: int
+    template: EpochOrder,
+    pieces: Pieces,
+    global_batch_size: int,
+    count: int,
+    steps_per_window: int,
+    locate: Callable[[int], Sequence[int] | None] | None = None,
 ) -> PartitionedOrder:
     """`template` (the whole split's order over `pieces`) in `count` partitions: each gets the
     template's lanes divided among them (one at least), its seed, and windows of
-    `steps_per_window` steps of its part. One partition is the template itself.
+    `steps_per_window` steps of its part. One partition is the template itself. `locate(i)`:
+    the byte offset of every record of listed shard i and its end (None: not known), for
+    the pieces a partition's edge cuts: read from there to there, not to the shard's end.
 
     Raises:
         ValueError: `count` is not between 1 and the global batch size.
@@ -195,7 +196,7 @@ def partition(
     starts = [steps * c + left_out * c // batch for c in columns]
     orders, units = [], []
     for p in range(count):
-        unit = _within(pieces, starts[p], starts[p + 1])
+        unit = _within(pieces, starts[p], starts[p + 1], locate)
         units.append(unit)
         orders.append(
             EpochOrder(
@@ -218,9 +219,10 @@ def partition_seed(seed: int, p: int, count: int) -> int:
     return (seed * _PARTITION_STRIDE + 7919 * (p + 1)) % 2**62
 
 
-def _within(pieces: Pieces, low: int, high: int) -> Pieces:
+def _within(pieces: Pieces, low: int, high: int, locate) -> Pieces:
     """The pieces of listed records `[low, high)`: whole pieces, and the parts of the (at most
-    two) pieces cut at its edges, whose byte offset is looked up when read (-1)."""
+    two) pieces cut at its edges, at the byte offsets `locate` knows (else -1: the offset is
+    looked up when read, and the read goes on to the shard's end)."""
     rows = []
     start = 0
     for shard, first, count, offset, length in zip(
@@ -228,16 +230,20 @@ def _within(pieces: Pieces, low: int, high: int) -> Pieces:
     ):
         begin, end = max(low, start), min(high, start + count)
         if begin < end:
-            whole = begin == start and end == start + count
-            rows.append(
-                (
-                    shard,
-                    first + begin - start,
-                    end - begin,
-                    offset if begin == start else -1,
-                    length if whole else -1,
-                )
-            )
+            row = (shard, first + begin - start, end - begin, offset, length)
+            if begin != start or end != start + count:
+                row = _cut(row, begin == start, locate)
+            rows.append(row)
         start += count
     shard, first, count, offset, length = zip(*rows, strict=True)
     return Pieces(shard, first, count, offset, length, pieces.lanes, pieces.cut)
+
+
+def _cut(row: tuple, same_start: bool, locate) -> tuple:
+    """A piece's row `(shard, first, count, offset, length)` cut to its records, with its
+    bytes when `locate` knows the shard's record offsets."""
+    shard, first, count, offset, _ = row
+    offsets = locate(shard) if locate is not None else None
+    if offsets is None:
+        return shard, first, count, offset if same_start else -1, -1
+    return shard, first, count, offsets[first], offsets[first + count] - offsets[first]

@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 import tensorflow as tf
 
-from pipeline.reader.epoch_order import EpochOrder
+from pipeline.reader.epoch_order import EpochOrder, crop_seeds
 from pipeline.reader.partitions import (
     PartitionedOrder,
     PartitionTables,
@@ -34,6 +34,10 @@ StartStep = int | Callable[[], int] | object
 
 # Epochs "forever" for a repeating dataset (a Dataset.range bound).
 _FOREVER = 2**62
+# A partition hands on at least this many records at a time (a few steps' worth) when its
+# order is not permuted: one tf.data element per partition and step cost more than decoding
+# small images (docs/benchmarks.md, "Several workers").
+_PARTITION_RECORDS = 16
 
 
 def read_start_step(start_step: StartStep) -> int:
@@ -102,15 +106,19 @@ def _start_tensor(start_step: StartStep, steps: int, repeat: bool) -> tf.Tensor:
     return tf.ensure_shape(tf.py_function(read, [], tf.int64), [])
 
 
-def partitioned_order(config, default_seed: int) -> PartitionedOrder:
+def partitioned_order(config, default_seed: int, locate=None) -> PartitionedOrder:
     """The epoch order in partitions (pipeline/reader/partitions.py): `Order(partitions=)`, or
     by default from the split's pieces and the global batch only, never from the workers, so
-    every worker and every restart with any number of workers draws the same order."""
+    every worker and every restart with any number of workers draws the same order.
+    `locate(i)`: listed shard i's record offsets (or None), for pieces cut by a partition."""
     template, batch = epoch_order(config, default_seed), config.global_batch_size
     _steps(template, batch)
     count = config.partitions or default_partitions(len(template.counts), batch)
-    steps_per_window = -(-(config.window_records or _default_window(config)) // batch)
-    return partition(template, config.pieces, batch, count, steps_per_window)
+    if template.permute:
+        steps_per_window = -(-template.window // batch)
+    else:  # the window is one step; a partition hands on a few steps' records at a time
+        steps_per_window = -(-_PARTITION_RECORDS // (batch // count))
+    return partition(template, config.pieces, batch, count, steps_per_window, locate)
 
 
 def ordered_records(
@@ -142,24 +150,43 @@ def ordered_records(
         This pipeline's part of each global batch, in order, `steps * B / P` records per epoch;
         epochs on forever when `config.repeat`, else to the end of the start epoch.
     """
-    steps, per_window = plan.steps, plan.steps_per_window
+    steps, per_window, batch = plan.steps, plan.steps_per_window, plan.global_batch_size
     mine, low, high = plan.owned(num_pipelines, pipeline_id)
     crop_base = random.getrandbits(62) if crop_seed is None else crop_seed
-    tables = PartitionTables(plan, crop_base)
+    tables = PartitionTables(plan)
     source = (_Cached if config.cache else _Streamed)(config, plan, tables, read_part)
-    columns = _Columns(plan, mine, low, high, batch_size)
+    columns = _Columns(plan, mine, low, high)
+    mine_from = plan.columns[mine.start]  # the global batch's column of my partitions' first
+
+    def rows_of(window, begin) -> tuple[tf.Tensor, tf.Tensor]:
+        """The window's first step to yield (from step `begin` on) and one past its last."""
+        first = tf.maximum(begin - window * per_window, 0)
+        return first, tf.minimum(tf.constant(per_window, tf.int64), steps - window * per_window)
 
     def final(p, index, begin, window, records) -> tuple[tf.Tensor, tf.Tensor]:
         """Partition `p`'s records of the window's steps from step `begin` on, in final order,
-        step after step, with their crop seeds."""
-        size = tf.shape(records, out_type=tf.int64)[0]
-        first = tf.maximum(begin - window * per_window, 0)
-        rows = tf.minimum(tf.constant(per_window, tf.int64), steps - window * per_window)
+        step after step (and the window's number)."""
+        first, rows = rows_of(window, begin)
         width = tf.gather(tables.widths, p)
+        if not tables.permute:
+            return records[first * width : rows * width], window
+        size = tf.shape(records, out_type=tf.int64)[0]
         used = tf.range(first * width, rows * width)
-        if tables.permute:
-            used = tf.gather(tables.permutation(p, index, window, size), used)
-        return tf.gather(records, used), tf.gather(tables.crops(p, index, window, size), used)
+        return tf.gather(
+            records, tf.gather(tables.permutation(p, index, window, size), used)
+        ), window
+
+    def batches(index, begin, records, window) -> tuple[tf.Tensor, tf.Tensor]:
+        """This pipeline's batches of the window's steps, with the crop and flip seeds of
+        their global positions."""
+        window = tf.reshape(window, [-1])[0]
+        first, rows = rows_of(window, begin)
+        seeds = tf.reshape(crop_seeds(crop_base, index, window, per_window * batch), [-1, batch, 2])
+        seeds = seeds[first:rows, mine_from + low : mine_from + high]
+        return (
+            tf.reshape(columns.select(records), [-1, batch_size]),
+            tf.reshape(seeds, [-1, batch_size, 2]),
+        )
 
     def epoch(index: tf.Tensor, begin: tf.Tensor) -> tf.data.Dataset:
         """This pipeline's records of epoch `index` from global step `begin` on."""
@@ -183,18 +210,22 @@ def ordered_records(
         )
         if len(mine) > 1:
             parts = parts.ragged_batch(len(mine))
-        parts = parts.map(traced_as_written(columns.batches))
+        parts = parts.map(
+            traced_as_written(lambda records, window: batches(index, begin, records, window)),
+            num_parallel_calls=tf.data.AUTOTUNE,
+            deterministic=True,
+        )
         return parts.unbatch()
 
     return _epochs_from(start_step, steps, config.repeat, epoch)
 
 
 class _Columns:
-    """One window's records of the partitions `mine` (ragged: one row each, step after step)
-    to the pipeline's batches: its columns `[low, high)` of theirs in each step."""
+    """One window's records of the partitions `mine` (ragged when several: one row each,
+    step after step) to the pipeline's part of each of its steps: columns `[low, high)` of
+    theirs."""
 
-    def __init__(self, plan: PartitionedOrder, mine: range, low: int, high: int, batch_size: int):
-        self.batch_size = batch_size
+    def __init__(self, plan: PartitionedOrder, mine: range, low: int, high: int):
         self.width = plan.width(mine.start)
         self.single = len(mine) == 1
         # Column c of the steps comes from partition `part[c]` (of mine), its column `inner[c]`.
@@ -205,26 +236,19 @@ class _Columns:
         self.whole = self.single and low == 0 and high == self.width
         self.low, self.high = low, high
 
-    def batches(self, records, seeds) -> tuple[tf.Tensor, tf.Tensor]:
+    def select(self, records) -> tf.Tensor:
+        """[steps, high - low] records."""
         if self.single:  # one partition: its columns, no gather
             records = tf.reshape(records, [-1, self.width])
-            seeds = tf.reshape(seeds, [-1, self.width, 2])
-            if not self.whole:
-                records, seeds = records[:, self.low : self.high], seeds[:, self.low : self.high]
-        else:
-            splits = records.row_splits
-            rows = (splits[1] - splits[0]) // self.widths[0]
-            index = (
-                tf.gather(splits[:-1], self.part)[tf.newaxis, :]
-                + tf.range(rows)[:, tf.newaxis] * tf.gather(self.widths, self.part)[tf.newaxis, :]
-                + self.inner[tf.newaxis, :]
-            )
-            records = tf.gather(records.flat_values, index)
-            seeds = tf.gather(seeds.flat_values, index)
-        return (
-            tf.reshape(records, [-1, self.batch_size]),
-            tf.reshape(seeds, [-1, self.batch_size, 2]),
+            return records if self.whole else records[:, self.low : self.high]
+        splits = records.row_splits
+        rows = (splits[1] - splits[0]) // self.widths[0]
+        index = (
+            tf.gather(splits[:-1], self.part)[tf.newaxis, :]
+            + tf.range(rows)[:, tf.newaxis] * tf.gather(self.widths, self.part)[tf.newaxis, :]
+            + self.inner[tf.newaxis, :]
         )
+        return tf.gather(records.flat_values, index)
 
 
 def _epochs_from(
@@ -306,6 +330,9 @@ class _Streamed:
         parts = tf.data.Dataset.from_tensor_slices(self._pieces_from(units, skips))
         if self.config.local_copies is not None:
             parts = self.config.local_copies.localize(parts)
+        if self.plan.lanes == 1:
+            # One piece at a time: the partitions' interleave is this one's reader thread.
+            return parts.flat_map(self.read).batch(window)
         # The merge the partition's order is defined by; one reader per lane.
         merged = parts.interleave(
             self.read,
