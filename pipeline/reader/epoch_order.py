@@ -10,10 +10,11 @@ An epoch of N records is laid out in three draws, each from its own stateless se
 3. the merged stream cut into windows of `window` records, each permuted at random (unless
    `permute` is off: a window of one global batch holds a set of records, already drawn from
    a random merge, and permuting it would only copy them).
-Global step s is final positions [s*B, (s+1)*B); input pipeline p of P takes positions whose
-offset in the step is in [p*B/P, (p+1)*B/P). Nothing depends on the number of workers or
-replicas, on read speed or on `deterministic`, and starting at any step reads only the shards
-still needed (each open one from its record, later ones whole) plus one window.
+Global step s is final positions [s*B, (s+1)*B). The reader's order is this in each of a few
+partitions of the split, side by side (pipeline/reader/partitions.py). Nothing depends on the
+number of workers or replicas, on read speed or on `deterministic`, and starting at any step
+reads only the shards still needed (each open one from its record, later ones whole) plus one
+window.
 """
 
 from __future__ import annotations
@@ -27,7 +28,6 @@ __all__ = [
     "EpochOrder",
     "crop_seeds",
     "merged_listed",
-    "pipeline_mask",
     "resume_from",
     "resumed_inputs",
     "shard_order",
@@ -194,18 +194,6 @@ def crop_seeds(seed, epoch, index, size) -> tf.Tensor:
     shape = tf.stack([tf.cast(size, tf.int32), 2])
     seed = stream_seed(seed, epoch, _CROPS, index)
     return tf.random.stateless_uniform(shape, seed, minval=None, maxval=None, dtype=tf.int64)
-
-
-def pipeline_mask(
-    first, size, global_batch_size: int, num_pipelines: int, pipeline_id: int, begin, end
-) -> tf.Tensor:
-    """bool [size]: which of the final positions [first, first+size) pipeline `pipeline_id`
-    yields: its part of each global batch, from position `begin` up to `end` (exclusive)."""
-    positions = tf.cast(first, tf.int64) + tf.range(tf.cast(size, tf.int64), dtype=tf.int64)
-    part = global_batch_size // num_pipelines
-    offset = positions % global_batch_size
-    mine = (offset >= pipeline_id * part) & (offset < (pipeline_id + 1) * part)
-    return mine & (positions >= tf.cast(begin, tf.int64)) & (positions < tf.cast(end, tf.int64))
 
 
 @dataclasses.dataclass

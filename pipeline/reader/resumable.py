@@ -1,5 +1,6 @@
-"""Training records in the epoch order (pipeline/reader/epoch_order.py) from any global step:
-each input pipeline's part of every global batch, epoch after epoch. TensorFlow + core only."""
+"""Training records in the epoch order (pipeline/reader/partitions.py, epoch_order.py) from any
+global step: each input pipeline's part of every global batch, read from the partitions it
+comes from only, epoch after epoch. TensorFlow + core only."""
 
 from __future__ import annotations
 

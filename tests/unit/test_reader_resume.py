@@ -20,7 +20,7 @@ import tensorflow as tf
 from core import schema
 from pipeline.reader import dataset as reader
 from pipeline.reader import dataset_info
-from pipeline.reader.epoch_order import EpochOrder, pipeline_mask
+from pipeline.reader.epoch_order import EpochOrder
 from pipeline.reader.partitions import partition
 from pipeline.reader.pieces import Pieces
 from pipeline.reader.shard_records import Span, read_shard
@@ -146,12 +146,6 @@ def test_resume_inputs_go_on_where_the_merge_stopped(merged_start):
     shards, skips = order.resume_inputs(2, tf.constant(merged_start, tf.int64))
     resumed = _tf_interleave(UNEVEN, shards.numpy(), skips.numpy(), 3)
     assert resumed == merged[merged_start:]
-
-
-def test_pipeline_masks_split_every_global_batch():
-    masks = [pipeline_mask(0, 40, 12, 3, p, 5, 36).numpy() for p in range(3)]
-    owners = [sum(int(m[q]) * (p + 1) for p, m in enumerate(masks)) for q in range(40)]
-    assert owners == [0] * 5 + [2] * 3 + [3] * 4 + ([1] * 4 + [2] * 4 + [3] * 4) * 2 + [0] * 4
 
 
 @pytest.mark.parametrize("partitions", [None, 1, 2])
