@@ -18,8 +18,10 @@ Quality, over one epoch of an ImageNet-like layout (1024 shards of 1251 records,
 classes, global batch 256), for two ways records sit in shards:
   imgrec's shards   a record's shard is a hash of its key (classes mixed in every shard)
   worst case        each shard holds one class (a dataset sorted by class, then cut)
-and these orders: the reader's epoch order (pipeline/reader/epoch_order.py) with its
-defaults (32 shards at once, a global batch the merge's next records), with 16 or 64 at
+and these orders: the reader's default (the epoch order in 64 partitions,
+pipeline/reader/partitions.py: each global batch 4 records of each, one shard of each read at
+once); the epoch order in one partition (pipeline/reader/epoch_order.py: 32 shards at once,
+a global batch the merge's next records, the default before partitions), with 16 or 64 at
 once, with a window of 2,384 records (`shuffle_buffer_mb=256` of 110 KB photos) or 4x that; the reader
 before it (16 shards interleaved record by record, then a 2,384-record shuffle buffer,
 simulated); a uniform random permutation. Figures: distinct classes per global
@@ -28,8 +30,8 @@ of their positions / epoch length, mean over shards: 0.289 for a uniform spread)
 
 Then a small split, read in pieces (pipeline/reader/pieces.py): 60,000 records of 110 KB in 8
 shards, 100 classes, classes mixed (imgrec's) or sorted, global batch 256; orders: the default
-(pieces, 8 read at once), whole shards with the 2,384-record window (a split with
-no shard markers), the reader before, uniform. One more figure: of the record pairs sharing a
+(pieces in 64 partitions), pieces in one partition (8 read at once), whole shards with the
+2,384-record window (a split with no shard markers), the reader before, uniform. One more figure: of the record pairs sharing a
 global batch in epoch 0, the share that share one again in epoch 1.
 """
 
@@ -247,9 +249,9 @@ def _figures(order: np.ndarray, labels: np.ndarray, shard_of: np.ndarray) -> tup
     steps = len(order) // _BATCH
     batches = labels[order[: steps * _BATCH]].reshape(steps, _BATCH)
     classes = float(np.mean([len(np.unique(b)) for b in batches]))
-    position = np.empty(len(order))
+    position = np.full(len(labels), np.nan)  # an order may leave the last partial batch out
     position[order] = np.arange(len(order)) / len(order)
-    spread = float(np.mean([position[shard_of == s].std() for s in np.unique(shard_of)]))
+    spread = float(np.mean([np.nanstd(position[shard_of == s]) for s in np.unique(shard_of)]))
     return classes, spread
 
 
@@ -274,6 +276,7 @@ def quality() -> list[list]:
 
     orders = {
         "new (32 at once)": new(32, _BATCH),
+        "64 partitions (default)": _partitioned(counts, 32, _BATCH),
         "reader before": _old_reader_order(counts, rng, _WINDOW),
         # What buys more: shards read at once (shards_at_once=), a larger window
         # (shuffle_buffer_mb=).
@@ -314,7 +317,10 @@ def small_split_quality() -> list[list]:
         return [np.array(order.epoch_records(e)) for e in (0, 1)]
 
     orders = {
-        "pieces (default)": epochs(pieces.count, _BATCH),
+        "pieces, 64 partitions (default)": [
+            _partitioned(pieces.count, _SMALL_SHARDS, _BATCH, e) for e in (0, 1)
+        ],
+        "pieces, one partition": epochs(pieces.count, _BATCH),
         "whole shards, 2,384-record window": epochs(counts, _WINDOW),
         "reader before": [_old_reader_order(counts, rng, _WINDOW) for _ in (0, 1)],
         "uniform permutation": [rng.permutation(_SMALL) for _ in (0, 1)],
@@ -328,15 +334,31 @@ def small_split_quality() -> list[list]:
     return rows
 
 
+def _partitioned(units, lanes: int, window: int, epoch: int = 0) -> np.ndarray:
+    """The reader's default order: `units` (shards or pieces, read `lanes` at once before
+    partitions) in the default number of partitions (pipeline/reader/partitions.py)."""
+    from pipeline.reader.epoch_order import EpochOrder
+    from pipeline.reader.partitions import default_partitions, partition
+    from pipeline.reader.pieces import Pieces
+
+    n = len(units)
+    template = EpochOrder(tuple(units), seed=1, lanes=lanes, window=window, permute=window > _BATCH)
+    pieces = Pieces(tuple(range(n)), (0,) * n, tuple(units), (0,) * n, (0,) * n, lanes, True)
+    count = default_partitions(n, _BATCH)
+    plan = partition(template, pieces, _BATCH, count, -(-window // _BATCH))
+    return np.array(plan.epoch_records(epoch))
+
+
 def _pairs_again(first: np.ndarray, second: np.ndarray) -> float:
     """Of the record pairs in one global batch of epoch `first`, the share also in one global
     batch of epoch `second` (a uniform permutation: about batch / records)."""
-    batch_of = np.empty(len(first), np.int64)
+    n = int(max(first.max(), second.max())) + 1
+    batch_of = -1 - np.arange(n)  # a record left out of `first` shares no batch there
     batch_of[first] = np.arange(len(first)) // _BATCH
     steps = len(second) // _BATCH
     again = 0
     for b in batch_of[second[: steps * _BATCH]].reshape(steps, _BATCH):
-        k = np.bincount(b)
+        k = np.bincount(b[b >= 0])
         again += int((k * (k - 1) // 2).sum())
     return again / (steps * _BATCH * (_BATCH - 1) // 2)
 
@@ -379,9 +401,9 @@ def main(argv=None) -> int:
     if args.only != "quality":
         _print_seek(args)
     if args.only != "seek":
-        print(f"{'shards':16} {'order':20} {'classes/batch':>13} {'shard spread':>12}")
+        print(f"{'shards':16} {'order':26} {'classes/batch':>13} {'shard spread':>12}")
         for row in quality():
-            print(f"{row[0]:16} {row[1]:20} {row[2]:>13} {row[3]:>12}")
+            print(f"{row[0]:16} {row[1]:26} {row[2]:>13} {row[3]:>12}")
         print(f"\n{'small split':16} {'order':34} {'classes/batch':>13} {'shard spread':>12} "
               f"{'pairs again':>11}")  # fmt: skip
         for row in small_split_quality():

@@ -4,10 +4,11 @@ dataset.py assembles it (`make_dataset`), files.py finds a split's shards (`step
 shard_records.py reads one shard's records, shares.py splits the records between input
 pipelines, pieces.py cuts a small split's shards into pieces, batches.py batches and decodes,
 decode.py turns records into images (bands.py: any depth and band count; modality.py: stored
-pixels back to the source's units), crops.py holds the crop windows; epoch_order.py and
-resumable.py the training epoch order and `start_step`, keras_resume.py the callbacks for Keras
-`fit` (import Keras when called); options.py make_dataset's option groups, detection.py and
-objects.py the detection and segmentation targets. TensorFlow and the core only, never Beam.
+pixels back to the source's units), crops.py holds the crop windows; epoch_order.py,
+partitions.py and resumable.py the training epoch order, its partitions and `start_step`,
+keras_resume.py the callbacks for Keras `fit` (import Keras when called); options.py
+make_dataset's option groups, detection.py and objects.py the detection and segmentation
+targets. TensorFlow and the core only, never Beam.
 """
 
 from pipeline.reader.dataset import make_dataset

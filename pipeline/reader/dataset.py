@@ -8,6 +8,7 @@ records pipeline/reader/shard_records.py, how records become images pipeline/rea
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import os
 import warnings
@@ -37,8 +38,14 @@ from pipeline.reader.options import (
     Storage,
     resolve_options,
 )
-from pipeline.reader.pieces import Pieces, split_pieces
-from pipeline.reader.resumable import StartStep, check_no_start_step, epoch_order, ordered_records
+from pipeline.reader.partitions import PartitionedOrder
+from pipeline.reader.pieces import Pieces, record_offsets, split_pieces
+from pipeline.reader.resumable import (
+    StartStep,
+    check_no_start_step,
+    ordered_records,
+    partitioned_order,
+)
 from pipeline.reader.shard_records import read_shard as _read_shard
 from pipeline.reader.shares import pipeline_records
 
@@ -108,8 +115,10 @@ class _Config:
     # Training: global steps already taken (an int, or read when iteration starts).
     start_step: StartStep = 0
     shards_at_once: int = SHARDS_AT_ONCE  # training: shards read at once
+    partitions: int | None = None  # training: the epoch order's partitions (None: default)
     # Training: the units of the epoch order; None without every shard's record count.
     pieces: Pieces | None = None
+    plan: PartitionedOrder | None = None  # training: the epoch order, in partitions
     pixels: PixelOutput = PixelOutput()  # output dtype and bands (pipeline/reader/bands.py)
     # task="detection" | "segmentation": (images, targets) elements (pipeline/reader/detection.py)
     task: str = "classification"
@@ -215,7 +224,7 @@ def make_dataset(
             **groups,
             task=(task, options),
         )
-        config = _training_config(config, store, start_step, groups["order"].shards_at_once)
+        config = _training_config(config, store, start_step, groups["order"])
         return _distribute(config, held, strategy, input_context)
     except BaseException:
         if held is not None:
@@ -308,14 +317,21 @@ def _make_config(
 
 
 def _training_config(
-    config: _Config, store: shard_cache.Store, start_step: StartStep, shards_at_once: int
+    config: _Config, store: shard_cache.Store, start_step: StartStep, order: Order
 ) -> _Config:
     """`config` with how training reads: from which step, and, when every shard's record count
     is known (the epoch order needs them), in which pieces (a small split's shard markers)."""
-    config = dataclasses.replace(config, start_step=start_step, shards_at_once=shards_at_once)
+    shards_at_once = order.shards_at_once
+    config = dataclasses.replace(
+        config, start_step=start_step, shards_at_once=shards_at_once, partitions=order.partitions
+    )
     if config.training and all(s.num_examples >= 0 for s in config.shards):
         pieces = split_pieces(config.shards, store, config.num_bytes, shards_at_once)
         config = dataclasses.replace(config, pieces=pieces)
+        # The shard markers of the shards a partition's edge cuts (one small read each).
+        locate = functools.cache(lambda i: record_offsets(config.shards[i], store))
+        plan = partitioned_order(config, _DEFAULT_ORDER_SEED, locate)
+        config = dataclasses.replace(config, plan=plan)
     return config
 
 
@@ -491,10 +507,10 @@ def _pipeline_dataset(
         if ctx
         else config.global_batch_size
     )
-    if config.pieces is not None:
+    if config.plan is not None:
         records = ordered_records(
             config,
-            epoch_order(config, _DEFAULT_ORDER_SEED),
+            config.plan,
             num_pipelines,
             pipeline_id,
             batch_size,

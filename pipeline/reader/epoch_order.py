@@ -10,10 +10,11 @@ An epoch of N records is laid out in three draws, each from its own stateless se
 3. the merged stream cut into windows of `window` records, each permuted at random (unless
    `permute` is off: a window of one global batch holds a set of records, already drawn from
    a random merge, and permuting it would only copy them).
-Global step s is final positions [s*B, (s+1)*B); input pipeline p of P takes positions whose
-offset in the step is in [p*B/P, (p+1)*B/P). Nothing depends on the number of workers or
-replicas, on read speed or on `deterministic`, and starting at any step reads only the shards
-still needed (each open one from its record, later ones whole) plus one window.
+Global step s is final positions [s*B, (s+1)*B). The reader's order is this in each of a few
+partitions of the split, side by side (pipeline/reader/partitions.py). Nothing depends on the
+number of workers or replicas, on read speed or on `deterministic`, and starting at any step
+reads only the shards still needed (each open one from its record, later ones whole) plus one
+window.
 """
 
 from __future__ import annotations
@@ -23,7 +24,16 @@ import dataclasses
 import numpy as np
 import tensorflow as tf
 
-__all__ = ["EpochOrder", "pipeline_mask"]
+__all__ = [
+    "EpochOrder",
+    "crop_seeds",
+    "merged_listed",
+    "resume_from",
+    "resumed_inputs",
+    "shard_order",
+    "stream_seed",
+    "window_permutation",
+]
 
 # Independent random streams drawn from one seed (any distinct constants would do).
 _SHARDS, _WINDOWS, _CROPS = 1, 3, 4
@@ -64,30 +74,22 @@ class EpochOrder:
 
     def stream_seed(self, epoch, stream: int, index=None) -> tf.Tensor:
         """A [2] stateless seed for `stream` of `epoch` (and of window `index`)."""
-        seed = tf.constant([self.seed % (2**62), stream], tf.int64)
-        seed = tf.random.experimental.stateless_fold_in(seed, tf.cast(epoch, tf.int64))
-        if index is not None:
-            seed = tf.random.experimental.stateless_fold_in(seed, tf.cast(index, tf.int64))
-        return seed
+        return stream_seed(self.seed % (2**62), epoch, stream, index)
 
     def shard_order(self, epoch) -> tf.Tensor:
         """int64 [F]: listed shard indices in this epoch's order (lane of position i: i % lanes)."""
-        listed = tf.range(len(self.counts), dtype=tf.int64)
-        return tf.random.experimental.stateless_shuffle(listed, self.stream_seed(epoch, _SHARDS))
+        return shard_order(self.seed % (2**62), epoch, len(self.counts))
 
     def window_permutation(self, epoch, index, size) -> tf.Tensor:
         """int64 [size]: merged positions (within the window) in final order."""
         positions = tf.range(tf.cast(size, tf.int64), dtype=tf.int64)
         if not self.permute:
             return positions
-        seed = self.stream_seed(epoch, _WINDOWS, index)
-        return tf.random.experimental.stateless_shuffle(positions, seed)
+        return window_permutation(self.seed % (2**62), epoch, index, size)
 
     def crop_seeds(self, epoch, index, size) -> tf.Tensor:
         """int64 [size, 2]: stateless crop and flip seeds of the window's final positions."""
-        shape = tf.stack([tf.cast(size, tf.int32), 2])
-        seed = self.stream_seed(epoch, _CROPS, index)
-        return tf.random.stateless_uniform(shape, seed, minval=None, maxval=None, dtype=tf.int64)
+        return crop_seeds(self.seed % (2**62), epoch, index, size)
 
     def resume_inputs(self, epoch, merged_start) -> tuple[tf.Tensor, tf.Tensor]:
         """The interleave's input from merged position `merged_start` on: (int64 [K] listed
@@ -97,40 +99,24 @@ class EpochOrder:
         order = self.shard_order(epoch)
 
         def resumed(order, start):
-            order = order.numpy()
-            sizes = np.asarray(self.counts, np.int64)[order]
-            shards, skips = _interleave(sizes, self.lanes, int(start)).inputs(sizes)
-            return order[shards], skips
+            return resumed_inputs(self.counts, self.lanes, order.numpy(), int(start))
 
-        def from_start():
-            return order, tf.zeros_like(order)
-
-        def from_inside():
-            shards, skips = tf.py_function(resumed, [order, merged_start], [tf.int64] * 2)
-            return tf.ensure_shape(shards, [None]), tf.ensure_shape(skips, [None])
-
-        return tf.cond(tf.equal(merged_start, 0), from_start, from_inside)
+        return resume_from(order, merged_start, resumed)
 
     def merged_records(self, epoch) -> tf.Tensor:
         """int64 [N]: the listed-order index (shard by shard) of each merged position's record."""
         order = self.shard_order(epoch)
 
         def merged(order):
-            counts = np.asarray(self.counts, np.int64)
-            sizes = counts[order.numpy()]
-            inputs = _interleave(sizes, self.lanes, sizes.sum()).taken
-            # Record i of input j is listed record firsts[order[j]] + i.
-            within = np.empty_like(inputs)
-            grouped = np.argsort(inputs, kind="stable")
-            within[grouped] = np.arange(inputs.size) - np.repeat(np.cumsum(sizes) - sizes, sizes)
-            firsts = np.cumsum(counts) - counts
-            return firsts[order.numpy()[inputs]] + within
+            return merged_listed(self.counts, self.lanes, order.numpy())
 
         return tf.ensure_shape(tf.py_function(merged, [order], tf.int64), [self.num_examples])
 
     def epoch_records(self, epoch: int) -> list[int]:
         """The listed-order index of the record at every final position (tests, benchmarks)."""
         merged = self.merged_records(epoch).numpy()
+        if not self.permute:
+            return [int(v) for v in merged]
         out: list[int] = []
         for index, first in enumerate(range(0, self.num_examples, self.window)):
             size = min(self.window, self.num_examples - first)
@@ -139,16 +125,75 @@ class EpochOrder:
         return out
 
 
-def pipeline_mask(
-    first, size, global_batch_size: int, num_pipelines: int, pipeline_id: int, begin, end
-) -> tf.Tensor:
-    """bool [size]: which of the final positions [first, first+size) pipeline `pipeline_id`
-    yields: its part of each global batch, from position `begin` up to `end` (exclusive)."""
-    positions = tf.cast(first, tf.int64) + tf.range(tf.cast(size, tf.int64), dtype=tf.int64)
-    part = global_batch_size // num_pipelines
-    offset = positions % global_batch_size
-    mine = (offset >= pipeline_id * part) & (offset < (pipeline_id + 1) * part)
-    return mine & (positions >= tf.cast(begin, tf.int64)) & (positions < tf.cast(end, tf.int64))
+def shard_order(seed, epoch, num_units) -> tf.Tensor:
+    """int64 [num_units]: the units in `epoch`'s order drawn from `seed` (EpochOrder's)."""
+    listed = tf.range(tf.cast(num_units, tf.int64), dtype=tf.int64)
+    return tf.random.experimental.stateless_shuffle(listed, stream_seed(seed, epoch, _SHARDS))
+
+
+def resume_from(
+    order: tf.Tensor, merged_start, resumed, *extra: tf.Tensor
+) -> tuple[tf.Tensor, tf.Tensor]:
+    """(units, skips) from merged position `merged_start` of the merge of `order`: from the
+    start, `order` itself; inside, what `resumed(order, start, *extra)` (numpy, run as a
+    py_function) says."""
+
+    def from_start():
+        return order, tf.zeros_like(order)
+
+    def from_inside():
+        inputs = [order, merged_start, *extra]
+        shards, skips = tf.py_function(resumed, inputs, [tf.int64] * 2)
+        return tf.ensure_shape(shards, [None]), tf.ensure_shape(skips, [None])
+
+    return tf.cond(tf.equal(merged_start, 0), from_start, from_inside)
+
+
+def resumed_inputs(counts, lanes: int, order: np.ndarray, start: int) -> tuple:
+    """(units, skips) of the merge of `counts`' units in `order` over `lanes` lanes after
+    `start` records: the interleave input that goes on from there (numpy)."""
+    sizes = np.asarray(counts, np.int64)[order]
+    shards, skips = _interleave(sizes, lanes, start).inputs(sizes)
+    return order[shards], skips
+
+
+def merged_listed(counts, lanes: int, order: np.ndarray) -> np.ndarray:
+    """The listed-order index (unit by unit) of each merged position of the merge of
+    `counts`' units in `order` over `lanes` lanes (numpy)."""
+    counts = np.asarray(counts, np.int64)
+    sizes = counts[order]
+    inputs = _interleave(sizes, lanes, sizes.sum()).taken
+    # Record i of input j is listed record firsts[order[j]] + i.
+    within = np.empty_like(inputs)
+    grouped = np.argsort(inputs, kind="stable")
+    within[grouped] = np.arange(inputs.size) - np.repeat(np.cumsum(sizes) - sizes, sizes)
+    firsts = np.cumsum(counts) - counts
+    return firsts[order[inputs]] + within
+
+
+def stream_seed(seed, epoch, stream: int, index=None) -> tf.Tensor:
+    """A [2] stateless seed for `stream` of `epoch` (and of window `index`) from `seed` (an
+    int64 scalar below 2**62: a tensor serves several orders in one traced function)."""
+    seed = tf.stack([tf.cast(seed, tf.int64), tf.constant(stream, tf.int64)])
+    seed = tf.random.experimental.stateless_fold_in(seed, tf.cast(epoch, tf.int64))
+    if index is not None:
+        seed = tf.random.experimental.stateless_fold_in(seed, tf.cast(index, tf.int64))
+    return seed
+
+
+def window_permutation(seed, epoch, index, size) -> tf.Tensor:
+    """int64 [size]: a permuted window's merged positions in final order (EpochOrder's)."""
+    positions = tf.range(tf.cast(size, tf.int64), dtype=tf.int64)
+    return tf.random.experimental.stateless_shuffle(
+        positions, stream_seed(seed, epoch, _WINDOWS, index)
+    )
+
+
+def crop_seeds(seed, epoch, index, size) -> tf.Tensor:
+    """int64 [size, 2]: stateless crop and flip seeds of a window's final positions."""
+    shape = tf.stack([tf.cast(size, tf.int32), 2])
+    seed = stream_seed(seed, epoch, _CROPS, index)
+    return tf.random.stateless_uniform(shape, seed, minval=None, maxval=None, dtype=tf.int64)
 
 
 @dataclasses.dataclass

@@ -63,14 +63,19 @@ class Order:
         always follow the epoch order).
     shuffle_buffer_mb: training: RAM for a window of serialized records permuted together
         (None: none when the split has `shards_at_once` shards or pieces, else 256 MB).
-    shards_at_once: training: shards read at once and merged. Keep it, `seed`, the global batch
-        and `shuffle_buffer_mb` when resuming: they make the epoch order.
+    shards_at_once: training: shards read at once and merged. Keep it, `seed`, the global batch,
+        `shuffle_buffer_mb` and `partitions` when resuming: they make the epoch order.
+    partitions: training: the epoch order's partitions, each a run of the split's records with
+        its own order and its own columns of every global batch; a worker reads only those of
+        the columns it takes (None: the largest power of two up to 64, the split's pieces and
+        the global batch; never the worker count, so a resume on other workers keeps it).
     """
 
     repeat: bool | None = None
     deterministic: bool | None = None
     shuffle_buffer_mb: float | None = None
     shards_at_once: int = SHARDS_AT_ONCE
+    partitions: int | None = None
 
 
 @dataclasses.dataclass(frozen=True)

@@ -20,7 +20,7 @@ import tensorflow as tf
 
 from core import shard_markers
 
-__all__ = ["Pieces", "cut_shards", "split_pieces"]
+__all__ = ["Pieces", "cut_shards", "record_offsets", "split_pieces"]
 
 _log = logging.getLogger("pipeline.reader")
 
@@ -57,7 +57,7 @@ def split_pieces(shards: Sequence, store, num_bytes: int, shards_at_once: int) -
     lanes = max(1, min(shards_at_once, len(shards)))
     if len(shards) >= shards_at_once:
         return _whole(shards, lanes, cut=True)
-    offsets = [_record_offsets(s, store) for s in shards]
+    offsets = [record_offsets(s, store) for s in shards]
     uncut = [s.path for s, o in zip(shards, offsets, strict=True) if o is None]
     if uncut:
         _log.info(
@@ -96,7 +96,7 @@ def _whole(shards: Sequence, lanes: int, cut: bool) -> Pieces:
     return Pieces(tuple(range(n)), (0,) * n, counts, (0,) * n, lengths, lanes, cut)
 
 
-def _record_offsets(shard, store) -> list[int] | None:
+def record_offsets(shard, store) -> list[int] | None:
     """Every record's byte offset in `shard` from its marker, or None when it cannot be cut."""
     if shard.compression or shard.num_bytes < 0:
         return None

@@ -5,7 +5,7 @@ uninterrupted run's step holds, and the next epoch is a new permutation.
 
 The job is a real training script in fresh processes, as a user writes it: a custom loop with
 `tf.train.Checkpoint` (no strategy; MirroredStrategy on 2 logical CPUs; 2 MultiWorkerMirroredStrategy
-workers on 127.0.0.1; 2 workers then 1, elastic) and Keras `fit` with `BackupAndRestore`. Each
+workers on 127.0.0.1; 2 workers then 1 or 4, elastic) and Keras `fit` with `BackupAndRestore`. Each
 step's example ids are logged (the label is the example's index) with the step they belong to;
 the steps a checkpoint had not saved when the job was killed are trained again after the
 restart, so the run's steps are those of the killed run before the restored step and all of
@@ -105,9 +105,12 @@ _SCRIPT = textwrap.dedent(
             weights = tf.Variable(tf.zeros([3]))
             step = tf.Variable(0, dtype=tf.int64)
         ckpt_dir = os.path.join(plan["ckpt"], f"worker{worker}")
-        manager = tf.train.CheckpointManager(tf.train.Checkpoint(weights=weights, step=step),
-                                             ckpt_dir, max_to_keep=1)
-        manager.restore_or_initialize()
+        checkpoint = tf.train.Checkpoint(weights=weights, step=step)
+        manager = tf.train.CheckpointManager(checkpoint, ckpt_dir, max_to_keep=1)
+        # Every worker restores the chief's checkpoint: a resumed cluster may have more workers.
+        latest = tf.train.latest_checkpoint(os.path.join(plan["ckpt"], "worker0"))
+        if latest:
+            checkpoint.restore(latest)
         print("RESTORED", int(step.numpy()), flush=True)
         ds = make_dataset(plan["data_dir"], "train", plan["batch"], strategy=strategy, training=True,
                           image_size=8, seed=plan["seed"], start_step=int(step.numpy()),
@@ -202,11 +205,18 @@ def uninterrupted(data_dir) -> list[list[int]]:
 
 
 def _run(
-    data_dir: str, tmp: Path, run: str, strategy: str, kill_at: int, keras=False, reader_task=None
+    data_dir: str,
+    tmp: Path,
+    run: str,
+    strategy: str,
+    kill_at: int,
+    keras=False,
+    reader_task=None,
+    workers: int = 2,
 ) -> None:
-    """The training script, one process per worker, until it exits (killed or done); each
-    worker logs to `tmp/<run><worker>.jsonl`."""
-    workers = 2 if strategy == "multiworker" else 1
+    """The training script, one process per worker (`workers` with "multiworker"), until it
+    exits (killed or done); each worker logs to `tmp/<run><worker>.jsonl`."""
+    workers = workers if strategy == "multiworker" else 1
     ports = [free_port() for _ in range(workers)]
     procs = []
     for i in range(workers):
@@ -308,6 +318,16 @@ def test_two_workers_killed_resume_as_one(data_dir, uninterrupted, tmp_path, tas
     _run(data_dir, tmp_path, "a", "multiworker", kill_at, reader_task=task)
     _run(data_dir, tmp_path, "b", "mirrored", -1, reader_task=task)
     _check(_trained(tmp_path, [["a0.jsonl", "a1.jsonl"], ["b0.jsonl"]]), uninterrupted)
+
+
+def test_two_workers_killed_resume_as_four(data_dir, uninterrupted, tmp_path):
+    """Elastic the other way: the killed 2-worker job (each worker reading 2 of the order's 4
+    partitions) restarted as 4 workers (one partition each), the same global batch."""
+    kill_at = random.randrange(1, STEPS - 1)  # inside the first epoch
+    _run(data_dir, tmp_path, "a", "multiworker", kill_at)
+    _run(data_dir, tmp_path, "b", "multiworker", -1, workers=4)
+    runs = [["a0.jsonl", "a1.jsonl"], [f"b{i}.jsonl" for i in range(4)]]
+    _check(_trained(tmp_path, runs), uninterrupted)
 
 
 # "boundary": killed in the first step of an epoch, the backup made after the previous epoch's

@@ -20,7 +20,9 @@ import tensorflow as tf
 from core import schema
 from pipeline.reader import dataset as reader
 from pipeline.reader import dataset_info
-from pipeline.reader.epoch_order import EpochOrder, pipeline_mask
+from pipeline.reader.epoch_order import EpochOrder
+from pipeline.reader.partitions import partition
+from pipeline.reader.pieces import Pieces
 from pipeline.reader.shard_records import Span, read_shard
 from tests.unit.test_reader_shares import UNEVEN, write_shards
 
@@ -146,20 +148,29 @@ def test_resume_inputs_go_on_where_the_merge_stopped(merged_start):
     assert resumed == merged[merged_start:]
 
 
-def test_pipeline_masks_split_every_global_batch():
-    masks = [pipeline_mask(0, 40, 12, 3, p, 5, 36).numpy() for p in range(3)]
-    owners = [sum(int(m[q]) * (p + 1) for p, m in enumerate(masks)) for q in range(40)]
-    assert owners == [0] * 5 + [2] * 3 + [3] * 4 + ([1] * 4 + [2] * 4 + [3] * 4) * 2 + [0] * 4
-
-
-def test_the_reader_follows_the_epoch_order(data_dir, full):
-    names = full[: 2 * STEPS * BATCH]
+@pytest.mark.parametrize("partitions", [None, 1, 2])
+def test_the_reader_follows_the_epoch_order(data_dir, full, partitions):
+    """The default: 8 partitions (the units and the batch allow no more), one column of each
+    global batch each; one partition is the whole split's order, as before partitions."""
+    names = (
+        full
+        if partitions is None
+        else _names(_dataset(data_dir, partitions=partitions).take(2 * STEPS))
+    )
     if os.path.exists(os.path.join(data_dir, ".imgrec")):  # pieces: one global batch mixes
         order = EpochOrder((1,) * sum(UNEVEN), seed=5, lanes=8, window=BATCH, permute=False)
+        pieces = Pieces(tuple(range(56)), (0,) * 56, (1,) * 56, (0,) * 56, (0,) * 56, 8, True)
+        per_window = 1
     else:  # 8 whole shards: windows of the 256 MB buffer (>= 1024 records), 8 lanes
         order = EpochOrder(UNEVEN, seed=5, lanes=8, window=1024)
-    expected = order.epoch_records(0)[: STEPS * BATCH] + order.epoch_records(1)[: STEPS * BATCH]
-    assert names == [f"{i:04d}" for i in expected]
+        pieces = Pieces(tuple(range(8)), (0,) * 8, UNEVEN, (0,) * 8, (0,) * 8, 8, False)
+        per_window = 1024 // BATCH
+    plan = partition(order, pieces, BATCH, partitions or 8, per_window)
+    expected = plan.epoch_records(0) + plan.epoch_records(1)
+    assert names[: 2 * STEPS * BATCH] == [f"{i:04d}" for i in expected]
+    if partitions == 1:
+        whole = order.epoch_records(0)[: STEPS * BATCH] + order.epoch_records(1)[: STEPS * BATCH]
+        assert expected == whole
 
 
 def test_a_dataset_started_at_step_n_is_the_rest_of_an_uninterrupted_one(data_dir, full):
