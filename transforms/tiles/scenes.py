@@ -65,6 +65,8 @@ def inspect_scene(
         Rejected: the header or the first window fails as the writer's reads would.
     """
     request = arrays.request_for(opts)
+    if item.size >= 0:  # known from the listing: refuse empty/huge files unread
+        check_file_size(item.size, opts)
     with open_source(item.path) as f:
         if not _is_tiff(f):
             return None
