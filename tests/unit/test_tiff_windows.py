@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 
 import numpy as np
 import pytest
@@ -203,3 +204,23 @@ def test_damaged_scenes_are_rejected_never_raised(tmp_path):
             except Rejected as e:
                 outcomes.add(e.reason)
     assert "decoded" in outcomes and outcomes - {"decoded"}  # both happened
+
+
+def test_a_chips_decoder_crash_is_a_decoder_error_and_the_next_window_decodes(
+    tmp_path, monkeypatch
+):
+    from transforms.images import decoder_pool
+    from transforms.tiles.scenes import read_window
+
+    bands = _RNG.integers(0, 65536, (2, 40, 50), dtype=np.uint16)
+    good = _gdal_file(tmp_path / "good.tif", bands, _NORTH_UP, tiled=True, blockxsize=16,
+                      blockysize=16)  # fmt: skip
+    bad = str(tmp_path / "IMGREC-ABORT-MARKER.tif")
+    os.link(good, bad)
+    monkeypatch.setattr(decoder_pool, "test_abort_marker", "IMGREC-ABORT-MARKER")
+    with pytest.raises(Rejected) as e:
+        read_window(bad, 0, 0, 16, 16, _FULL)  # the worker opening it aborts
+    assert e.value.reason == "decoder_error"
+    assert "decoder process died (signal 6)" in e.value.detail
+    window = read_window(good, 8, 10, 20, 30, _FULL)  # a fresh worker takes over
+    np.testing.assert_array_equal(window.image.frames[0], np.moveaxis(bands, 0, 2)[8:28, 10:40])
