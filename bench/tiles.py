@@ -32,7 +32,7 @@ _ROWS = 1_024
 _LOOP = """
 import sys, numpy as np, rasterio, tensorflow as tf
 from rasterio.windows import Window
-from transforms.tiles.grid import chip_windows
+from core.tile_grid import chip_windows
 path, out, tile, whole = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4] == "whole"
 n = 0
 with rasterio.open(path) as src, tf.io.TFRecordWriter(out) as writer:

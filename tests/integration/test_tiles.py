@@ -13,10 +13,10 @@ import pytest
 from PIL import Image
 
 from core import schema
+from core.tile_grid import chip_windows
 from pipeline.report.page import build_report
 from pipeline.verify import verify_dataset
 from tests.runs import in_process, read_records
-from transforms.tiles.grid import chip_windows
 
 tf = pytest.importorskip("tensorflow")
 rasterio = pytest.importorskip("rasterio")

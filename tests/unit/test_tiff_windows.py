@@ -12,10 +12,10 @@ import pytest
 import tifffile
 
 from core.rejects import Rejected
+from core.tile_grid import chip_windows
 from transforms.images import tiff
 from transforms.images.array_contract import ArrayRequest
 from transforms.images.tiff_window import segment_indices
-from transforms.tiles.grid import chip_windows
 
 rasterio = pytest.importorskip("rasterio")
 from rasterio.transform import Affine  # noqa: E402

@@ -1,12 +1,12 @@
-"""The --tile grid (transforms/tiles/grid.py): starts, coverage, the last chip moved inward, options."""
+"""The --tile grid (core/tile_grid.py): starts, coverage, the last chip moved inward, options."""
 
 from __future__ import annotations
 
 import pytest
 
+from core.tile_grid import TileOptions, axis_starts, chip_windows, parse_tile_size
 from transforms.elements import InspectedImage, ListedFile
 from transforms.tiles.cut_chips import chips_of
-from transforms.tiles.grid import TileOptions, axis_starts, chip_windows, parse_tile_size
 
 pytestmark = pytest.mark.unit
 
