@@ -107,7 +107,8 @@ def _peak_per_process(argv: list[str]) -> dict:
                 try:
                     with open(f"/proc/{p.pid}/status") as f:
                         hwm = next(int(x.split()[1]) for x in f if x.startswith("VmHWM"))
-                    peaks[p.pid] = (hwm / 1024, " ".join(p.cmdline()[1:4])[:50])
+                    command = " ".join(" ".join(p.cmdline()[1:4]).split())
+                    peaks[p.pid] = (hwm / 1024, command[:50])
                 except (OSError, StopIteration, psutil.Error):
                     continue
             stop.wait(0.1)
