@@ -32,7 +32,7 @@ _ROWS = 1_024
 _LOOP = """
 import sys, numpy as np, rasterio, tensorflow as tf
 from rasterio.windows import Window
-from transforms.tiles.grid import chip_windows
+from core.tile_grid import chip_windows
 path, out, tile, whole = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4] == "whole"
 n = 0
 with rasterio.open(path) as src, tf.io.TFRecordWriter(out) as writer:
@@ -107,7 +107,8 @@ def _peak_per_process(argv: list[str]) -> dict:
                 try:
                     with open(f"/proc/{p.pid}/status") as f:
                         hwm = next(int(x.split()[1]) for x in f if x.startswith("VmHWM"))
-                    peaks[p.pid] = (hwm / 1024, " ".join(p.cmdline()[1:4])[:50])
+                    command = " ".join(" ".join(p.cmdline()[1:4]).split())
+                    peaks[p.pid] = (hwm / 1024, command[:50])
                 except (OSError, StopIteration, psutil.Error):
                     continue
             stop.wait(0.1)

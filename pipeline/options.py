@@ -9,6 +9,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 from core.retention import DEFAULT_KEEP_FOR, parse_duration
 from core.schema import COMPRESSIONS, STORE_MODES
+from core.tile_grid import TileOptions, parse_tile_size
 from transforms import groups
 from transforms.annotations.options import AnnotationOptions
 from transforms.hamming import DEFAULT_THRESHOLD, check_near_duplicates
@@ -16,7 +17,6 @@ from transforms.images.limits import (
     CheckOptions,
 )
 from transforms.reuse_inspections import RESUME_VERIFY_MODES
-from transforms.tiles.grid import TileOptions, parse_tile_size
 
 __all__ = ["ConvertOptions", "ConvertConfig", "OptionError", "parse_splits"]
 

@@ -49,7 +49,7 @@ _log = logging.getLogger(__name__)
 # Bump whenever the bytes this writer produces for one plan change (record layout, what an
 # Example holds, how a file is stored): a shard written under another value is never copied
 # into a new version, because a from-scratch run would now write other bytes for it.
-WRITER_FORMAT = 1
+WRITER_FORMAT = 2  # 2: float64 TIFF samples kept, geo/nodata written
 # The libraries whose versions can change a shard's bytes for the same plan: protobuf
 # serialises the Examples, TensorFlow's protos define them, Pillow re-encodes transcoded files.
 _BYTE_DECIDING_DISTS = ("protobuf", "tensorflow", "pillow")

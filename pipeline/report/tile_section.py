@@ -14,6 +14,7 @@ import io
 from PIL import Image, ImageDraw
 
 from core import schema, storage
+from core.tile_grid import chip_windows
 from pipeline.report.scan import SCAN_BYTES, parse_example, read_records
 from pipeline.report.thumbs import open_stored
 
@@ -50,23 +51,6 @@ def _scene_chips(data_dir: str, info: dict) -> tuple[dict[str, list[dict]], bool
     return scenes, complete
 
 
-def _windows(height: int, width: int, options: dict) -> list[tuple[int, int, int, int]]:
-    """The grid's (y, x, h, w), as transforms/tiles/grid.py cuts it (its rule, restated for a
-    page that imports no transform)."""
-
-    def starts(length: int, chip: int) -> list[int]:
-        if length <= chip:
-            return [0]
-        return [*range(0, length - chip, chip - options["overlap"]), length - chip]
-
-    ch, cw = options["height"], options["width"]
-    return [
-        (y, x, min(ch, height), min(cw, width))
-        for y in starts(height, ch)
-        for x in starts(width, cw)
-    ]
-
-
 def _overview(chips: list[dict], options: dict, complete: bool) -> str:
     """One scene's overview as a JPEG data URI."""
     height, width = (
@@ -88,10 +72,12 @@ def _overview(chips: list[dict], options: dict, complete: bool) -> str:
             canvas.paste(image.resize(size), box[:2])
         except (OSError, ValueError):  # a chip the report cannot show: its outline stays
             pass
-    for y, x, h, w in _windows(height, width, options):
-        if (y, x) in seen or complete:
-            colour = _KEPT if (y, x) in seen else _SKIPPED
-            box = (x * scale, y * scale, (x + w) * scale - 1, (y + h) * scale - 1)
+    grid = chip_windows(height, width, (options["height"], options["width"]), options["overlap"])
+    for w in grid:
+        if (w.y, w.x) in seen or complete:
+            colour = _KEPT if (w.y, w.x) in seen else _SKIPPED
+            box = (w.x * scale, w.y * scale, (w.x + w.width) * scale - 1,
+                   (w.y + w.height) * scale - 1)  # fmt: skip
             draw.rectangle(box, outline=colour)
     buf = io.BytesIO()
     canvas.save(buf, "JPEG", quality=80)

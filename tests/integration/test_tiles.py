@@ -13,10 +13,10 @@ import pytest
 from PIL import Image
 
 from core import schema
+from core.tile_grid import chip_windows
 from pipeline.report.page import build_report
 from pipeline.verify import verify_dataset
 from tests.runs import in_process, read_records
-from transforms.tiles.grid import chip_windows
 
 tf = pytest.importorskip("tensorflow")
 rasterio = pytest.importorskip("rasterio")
@@ -266,16 +266,17 @@ def test_a_versioned_rerun_reads_only_the_changed_scenes_chips(tmp_path, monkeyp
     """Scene b rewritten: its chips are read again; scene a's are spliced from the previous
     version's shards (or its shards copied whole), and the version equals a fresh run's."""
     from tests.integration.test_incremental import _run, snapshot
-    from transforms.tiles import chip_records
+    from transforms.images import decoder_pool
 
     reads: list[str] = []
-    real = chip_records.open_source
+    real = decoder_pool.window
 
-    def counting(path):
-        reads.append(os.path.basename(path))
-        return real(path)
+    def counting(path, y, x, *args):
+        if (y, x) != (0, 0) or args[:2] != (1, 1):  # a chip's read, not inspection's pixel
+            reads.append(os.path.basename(path))
+        return real(path, y, x, *args)
 
-    monkeypatch.setattr(chip_records, "open_source", counting)
+    monkeypatch.setattr(decoder_pool, "window", counting)
     src = tmp_path / "in" / "fields"
     src.mkdir(parents=True)
     rng = np.random.default_rng(8)

@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 from pycocotools import mask as coco_mask
 
+from core.tile_grid import TileOptions, Window
 from transforms.annotations.objects import Box, ImageAnnotations, ImageObject, Polygons, Rle
 from transforms.elements import InspectedImage, ListedFile, PackedObjects
 from transforms.tiles.chip_objects import cut_objects
 from transforms.tiles.cut_chips import chips_of
-from transforms.tiles.grid import TileOptions, Window
 
 pytestmark = pytest.mark.unit
 

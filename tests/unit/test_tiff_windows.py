@@ -5,16 +5,17 @@ from __future__ import annotations
 
 import io
 import json
+import os
 
 import numpy as np
 import pytest
 import tifffile
 
 from core.rejects import Rejected
+from core.tile_grid import chip_windows
 from transforms.images import tiff
 from transforms.images.array_contract import ArrayRequest
 from transforms.images.tiff_window import segment_indices
-from transforms.tiles.grid import chip_windows
 
 rasterio = pytest.importorskip("rasterio")
 from rasterio.transform import Affine  # noqa: E402
@@ -179,3 +180,47 @@ def test_a_window_outside_the_page_is_refused(tmp_path):
     path = _gdal_file(tmp_path / "s.tif", np.zeros((1, 20, 30), np.uint8), _NORTH_UP)
     with open(path, "rb") as f, pytest.raises(Rejected, match="leaves the 30x20 page"):
         tiff.decode_window(f, 10, 0, 11, 30, _FULL)
+
+
+def test_damaged_scenes_are_rejected_never_raised(tmp_path):
+    """Seeded byte mutations of a tiled GeoTIFF (header, tile offsets, tile data): every window
+    of every mutant decodes or is Rejected; no other exception leaves decode_window."""
+    bands = _RNG.integers(0, 65536, (3, 64, 80), dtype=np.uint16)
+    path = _gdal_file(
+        tmp_path / "s.tif", bands, _NORTH_UP, tiled=True, blockxsize=16, blockysize=16,
+        compress="deflate",
+    )  # fmt: skip
+    data = open(path, "rb").read()
+    rng = np.random.default_rng(0)
+    outcomes = set()
+    for _ in range(60):
+        mutant = bytearray(data)
+        for at in rng.integers(0, len(data), int(rng.integers(1, 8))):
+            mutant[at] = int(rng.integers(0, 256))
+        for w in chip_windows(64, 80, (32, 32), 0):
+            try:
+                tiff.decode_window(io.BytesIO(bytes(mutant)), w.y, w.x, w.height, w.width, _FULL)
+                outcomes.add("decoded")
+            except Rejected as e:
+                outcomes.add(e.reason)
+    assert "decoded" in outcomes and outcomes - {"decoded"}  # both happened
+
+
+def test_a_chips_decoder_crash_is_a_decoder_error_and_the_next_window_decodes(
+    tmp_path, monkeypatch
+):
+    from transforms.images import decoder_pool
+    from transforms.tiles.scenes import read_window
+
+    bands = _RNG.integers(0, 65536, (2, 40, 50), dtype=np.uint16)
+    good = _gdal_file(tmp_path / "good.tif", bands, _NORTH_UP, tiled=True, blockxsize=16,
+                      blockysize=16)  # fmt: skip
+    bad = str(tmp_path / "IMGREC-ABORT-MARKER.tif")
+    os.link(good, bad)
+    monkeypatch.setattr(decoder_pool, "test_abort_marker", "IMGREC-ABORT-MARKER")
+    with pytest.raises(Rejected) as e:
+        read_window(bad, 0, 0, 16, 16, _FULL)  # the worker opening it aborts
+    assert e.value.reason == "decoder_error"
+    assert "decoder process died (signal 6)" in e.value.detail
+    window = read_window(good, 8, 10, 20, 30, _FULL)  # a fresh worker takes over
+    np.testing.assert_array_equal(window.image.frames[0], np.moveaxis(bands, 0, 2)[8:28, 10:40])

@@ -1,12 +1,12 @@
-"""The --tile grid (transforms/tiles/grid.py): starts, coverage, the last chip moved inward, options."""
+"""The --tile grid (core/tile_grid.py): starts, coverage, the last chip moved inward, options."""
 
 from __future__ import annotations
 
 import pytest
 
+from core.tile_grid import TileOptions, axis_starts, chip_windows, parse_tile_size
 from transforms.elements import InspectedImage, ListedFile
 from transforms.tiles.cut_chips import chips_of
-from transforms.tiles.grid import TileOptions, axis_starts, chip_windows, parse_tile_size
 
 pytestmark = pytest.mark.unit
 
@@ -102,3 +102,34 @@ def test_chips_keep_the_source_split_and_group_and_share_its_bytes():
     assert all((c.height, c.width) == (256, 200) for c in chips)
     assert {(c.chip.source_height, c.chip.source_width) for c in chips} == {(300, 500)}
     assert sum(c.size for c in chips) == pytest.approx(3_000_000 * 6 * 256 * 200 / (300 * 500))
+
+
+def _config(*flags: str):
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    from pipeline.options import ConvertConfig
+
+    return ConvertConfig.from_options(PipelineOptions(["--input", "x", "--output", "o", *flags]))
+
+
+def test_tile_options_parse_into_the_config():
+    assert _config().tiles is None
+    tiles = _config("--tile", "256x512", "--tile_overlap", "32", "--tile_min_valid", "0.5").tiles
+    assert (tiles.height, tiles.width, tiles.overlap, tiles.min_valid) == (256, 512, 32, 0.5)
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (("--tile_overlap", "8"), "apply to --tile: give --tile"),
+        (("--tile", "big"), "--tile must be H or HxW"),
+        (("--tile", "64", "--tile_overlap", "64"), "--tile_overlap must be in"),
+        (("--tile", "64", "--max_side", "32"), "--tile with --max_side"),
+        (("--tile", "64", "--frames", "all"), "--tile with --frames all"),
+    ],
+)
+def test_bad_tile_flags_name_the_option_and_the_fix(flags, message):
+    from pipeline.options import OptionError
+
+    with pytest.raises(OptionError, match=message):
+        _config(*flags)

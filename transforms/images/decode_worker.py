@@ -1,5 +1,5 @@
 """The decoder process: what runs in each subprocess decoder_pool.py starts, and which decoder
-serves each request (Pillow's restricted plugins, the array formats' modules).
+serves each request (Pillow's restricted plugins, the array formats' modules, a TIFF's window).
 
 It sits on top of the decoders it runs; nothing in the converter imports it (decoder_pool starts
 it as `python -m transforms.images.decode_worker`). A request is (op, data, formats, abort
@@ -14,8 +14,9 @@ import os
 import pickle
 import sys
 
+from core import names
 from core.rejects import Rejected
-from transforms.images import pillow_probe
+from transforms.images import pillow_probe, tiff
 from transforms.images.arrays import ARRAY_FORMATS
 from transforms.images.decoder_pool import LENGTH_BYTES
 
@@ -31,6 +32,8 @@ def _serve(op: str, data: bytes, formats: tuple[str, ...], abort_marker: str | N
     if op == "arrays":
         fmt, request = formats
         return importlib.import_module(ARRAY_FORMATS[fmt]).decode_arrays(data, request)
+    if op == "window":  # `data`: a local TIFF's path; only the window's tiles are read
+        return _window(data.decode(), *formats)
     im = pillow_probe.pillow_open(data, formats)
     if im is None:
         return None
@@ -38,6 +41,12 @@ def _serve(op: str, data: bytes, formats: tuple[str, ...], abort_marker: str | N
         return pillow_probe.pil_header(im, im.format or formats[0])
     image, icc = pillow_probe.pil_pixels(im)
     return image.mode, image.size, image.tobytes(), icc
+
+
+def _window(path: str, y: int, x: int, height: int, width: int, request):
+    """tiff.decode_window of the local file at `path` (its travelling form), opened here."""
+    with open(names.local_path(path), "rb") as f:
+        return tiff.decode_window(f, y, x, height, width, request)
 
 
 def _main() -> None:

@@ -24,7 +24,15 @@ import threading
 
 from core.rejects import Rejected
 
-__all__ = ["arrays", "probe", "pixels", "DECODE_TIMEOUT_S", "LENGTH_BYTES", "test_abort_marker"]
+__all__ = [
+    "arrays",
+    "probe",
+    "pixels",
+    "window",
+    "DECODE_TIMEOUT_S",
+    "LENGTH_BYTES",
+    "test_abort_marker",
+]
 
 # One decode of an allowed format at --max_pixels (89.5 Mpx) takes a few seconds; a worker that
 # has not answered after this long is stuck in a loop on a crafted file and is killed.
@@ -192,3 +200,13 @@ def arrays(fmt: str, data: bytes, request):
         Rejected: the module's own reasons, or decoder_error (the process failed).
     """
     return _ask("arrays", data, (fmt, request), decoder=fmt.upper())
+
+
+def window(path: str, y: int, x: int, height: int, width: int, request):
+    """tiff.decode_window (a tiff.TiffWindow) of one window of the local TIFF at `path`, which
+    the decoder process opens and reads only the tiles or strips of (--tile chips).
+
+    Raises:
+        Rejected: tiff.py's reasons, or decoder_error (the process failed).
+    """
+    return _ask("window", path.encode(), (y, x, height, width, request), decoder="TIFF")

@@ -16,6 +16,7 @@ import math
 import numpy as np
 from pycocotools import mask as coco_mask
 
+from core.tile_grid import Window
 from transforms.annotations.objects import (
     Box,
     ImageAnnotations,
@@ -24,7 +25,6 @@ from transforms.annotations.objects import (
     Rle,
     coco_segmentation,
 )
-from transforms.tiles.grid import Window
 
 __all__ = ["cut_objects"]
 

@@ -17,11 +17,11 @@ from PIL import Image, ImageOps
 from core import schema
 from core.rejects import Rejected
 from transforms.elements import Chip, WriterEntry
-from transforms.images import arrays, tiff
+from transforms.images import arrays
 from transforms.images.array_contract import ArrayImage
 from transforms.images.limits import CheckOptions
 from transforms.images.store_modes import StoredImage
-from transforms.tiles.scenes import open_source
+from transforms.tiles.scenes import read_window
 
 __all__ = ["TILE_REASON", "chip_record", "reads_by_window"]
 
@@ -88,10 +88,9 @@ def chip_record(
 def _tiff_window(entry: WriterEntry, opts: CheckOptions) -> tuple[ArrayImage, float]:
     """(the chip's pixels, its valid fraction) read by window."""
     chip = entry.chip
-    with open_source(entry.path) as f:
-        window = tiff.decode_window(
-            f, chip.y, chip.x, chip.height, chip.width, arrays.request_for(opts)
-        )
+    window = read_window(
+        entry.path, chip.y, chip.x, chip.height, chip.width, arrays.request_for(opts)
+    )
     sides = window.sides
     if sides != (chip.source_height, chip.source_width):
         raise Rejected(

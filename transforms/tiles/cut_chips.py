@@ -7,11 +7,11 @@ import dataclasses
 import apache_beam as beam
 from apache_beam.metrics import Metrics
 
+from core.tile_grid import TileOptions
 from transforms.elements import Chip, InspectedChip, InspectedImage, PackedObjects
 from transforms.keys import unit_hash
 from transforms.tiles.chip_objects import cut_objects
 from transforms.tiles.chip_records import TILE_REASON
-from transforms.tiles.grid import TileOptions
 
 __all__ = ["CutChips", "chips_of"]
 

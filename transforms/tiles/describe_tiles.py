@@ -5,8 +5,8 @@ from __future__ import annotations
 import collections
 import dataclasses
 
+from core.tile_grid import TileOptions
 from transforms.elements import ShardInfo
-from transforms.tiles.grid import TileOptions
 
 __all__ = ["describe_tiles"]
 

@@ -1,8 +1,8 @@
 """A scene's inspection from its header and a streamed hash, never holding the file whole.
 
 With --tile, a TIFF (a GeoTIFF scene, a slide) is inspected here: its bytes hashed in chunks,
-its first page's header read and one pixel decoded through the writer's own window path (so
-what is accepted is what the writer can cut). Without --tile, a file too big to convert whole
+its first page's header read and one pixel decoded through the writer's own window path, in a
+decoder process (so what is accepted is what the writer can cut). Without --tile, a file too big to convert whole
 is refused from its header (refuse_whole_scene) before any read of its bytes.
 """
 
@@ -13,14 +13,20 @@ from typing import IO
 
 from apache_beam.io.filesystems import FileSystems
 
-from core import names
+from core import names, storage
 from core.rejects import Rejected
 from transforms.elements import InspectedImage, ListedFile
-from transforms.images import arrays, tiff
+from transforms.images import arrays, decoder_pool, tiff
 from transforms.images.limits import CheckOptions, check_dims, check_file_size
 from transforms.images.stats import _channel_stats
 
-__all__ = ["HEADER_FIRST_BYTES", "inspect_scene", "open_source", "refuse_whole_scene"]
+__all__ = [
+    "HEADER_FIRST_BYTES",
+    "inspect_scene",
+    "open_source",
+    "read_window",
+    "refuse_whole_scene",
+]
 
 # Files at least this big are checked from their header before they are read whole: a photo
 # never comes near it, and below it the bytes held while decoding stay small beside a worker's
@@ -35,6 +41,16 @@ _SIGNATURE_BYTES = 4
 def open_source(path: str) -> IO[bytes]:
     """A seekable binary stream of a local file or a gs:// / s3:// object (read on demand)."""
     return FileSystems.open(names.local_path(path), compression_type="uncompressed")
+
+
+def read_window(path: str, y: int, x: int, height: int, width: int, request) -> tiff.TiffWindow:
+    """One window of the TIFF at `path`: a local file's in a decoder process, as every TIFF is
+    decoded (a native crash on a damaged tile costs that chip, not the worker); a bucket
+    object's here, from its stream (decoder processes import no Beam)."""
+    if storage.is_local(path):
+        return decoder_pool.window(path, y, x, height, width, request)
+    with open_source(path) as f:
+        return tiff.decode_window(f, y, x, height, width, request)
 
 
 def _is_tiff(f: IO[bytes]) -> bool:
@@ -65,19 +81,22 @@ def inspect_scene(
         Rejected: the header or the first window fails as the writer's reads would.
     """
     request = arrays.request_for(opts)
+    if item.size >= 0:  # known from the listing: refuse empty/huge files unread
+        check_file_size(item.size, opts)
     with open_source(item.path) as f:
         if not _is_tiff(f):
             return None
         size, sha256 = _streamed_digest(f)
-        check_file_size(size, opts)
-        first = tiff.decode_window(f, 0, 0, 1, 1, request)
-        image, (height, width) = first.image, first.sides
-        stats = None
-        if stats_chip is not None:
-            chip = tiff.decode_window(
-                f, 0, 0, min(stats_chip[0], height), min(stats_chip[1], width), request
-            )
-            stats = _photo_stats(chip.image.frames[0])
+    check_file_size(size, opts)
+    # Decoded as the writer decodes chips (read_window).
+    first = read_window(item.path, 0, 0, 1, 1, request)
+    image, (height, width) = first.image, first.sides
+    stats = None
+    if stats_chip is not None:
+        chip = read_window(
+            item.path, 0, 0, min(stats_chip[0], height), min(stats_chip[1], width), request
+        )
+        stats = _photo_stats(chip.image.frames[0])
     if min(height, width) < opts.min_side:
         raise Rejected("too_small", f"{width}x{height}: shorter side < --min_side {opts.min_side}")
     stored = arrays.encode_frame(image.frames[0], arrays.jpeg_quality(opts))

@@ -1,6 +1,7 @@
-"""The chip grid of --tile H[xW] / --tile_overlap N and the validated tile options (Beam-free).
+"""The chip grid of --tile H[xW] / --tile_overlap N and the validated tile options.
 
-Imports no numpy: option parsing imports it.
+The one statement of the rule: the planner cuts by it, the report draws it. Imports no numpy:
+option parsing imports it.
 """
 
 from __future__ import annotations
