@@ -105,4 +105,7 @@ def three_bands(image: tf.Tensor) -> tf.Tensor:
 def as_photo(pixels: tf.Tensor) -> tf.Tensor:
     """An array image of any dtype and band count as the reader's default output shows it:
     uint8 (converted as tf.image.convert_image_dtype converts) and `three_bands`."""
-    return three_bands(tf.image.convert_image_dtype(pixels, tf.uint8, saturate=True))
+    # Unsigned samples scale into uint8 as they are; saturating them would clip uint32 and
+    # uint64, which have no clip kernel.
+    saturate = not tf.as_dtype(pixels.dtype).is_unsigned
+    return three_bands(tf.image.convert_image_dtype(pixels, tf.uint8, saturate=saturate))
