@@ -3,7 +3,7 @@ the split's bytes, with the epoch order in partitions (the default) and in one p
 (`Order(partitions=1)`: the reader before partitions, every worker reading every record).
 
     python bench/partitions.py                       # N = 1, 2, 4; 64 shards of 300 records
-    python bench/partitions.py --workers 2 4 --batch 128
+    python bench/partitions.py --workers 1 2 --repeats 4      # the orders alternated
 
 Each worker is a fresh process that builds worker w of N's input pipeline
 (`make_dataset(..., strategy=tf.distribute.InputContext(N, w, N), training=True)`, what each
@@ -14,7 +14,7 @@ included) from the first batch's request to the epoch's end; the split's shards 
 random pixels written here (bench/resume.py's, with the converter's shard markers). Printed: the
 most any worker read, and by how many shards' bytes that exceeds 1/N of the split; the median
 worker's seconds from its iterator's creation to its first batch, and its records per second
-after that (its own records).
+after that (its own records), medians over `--repeats` rounds (the orders alternated).
 """
 
 from __future__ import annotations
@@ -76,6 +76,7 @@ def main(argv=None) -> int:
     ap.add_argument(
         "--batch", type=int, default=96, help="global batch (96: partitions cut shards)"
     )
+    ap.add_argument("--repeats", type=int, default=1, help="rounds, the orders alternated")
     ap.add_argument("--worker", nargs=5, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.worker:
@@ -96,13 +97,19 @@ def main(argv=None) -> int:
     print(f"{'order':24} {'N':>2} {'bytes read / split bytes':>24} {'1/N':>5} "
           f"{'more than 1/N, in shards':>24} {'first batch s':>13} "
           f"{'records/s per worker':>21}")  # fmt: skip
-    for name, partitions in (("partitions (default)", None), ("one partition (before)", 1)):
-        for workers in args.workers:
-            runs = [_run_worker(root, workers, w, args.batch, partitions) for w in range(workers)]
-            most = max(r["bytes"] for r in runs)
+    orders = {"partitions (default)": None, "one partition (before)": 1}
+    for workers in args.workers:
+        runs: dict[str, list[list[dict]]] = {name: [] for name in orders}
+        for round_ in range(args.repeats):  # A B, then B A: neither order always goes first
+            for name in list(orders)[:: -1 if round_ % 2 else 1]:
+                part = orders[name]
+                runs[name].append([_run_worker(root, workers, w, args.batch, part)
+                                   for w in range(workers)])  # fmt: skip
+        for name, rounds in runs.items():
+            most = max(r["bytes"] for r in rounds[0])
             extra = (most - split_bytes / workers) / shard_bytes
-            rate = statistics.median(r["records"] / r["seconds"] for r in runs)
-            first = statistics.median(r["first"] for r in runs)
+            rate = statistics.median(r["records"] / r["seconds"] for rs in rounds for r in rs)
+            first = statistics.median(r["first"] for rs in rounds for r in rs)
             print(f"{name:24} {workers:>2} {most / split_bytes:>24.3f} {1 / workers:>5.3f} "
                   f"{extra:>24.1f} {first:>13.2f} {rate:>21.0f}")  # fmt: skip
     shutil.rmtree(root, ignore_errors=True)

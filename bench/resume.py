@@ -18,9 +18,9 @@ Quality, over one epoch of an ImageNet-like layout (1024 shards of 1251 records,
 classes, global batch 256), for two ways records sit in shards:
   imgrec's shards   a record's shard is a hash of its key (classes mixed in every shard)
   worst case        each shard holds one class (a dataset sorted by class, then cut)
-and these orders: the reader's default (the epoch order in 64 partitions,
-pipeline/reader/partitions.py: each global batch 4 records of each, one shard of each read at
-once); the epoch order in one partition (pipeline/reader/epoch_order.py: 32 shards at once,
+and these orders: the reader's default (the epoch order in 32 partitions,
+pipeline/reader/partitions.py: each global batch 8 records of each, one shard of each read at
+once), and in 64 (`shards_at_once=64`); the epoch order in one partition (pipeline/reader/epoch_order.py: 32 shards at once,
 a global batch the merge's next records, the default before partitions), with 16 or 64 at
 once, with a window of 2,384 records (`shuffle_buffer_mb=256` of 110 KB photos) or 4x that; the reader
 before it (16 shards interleaved record by record, then a 2,384-record shuffle buffer,
@@ -30,7 +30,7 @@ of their positions / epoch length, mean over shards: 0.289 for a uniform spread)
 
 Then a small split, read in pieces (pipeline/reader/pieces.py): 60,000 records of 110 KB in 8
 shards, 100 classes, classes mixed (imgrec's) or sorted, global batch 256; orders: the default
-(pieces in 64 partitions), pieces in one partition (8 read at once), whole shards with the
+(pieces in 32 partitions), pieces in one partition (8 read at once), whole shards with the
 2,384-record window (a split with no shard markers), the reader before, uniform. One more figure: of the record pairs sharing a
 global batch in epoch 0, the share that share one again in epoch 1.
 """
@@ -276,7 +276,8 @@ def quality() -> list[list]:
 
     orders = {
         "new (32 at once)": new(32, _BATCH),
-        "64 partitions (default)": _partitioned(counts, 32, _BATCH),
+        "32 partitions (default)": _partitioned(counts, 32, _BATCH),
+        "64 partitions (shards_at_once=64)": _partitioned(counts, 64, _BATCH, at_once=64),
         "reader before": _old_reader_order(counts, rng, _WINDOW),
         # What buys more: shards read at once (shards_at_once=), a larger window
         # (shuffle_buffer_mb=).
@@ -317,7 +318,7 @@ def small_split_quality() -> list[list]:
         return [np.array(order.epoch_records(e)) for e in (0, 1)]
 
     orders = {
-        "pieces, 64 partitions (default)": [
+        "pieces, 32 partitions (default)": [
             _partitioned(pieces.count, _SMALL_SHARDS, _BATCH, e) for e in (0, 1)
         ],
         "pieces, one partition": epochs(pieces.count, _BATCH),
@@ -334,7 +335,7 @@ def small_split_quality() -> list[list]:
     return rows
 
 
-def _partitioned(units, lanes: int, window: int, epoch: int = 0) -> np.ndarray:
+def _partitioned(units, lanes: int, window: int, epoch: int = 0, at_once: int = 32) -> np.ndarray:
     """The reader's default order: `units` (shards or pieces, read `lanes` at once before
     partitions) in the default number of partitions (pipeline/reader/partitions.py)."""
     from pipeline.reader.epoch_order import EpochOrder
@@ -344,7 +345,7 @@ def _partitioned(units, lanes: int, window: int, epoch: int = 0) -> np.ndarray:
     n = len(units)
     template = EpochOrder(tuple(units), seed=1, lanes=lanes, window=window, permute=window > _BATCH)
     pieces = Pieces(tuple(range(n)), (0,) * n, tuple(units), (0,) * n, (0,) * n, lanes, True)
-    count = default_partitions(n, _BATCH)
+    count = default_partitions(n, _BATCH, at_once)
     plan = partition(template, pieces, _BATCH, count, -(-window // _BATCH))
     return np.array(plan.epoch_records(epoch))
 

@@ -332,6 +332,8 @@ def _training_config(
         locate = functools.cache(lambda i: record_offsets(config.shards[i], store))
         plan = partitioned_order(config, _DEFAULT_ORDER_SEED, locate)
         config = dataclasses.replace(config, plan=plan)
+        # Resuming needs the same count (it is never the workers'): say which it is.
+        _log.info("training epoch order: %d partitions of %s", plan.count, config.data_dir)
     return config
 
 

@@ -67,8 +67,10 @@ class Order:
         `shuffle_buffer_mb` and `partitions` when resuming: they make the epoch order.
     partitions: training: the epoch order's partitions, each a run of the split's records with
         its own order and its own columns of every global batch; a worker reads only those of
-        the columns it takes (None: the largest power of two up to 64, the split's pieces and
-        the global batch; never the worker count, so a resume on other workers keeps it).
+        the columns it takes (None: the largest power of two up to 64, `shards_at_once`, the
+        split's pieces and the global batch; never the worker count, so a resume on other
+        workers keeps it). Each reads `shards_at_once / partitions` shards at once (one at
+        least).
     """
 
     repeat: bool | None = None

@@ -40,8 +40,10 @@ __all__ = [
     "partition_seed",
 ]
 
-# Partitions by default (at most): a power of two, so the usual host counts (2, 4, 8, ... 64)
-# each read exactly 1/N of a split; other counts read one partition more (1/64 of the split).
+# Partitions by default at most: a power of two, so the usual host counts (2, 4, 8 ...) each read
+# exactly 1/N of a split, other counts one partition more. The default is also at most
+# `shards_at_once`: each partition reads one shard at a time, so one host reads as many at
+# once, with as many read buffers, as the order in one partition does.
 DEFAULT_PARTITIONS = 64
 
 # Spreads one seed over the partitions' independent orders (any odd constant would do).
@@ -159,11 +161,11 @@ class PartitionTables:
         return window_permutation(tf.gather(self.seeds, p), epoch, window, size)
 
 
-def default_partitions(num_units: int, global_batch_size: int) -> int:
+def default_partitions(num_units: int, global_batch_size: int, shards_at_once: int) -> int:
     """The partitions when none are asked for: the largest power of two that is at most
-    DEFAULT_PARTITIONS, the split's units (a partition of one piece or more) and the global
-    batch (a partition gives each batch a record or more)."""
-    most = max(1, min(DEFAULT_PARTITIONS, num_units, global_batch_size))
+    DEFAULT_PARTITIONS, `shards_at_once`, the split's units (a partition of one piece or more)
+    and the global batch (a partition gives each batch a record or more)."""
+    most = max(1, min(DEFAULT_PARTITIONS, shards_at_once, num_units, global_batch_size))
     return 1 << (most.bit_length() - 1)
 
 

@@ -114,7 +114,9 @@ def partitioned_order(config, default_seed: int, locate=None) -> PartitionedOrde
     `locate(i)`: listed shard i's record offsets (or None), for pieces cut by a partition."""
     template, batch = epoch_order(config, default_seed), config.global_batch_size
     _steps(template, batch)
-    count = config.partitions or default_partitions(len(template.counts), batch)
+    count = config.partitions or default_partitions(
+        len(template.counts), batch, config.shards_at_once
+    )
     if template.permute:
         steps_per_window = -(-template.window // batch)
     else:  # the window is one step; a partition hands on a few steps' records at a time

@@ -90,10 +90,14 @@ def test_a_cut_piece_is_read_at_the_bytes_its_shards_marker_gives():
 
 
 @pytest.mark.parametrize(
-    ("units", "batch", "count"), [(1024, 256, 64), (10, 24, 8), (5, 16, 4), (3, 2, 2), (1, 8, 1)]
-)
-def test_the_default_count_is_a_power_of_two_the_units_and_batch_allow(units, batch, count):
-    assert default_partitions(units, batch) == count
+    ("units", "batch", "at_once", "count"),
+    [(1024, 256, 32, 32), (1024, 256, 128, 64), (10, 24, 32, 8), (5, 16, 32, 4), (3, 2, 32, 2),
+     (1, 8, 32, 1), (400, 256, 20, 16)],
+)  # fmt: skip
+def test_the_default_count_is_a_power_of_two_the_units_and_batch_allow(
+    units, batch, at_once, count
+):
+    assert default_partitions(units, batch, at_once) == count
 
 
 def test_more_partitions_than_the_batch_has_records_are_refused():
