@@ -27,14 +27,14 @@ def _unsigned(phash: int) -> int:
 
 
 class _HashCountsFn(beam.CombineFn):
-    """Unsigned hashes of one band key -> {hash: images with it}; pre-combined per bundle, so
-    a bundle sends one dict per band through the shuffle."""
+    """Batches of unsigned hashes of one band key -> {hash: images with it}; pre-combined per
+    bundle, so a bundle sends one dict per band through the shuffle."""
 
     def create_accumulator(self):
         return collections.Counter()
 
-    def add_input(self, acc, phash):
-        acc[phash] += 1
+    def add_input(self, acc, hashes):
+        acc.update(hashes)
         return acc
 
     def merge_accumulators(self, accumulators):
@@ -46,6 +46,11 @@ class _HashCountsFn(beam.CombineFn):
 
     def extract_output(self, acc):
         return acc
+
+
+def _band_keys(batch: list[InspectedImage]) -> list[tuple[int, list[int]]]:
+    hashes = [_unsigned(r.phash) for r in batch if r.phash is not None]
+    return [(band, hashes) for band in range(BANDS)] if hashes else []
 
 
 def _band_edges(band_counts: tuple[int, collections.Counter], threshold: int):
@@ -180,16 +185,8 @@ class FindNearDuplicates(beam.PTransform):
         threshold = self._threshold
         clusters = (
             inspected
-            # (band, unsigned pHash), one per band and image
-            | "BandKeys"
-            >> beam.FlatMap(
-                lambda batch: [
-                    (band, _unsigned(r.phash))
-                    for r in batch
-                    if r.phash is not None
-                    for band in range(BANDS)
-                ]
-            )
+            # (band, [unsigned pHash]), one per band and batch of images
+            | "BandKeys" >> beam.FlatMap(_band_keys)
             | "HashesPerBand" >> beam.CombinePerKey(_HashCountsFn())  # (band, {hash: count})
             | "CloseInBand" >> beam.FlatMap(_band_edges, threshold)  # (hash, hash)
             | "Components" >> beam.CombineGlobally(_ComponentsFn())  # {hash: cluster}
