@@ -40,6 +40,7 @@ DEFAULT_THRESHOLD = 6
 BANDS = 3
 _MAX_THRESHOLD = 16  # radius 5 per band: tens of thousands of masks, and a hash half noise
 _WIDTHS = (22, 21, 21)
+_BLOCK = 1 << 20
 _SHIFTS = (0, 22, 43)
 
 
@@ -88,20 +89,26 @@ def band_edges(
     hashes = np.asarray(hashes, dtype=np.uint64)
     width = _WIDTHS[band]
     values = ((hashes >> np.uint64(_SHIFTS[band])) & np.uint64((1 << width) - 1)).astype(np.int64)
-    counts = np.bincount(values, minlength=1 << width)
-    starts = np.cumsum(counts) - counts
     order = np.argsort(values, kind="stable")
+    counts = np.bincount(values, minlength=1 << width)  # hashes per band value
+    first_of = np.cumsum(counts) - counts  # where they start in `order`
     found = ([], [], [])
-    for mask in _masks(width, threshold // BANDS):
-        query = values ^ mask
-        hits = counts[query]
-        rows = np.flatnonzero(hits > (1 if mask == 0 else 0))
+    masks = np.array(_masks(width, threshold // BANDS), dtype=np.int64)
+    # Several masks a step (a block of about _BLOCK lookups): numpy's per-call cost, not
+    # Python's loop, then decides a small dataset's time.
+    step = max(1, _BLOCK // max(1, len(values)))
+    for first in range(0, len(masks), step):
+        block = masks[first : first + step]
+        query = (values[:, None] ^ block[None, :]).ravel()
+        hits, starts = counts[query], first_of[query]
+        # Its own value (mask 0) holds the hash itself: a pair needs one more.
+        rows = np.flatnonzero(hits > np.tile(block == 0, len(values)))
         if not len(rows):
             continue
         reps = hits[rows]
-        i = np.repeat(rows, reps)
+        i = np.repeat(rows // len(block), reps)
         offsets = np.arange(len(i)) - np.repeat(np.cumsum(reps) - reps, reps)
-        j = order[np.repeat(starts[query[rows]], reps) + offsets]
+        j = order[np.repeat(starts[rows], reps) + offsets]
         keep = i < j  # each pair once: it is met from both ends
         i, j = i[keep], j[keep]
         d = np.bitwise_count(hashes[i] ^ hashes[j])
