@@ -15,7 +15,14 @@ from apache_beam import pvalue
 from apache_beam.metrics import Metrics
 
 from transforms.elements import InspectedImage, NearCluster, NearMember, split_unit
-from transforms.hamming import BANDS, band_edges, components, distance, largest_distance
+from transforms.hamming import (
+    BANDS,
+    band_edges,
+    components,
+    distance,
+    largest_distance,
+    spanning_pairs,
+)
 
 __all__ = ["FindNearDuplicates", "cluster_summary"]
 
@@ -59,6 +66,7 @@ def _band_edges(band_counts: tuple[int, collections.Counter], threshold: int):
     band, counts = band_counts
     hashes = np.fromiter(counts, dtype=np.uint64, count=len(counts))
     i, j, _ = band_edges(hashes, band, threshold)
+    i, j = spanning_pairs(len(hashes), i, j)  # the same clusters, at most one pair a hash
     pairs = list(zip(hashes[i].tolist(), hashes[j].tolist(), strict=True))
     if band == 0:
         pairs += [(h, h) for h, n in counts.items() if n > 1]
