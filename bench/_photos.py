@@ -8,7 +8,7 @@ import io
 import numpy as np
 from PIL import Image, ImageDraw, ImageEnhance, ImageFilter
 
-__all__ = ["EDITS", "edit", "frames", "photo", "scans", "texture_crops"]
+__all__ = ["EDITS", "edit", "encode", "frames", "original", "photo", "scans", "texture_crops"]
 
 
 def _pink(rng: np.random.Generator, h: int, w: int, beta: float) -> np.ndarray:
@@ -121,7 +121,7 @@ def scans(seed: int, count: int, size: tuple[int, int] = (425, 550)) -> list[Ima
     return out
 
 
-def _encode(im: Image.Image, fmt: str, **kw) -> bytes:
+def encode(im: Image.Image, fmt: str, **kw) -> bytes:
     buf = io.BytesIO()
     im.save(buf, fmt, **kw)
     return buf.getvalue()
@@ -149,12 +149,12 @@ def _light(im: Image.Image, rng: np.random.Generator) -> Image.Image:
 
 # Edited copies: each makes encoded bytes from the original image; the JPEG original is q=90.
 EDITS = {
-    "resize": lambda im, rng: _encode(_resize(im, rng), "JPEG", quality=90),
-    "jpeg_quality": lambda im, rng: _encode(im, "JPEG", quality=int(rng.integers(30, 70))),
-    "crop": lambda im, rng: _encode(_crop(im, rng), "JPEG", quality=90),
-    "brightness_contrast": lambda im, rng: _encode(_light(im, rng), "JPEG", quality=90),
-    "png": lambda im, rng: _encode(im, "PNG"),
-    "all": lambda im, rng: _encode(_light(_crop(_resize(im, rng), rng), rng), "JPEG", quality=60),
+    "resize": lambda im, rng: encode(_resize(im, rng), "JPEG", quality=90),
+    "jpeg_quality": lambda im, rng: encode(im, "JPEG", quality=int(rng.integers(30, 70))),
+    "crop": lambda im, rng: encode(_crop(im, rng), "JPEG", quality=90),
+    "brightness_contrast": lambda im, rng: encode(_light(im, rng), "JPEG", quality=90),
+    "png": lambda im, rng: encode(im, "PNG"),
+    "all": lambda im, rng: encode(_light(_crop(_resize(im, rng), rng), rng), "JPEG", quality=60),
 }
 
 
@@ -165,4 +165,4 @@ def edit(im: Image.Image, name: str, seed: int) -> bytes:
 
 def original(im: Image.Image) -> bytes:
     """An original as stored in the corpus: a q=90 JPEG."""
-    return _encode(im, "JPEG", quality=90)
+    return encode(im, "JPEG", quality=90)

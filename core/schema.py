@@ -6,6 +6,7 @@ This module must stay importable without Apache Beam (the reader runs in trainin
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import struct
@@ -490,6 +491,13 @@ def _entry_key(key: str) -> bytes:
 _ENTRY_KEYS = {key: _entry_key(key) for key, _ in sorted(_FEATURES)}
 
 
+@functools.lru_cache(maxsize=256)
+def _entry_keys(keys: tuple[str, ...]) -> dict[str, bytes]:
+    """Entry keys of a record with these (sorted) features: a dataset's records share a few
+    key sets (image/phash, image/group, a format's own keys), so each is built once."""
+    return {key: _entry_key(key) for key in keys}
+
+
 def make_example(
     *,
     encoded: bytes,
@@ -537,7 +545,7 @@ def make_example(
     entry_keys = _ENTRY_KEYS
     if extra:
         features.update((key, _optional_feature(key, value)) for key, value in extra.items())
-        entry_keys = {key: _entry_key(key) for key in sorted(features)}
+        entry_keys = _entry_keys(tuple(sorted(features)))
     parts = [b"\x0a", b""]  # Example.features, field 1; its length goes in parts[1]
     total = 0
     for key, key_field in entry_keys.items():

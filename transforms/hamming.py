@@ -24,6 +24,7 @@ __all__ = [
     "components",
     "distance",
     "largest_distance",
+    "spanning_pairs",
 ]
 
 # report: list clusters; group: each cluster in one split; drop: keep the first by key; off.
@@ -39,7 +40,9 @@ DEFAULT_THRESHOLD = 6
 # buckets; fewer, a radius whose masks outnumber the images.
 BANDS = 3
 _MAX_THRESHOLD = 16  # radius 5 per band: tens of thousands of masks, and a hash half noise
+_ALL = (1 << 64) - 1
 _WIDTHS = (22, 21, 21)
+_BLOCK = 1 << 20
 _SHIFTS = (0, 22, 43)
 
 
@@ -67,8 +70,32 @@ def distance(a: int, b: int) -> int:
 
 def largest_distance(hashes: Iterable[int]) -> int:
     """The largest distance between two of `hashes` (0 for one)."""
-    hashes = list(hashes)
-    return max((distance(a, b) for a, b in itertools.combinations(hashes, 2)), default=0)
+    h = np.array([x & _ALL for x in hashes], dtype=np.uint64)
+    rows = max(1, _BLOCK // max(1, len(h)))  # bounded memory for a large cluster
+    return max(
+        (
+            int(np.bitwise_count(h[s : s + rows, None] ^ h[None, :]).max())
+            for s in range(0, len(h), rows)
+        ),
+        default=0,
+    )
+
+
+def spanning_pairs(n: int, i: np.ndarray, j: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Pairs (node, its component's smallest node) linking the same components of n nodes as
+    the pairs (i, j): at most n - 1 of them, however many near-copies one photo has."""
+    labels = np.arange(n)
+    while True:
+        low = np.minimum(labels[i], labels[j])
+        new = labels.copy()
+        np.minimum.at(new, i, low)
+        np.minimum.at(new, j, low)
+        new = new[new]  # pointer jumping: long chains settle in few rounds
+        if np.array_equal(new, labels):
+            break
+        labels = new
+    linked = np.flatnonzero(labels != np.arange(n))
+    return linked, labels[linked]
 
 
 def _masks(width: int, radius: int) -> list[int]:
@@ -88,20 +115,26 @@ def band_edges(
     hashes = np.asarray(hashes, dtype=np.uint64)
     width = _WIDTHS[band]
     values = ((hashes >> np.uint64(_SHIFTS[band])) & np.uint64((1 << width) - 1)).astype(np.int64)
-    counts = np.bincount(values, minlength=1 << width)
-    starts = np.cumsum(counts) - counts
     order = np.argsort(values, kind="stable")
+    counts = np.bincount(values, minlength=1 << width)  # hashes per band value
+    first_of = np.cumsum(counts) - counts  # where they start in `order`
     found = ([], [], [])
-    for mask in _masks(width, threshold // BANDS):
-        query = values ^ mask
-        hits = counts[query]
-        rows = np.flatnonzero(hits > (1 if mask == 0 else 0))
+    masks = np.array(_masks(width, threshold // BANDS), dtype=np.int64)
+    # Several masks a step (a block of about _BLOCK lookups): numpy's per-call cost, not
+    # Python's loop, then decides a small dataset's time.
+    step = max(1, _BLOCK // max(1, len(values)))
+    for first in range(0, len(masks), step):
+        block = masks[first : first + step]
+        query = (values[:, None] ^ block[None, :]).ravel()
+        hits, starts = counts[query], first_of[query]
+        # Its own value (mask 0) holds the hash itself: a pair needs one more.
+        rows = np.flatnonzero(hits > np.tile(block == 0, len(values)))
         if not len(rows):
             continue
         reps = hits[rows]
-        i = np.repeat(rows, reps)
+        i = np.repeat(rows // len(block), reps)
         offsets = np.arange(len(i)) - np.repeat(np.cumsum(reps) - reps, reps)
-        j = order[np.repeat(starts[query[rows]], reps) + offsets]
+        j = order[np.repeat(starts[rows], reps) + offsets]
         keep = i < j  # each pair once: it is met from both ends
         i, j = i[keep], j[keep]
         d = np.bitwise_count(hashes[i] ^ hashes[j])
@@ -139,6 +172,7 @@ def cluster_hashes(hashes: np.ndarray, threshold: int = DEFAULT_THRESHOLD) -> li
     pairs = []
     for band in range(BANDS):
         i, j, _ = band_edges(hashes, band, threshold)
+        i, j = spanning_pairs(len(hashes), i, j)
         pairs += zip(i.tolist(), j.tolist(), strict=True)
     members: dict[int, list[int]] = {}
     for node, first in components(pairs).items():

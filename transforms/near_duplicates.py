@@ -15,7 +15,14 @@ from apache_beam import pvalue
 from apache_beam.metrics import Metrics
 
 from transforms.elements import InspectedImage, NearCluster, NearMember, split_unit
-from transforms.hamming import BANDS, band_edges, components, distance, largest_distance
+from transforms.hamming import (
+    BANDS,
+    band_edges,
+    components,
+    distance,
+    largest_distance,
+    spanning_pairs,
+)
 
 __all__ = ["FindNearDuplicates", "cluster_summary"]
 
@@ -27,14 +34,14 @@ def _unsigned(phash: int) -> int:
 
 
 class _HashCountsFn(beam.CombineFn):
-    """Unsigned hashes of one band key -> {hash: images with it}; pre-combined per bundle, so
-    a bundle sends one dict per band through the shuffle."""
+    """Batches of unsigned hashes of one band key -> {hash: images with it}; pre-combined per
+    bundle, so a bundle sends one dict per band through the shuffle."""
 
     def create_accumulator(self):
         return collections.Counter()
 
-    def add_input(self, acc, phash):
-        acc[phash] += 1
+    def add_input(self, acc, hashes):
+        acc.update(hashes)
         return acc
 
     def merge_accumulators(self, accumulators):
@@ -48,12 +55,18 @@ class _HashCountsFn(beam.CombineFn):
         return acc
 
 
+def _band_keys(batch: list[InspectedImage]) -> list[tuple[int, list[int]]]:
+    hashes = [_unsigned(r.phash) for r in batch if r.phash is not None]
+    return [(band, hashes) for band in range(BANDS)] if hashes else []
+
+
 def _band_edges(band_counts: tuple[int, collections.Counter], threshold: int):
     """(band, {hash: count}) -> (a, b) hash pairs at most `threshold` bits apart found in that
     band; band 0 also pairs each hash that several images share with itself."""
     band, counts = band_counts
     hashes = np.fromiter(counts, dtype=np.uint64, count=len(counts))
     i, j, _ = band_edges(hashes, band, threshold)
+    i, j = spanning_pairs(len(hashes), i, j)  # the same clusters, at most one pair a hash
     pairs = list(zip(hashes[i].tolist(), hashes[j].tolist(), strict=True))
     if band == 0:
         pairs += [(h, h) for h, n in counts.items() if n > 1]
@@ -180,16 +193,8 @@ class FindNearDuplicates(beam.PTransform):
         threshold = self._threshold
         clusters = (
             inspected
-            # (band, unsigned pHash), one per band and image
-            | "BandKeys"
-            >> beam.FlatMap(
-                lambda batch: [
-                    (band, _unsigned(r.phash))
-                    for r in batch
-                    if r.phash is not None
-                    for band in range(BANDS)
-                ]
-            )
+            # (band, [unsigned pHash]), one per band and batch of images
+            | "BandKeys" >> beam.FlatMap(_band_keys)
             | "HashesPerBand" >> beam.CombinePerKey(_HashCountsFn())  # (band, {hash: count})
             | "CloseInBand" >> beam.FlatMap(_band_edges, threshold)  # (hash, hash)
             | "Components" >> beam.CombineGlobally(_ComponentsFn())  # {hash: cluster}

@@ -56,8 +56,9 @@ THUMB_PX = 160
 # Rejected/duplicate examples listed per reason; files larger than this get no thumbnail.
 EXAMPLES_PER_REASON = 4
 THUMB_MAX_FILE_BYTES = 32 * 2**20
-# Clusters of near-duplicates shown (each up to PER_CLASS images), those across splits first.
-NEAR_CLUSTERS_SHOWN = 12
+# Clusters of near-duplicates shown, and images of each: each thumbnail decodes a source file.
+NEAR_CLUSTERS_SHOWN = 8
+NEAR_IMAGES_SHOWN = 4
 # The reader's evaluation output size shown beside each original.
 EVAL_SIZE = (224, 224)
 # Records the contact sheet may read while looking for images of every class.
@@ -515,9 +516,9 @@ def _near_duplicates_section(data_dir: str, info: dict) -> list[str]:
     for c in _jsonl(data_dir, schema.NEAR_DUPLICATES)[:NEAR_CLUSTERS_SHOWN]:
         cells = "".join(
             f"<td>{_img(_open_any(p), 'no thumbnail', 'thumb')}<div class=path>{e(p)}</div></td>"
-            for p in c["paths"][:PER_CLASS]
+            for p in c["paths"][:NEAR_IMAGES_SHOWN]
         )
-        more = len(c["paths"]) - PER_CLASS
+        more = len(c["paths"]) - NEAR_IMAGES_SHOWN
         out.append(
             f"<tr><th>{e(', '.join(c['splits']))}<div class=muted>{c['distance']} bits"
             f"{f'; {more} more' if more > 0 else ''}</div></th>{cells}</tr>"

@@ -20,7 +20,8 @@ from tests.servers import ProxyTrap
 ROOT = str(ROOT_PATH)
 # The summary block's lines after its `imgrec: converted ...` head (pipeline/report/summary.py, format_summary).
 _SUMMARY = re.compile(
-    r"^  (written|rejected|duplicates|transcoded|shards|reasons per file:|warning:|report) "
+    r"^  (written|rejected|duplicates|near-duplicates:|transcoded|shards|reasons per file:|"
+    r"warning:|report) "
 )
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 

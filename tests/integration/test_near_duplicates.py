@@ -20,16 +20,16 @@ from transforms.hamming import DEFAULT_THRESHOLD
 NUM_PHOTOS = 10
 # photo index -> its copies: (file name, bytes maker)
 _COPIES = {
-    0: [("p00_copy.png", lambda im: _photos._encode(im, "PNG"))],
+    0: [("p00_copy.png", lambda im: _photos.encode(im, "PNG"))],
     1: [
-        ("p01_half.jpg", lambda im: _photos._encode(im.resize((160, 120)), "JPEG", quality=90)),
-        ("p01_q40.jpg", lambda im: _photos._encode(im, "JPEG", quality=40)),
+        ("p01_half.jpg", lambda im: _photos.encode(im.resize((160, 120)), "JPEG", quality=90)),
+        ("p01_q40.jpg", lambda im: _photos.encode(im, "JPEG", quality=40)),
     ],
     2: [
-        ("p02_crop.jpg", lambda im: _photos._encode(im.crop((8, 6, 312, 234)), "JPEG")),
+        ("p02_crop.jpg", lambda im: _photos.encode(im.crop((8, 6, 312, 234)), "JPEG")),
         (
             "p02_bright.jpg",
-            lambda im: _photos._encode(ImageEnhance.Brightness(im).enhance(1.12), "JPEG"),
+            lambda im: _photos.encode(ImageEnhance.Brightness(im).enhance(1.12), "JPEG"),
         ),
     ],
 }

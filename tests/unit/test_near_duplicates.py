@@ -16,7 +16,13 @@ from PIL import Image, ImageEnhance
 from bench import _photos
 from pipeline.options import ConvertConfig, OptionError
 from transforms.elements import InspectedImage
-from transforms.hamming import DEFAULT_THRESHOLD, cluster_hashes, components, distance
+from transforms.hamming import (
+    DEFAULT_THRESHOLD,
+    cluster_hashes,
+    components,
+    distance,
+    spanning_pairs,
+)
 from transforms.images.check import check_image
 from transforms.images.limits import CheckOptions
 from transforms.near_duplicates import FindNearDuplicates
@@ -202,3 +208,18 @@ def test_drop_keeps_the_first_by_key_and_records_the_others():
             ),  # fmt: skip
             label="dropped",
         )
+
+
+def test_spanning_pairs_link_the_same_components_with_fewer_pairs():
+    """A long chain, a dense clique and random links: the same components, <= n - 1 pairs."""
+    rng = np.random.default_rng(7)
+    n = 400
+    chain = [(k, k + 1) for k in range(100, 199)][::-1]  # settles only by pointer jumping
+    clique = list(itertools.combinations(range(200, 240), 2))
+    random = [tuple(int(x) for x in rng.integers(240, n, 2)) for _ in range(80)]
+    i, j = (np.array(side) for side in zip(*(chain + clique + random), strict=True))
+    a, b = spanning_pairs(n, i, j)
+    assert len(a) <= n - 1 < len(i)
+    assert components(zip(a.tolist(), b.tolist(), strict=True)) == components(
+        (x, y) for x, y in zip(i.tolist(), j.tolist(), strict=True) if x != y
+    )

@@ -184,8 +184,10 @@ def _check_arrays(fmt: str, data: bytes, opts: CheckOptions, compute_stats: bool
     image = arrays.decode(fmt, data, opts)
     reasons = array_reasons(image, opts)
     stored = arrays.encode_frame(image.frames[0], arrays.jpeg_quality(opts))
-    pixels = None
-    if stored.format == "raw" and (compute_stats or opts.phash):  # as the reader's default
+    # Raw frames (any depth, any bands) are hashed as they are: the bits do not change when the
+    # values are scaled and shifted, so no 8-bit view is needed.
+    pixels = hashed_pixels = image.frames[0]
+    if stored.format == "raw" and compute_stats:  # as the reader's default
         from core import raw_pixels  # TensorFlow, loaded only where needed (as load_tf does)
 
         pixels = raw_pixels.as_photo(image.frames[0]).numpy()
@@ -196,9 +198,9 @@ def _check_arrays(fmt: str, data: bytes, opts: CheckOptions, compute_stats: bool
         except tf.errors.InvalidArgumentError as e:  # our own encode: a bug, named as one
             detail = f"the stored {stored.format.upper()} does not decode: {tf_message(e)}"
             raise Rejected("decoder_error", detail) from e
-        pixels = np.asarray(decoded)
+        pixels = hashed_pixels = np.asarray(decoded)
     stats = _channel_stats(pixels) if compute_stats else None
-    hashed = phash(pixels) if opts.phash else None
+    hashed = phash(hashed_pixels) if opts.phash else None
     return ImageInfo(
         stored.format, fmt, stored.height, stored.width, stored.channels, ",".join(reasons),
         stats, hashed,

@@ -23,6 +23,7 @@ _REDUCTIONS = (8, 4, 2)
 _MIN_SIDE = 16
 # ITU-R 601 luma, as Pillow's "L" conversion.
 _LUMA = np.array([0.299, 0.587, 0.114], dtype=np.float32)
+_HALF = HASH_BITS // 2
 _WEIGHTS = np.left_shift(np.uint64(1), np.arange(HASH_BITS - 1, -1, -1, dtype=np.uint64))
 
 
@@ -51,17 +52,21 @@ def _projection(n: int) -> np.ndarray:
 
 
 def phash(pixels: np.ndarray) -> int:
-    """The pHash of uint8 pixels [H, W], [H, W, 1], [H, W, 3] or [H, W, 4] (alpha ignored), as a
-    signed int64 (the Example's int64; `to_unsigned` gives the 64 bits). The thumbnail's cells
+    """The pHash of pixels [H, W] or [H, W, C] of any dtype (RGB(A) as luma, other bands
+    averaged; NaN as 0), as a signed int64 (the Example's int64; `to_unsigned` gives the 64 bits). The thumbnail's cells
     are area averages, so an image and its downscale (a JPEG's 1/8 DCT-scale decode among them)
     hash alike. Bit 63 is the DCT's (0, 0) term; bits run row-major over the 8x8 block, most
     significant first."""
-    if pixels.ndim == 3 and pixels.shape[2] >= 3:
+    if pixels.ndim == 3 and pixels.shape[2] in (3, 4):
         grey = pixels[:, :, :3] @ _LUMA
+    elif pixels.ndim == 3:  # one band, two (grey + alpha) or many: their mean
+        grey = pixels.mean(axis=2, dtype=np.float32) if pixels.shape[2] != 2 else pixels[:, :, 0]
     else:
-        grey = pixels.reshape(pixels.shape[0], pixels.shape[1]).astype(np.float32)
-    low = _projection(grey.shape[0]) @ grey @ _projection(grey.shape[1]).T
-    bits = (low > np.median(low)).ravel()
+        grey = pixels
+    grey = np.nan_to_num(grey.astype(np.float32, copy=False))
+    low = (_projection(grey.shape[0]) @ grey @ _projection(grey.shape[1]).T).ravel()
+    middle = np.partition(low, (_HALF - 1, _HALF))  # np.median's two middle values, faster
+    bits = low > (middle[_HALF - 1] + middle[_HALF]) / 2
     return to_signed(int(_WEIGHTS[bits].sum(dtype=np.uint64)))
 
 
