@@ -320,12 +320,13 @@ def test_two_workers_killed_resume_as_one(data_dir, uninterrupted, tmp_path, tas
     _check(_trained(tmp_path, [["a0.jsonl", "a1.jsonl"], ["b0.jsonl"]]), uninterrupted)
 
 
-def test_two_workers_killed_resume_as_four(data_dir, uninterrupted, tmp_path):
+@pytest.mark.parametrize("task", ["classification", "detection"])
+def test_two_workers_killed_resume_as_four(data_dir, uninterrupted, tmp_path, task):
     """Elastic the other way: the killed 2-worker job (each worker reading 2 of the order's 4
     partitions) restarted as 4 workers (one partition each), the same global batch."""
     kill_at = random.randrange(1, STEPS - 1)  # inside the first epoch
-    _run(data_dir, tmp_path, "a", "multiworker", kill_at)
-    _run(data_dir, tmp_path, "b", "multiworker", -1, workers=4)
+    _run(data_dir, tmp_path, "a", "multiworker", kill_at, reader_task=task)
+    _run(data_dir, tmp_path, "b", "multiworker", -1, workers=4, reader_task=task)
     runs = [["a0.jsonl", "a1.jsonl"], [f"b{i}.jsonl" for i in range(4)]]
     _check(_trained(tmp_path, runs), uninterrupted)
 
