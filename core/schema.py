@@ -484,18 +484,14 @@ def _scalar_feature(dtype: str, value) -> tuple[bytes, bytes]:
 
 # Each map entry's key field (Features.feature is map<string, Feature>; an entry is
 # {key: 1, value: 2}); deterministic serialization writes the entries in key order.
-def _entry_key(key: str) -> bytes:
-    return b"\x0a" + _length(len(key.encode())) + key.encode()
-
-
-_ENTRY_KEYS = {key: _entry_key(key) for key, _ in sorted(_FEATURES)}
-
-
 @functools.lru_cache(maxsize=256)
 def _entry_keys(keys: tuple[str, ...]) -> dict[str, bytes]:
     """Entry keys of a record with these (sorted) features: a dataset's records share a few
     key sets (image/phash, image/group, a format's own keys), so each is built once."""
-    return {key: _entry_key(key) for key in keys}
+    return {key: b"\x0a" + _length(len(key.encode())) + key.encode() for key in keys}
+
+
+_ENTRY_KEYS = _entry_keys(tuple(key for key, _ in sorted(_FEATURES)))
 
 
 def make_example(
