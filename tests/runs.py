@@ -14,11 +14,13 @@ import contextlib
 import io
 import json
 import os
+import random
 import subprocess
 import sys
 from pathlib import Path
 
 __all__ = [
+    "fuzz_seed",
     "ROOT",
     "TF_PRELUDE",
     "cli",
@@ -54,6 +56,16 @@ TF_PRELUDE = (
     "from pipeline.launch.startup import defer_keras, without_gc\ndefer_keras()\n"
     "with without_gc():\n    import tensorflow\n"
 )
+
+
+def fuzz_seed(ci_seed: int | None = None) -> int:
+    """A fuzz test's seed: IMGREC_FUZZ_SEED to replay a failure, else `ci_seed` on CI (when
+    given), else a fresh one (the test prints it)."""
+    if os.environ.get("IMGREC_FUZZ_SEED"):
+        return int(os.environ["IMGREC_FUZZ_SEED"])
+    if ci_seed is not None and os.environ.get("CI"):
+        return ci_seed
+    return random.SystemRandom().randrange(1 << 31)
 
 
 def tf_script(script: str, *args: str) -> list[str]:

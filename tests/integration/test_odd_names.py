@@ -18,7 +18,7 @@ import pytest
 from core import names, schema
 from pipeline.report.scan import parse_example, read_records
 from tests import odd_names
-from tests.runs import cli, in_process
+from tests.runs import cli, fuzz_seed, in_process
 
 # Anything a terminal or an HTML line must not get raw from a name (the report's own markup
 # has newlines, which are left out of this check).
@@ -205,14 +205,6 @@ def test_odd_names_on_buckets(store, tmp_path):
 # --- fuzz: random byte names ------------------------------------------------------------------
 
 
-def _fuzz_seed() -> int:
-    if os.environ.get("IMGREC_FUZZ_SEED"):
-        return int(os.environ["IMGREC_FUZZ_SEED"])
-    if os.environ.get("CI"):
-        return _FUZZ_CI_SEED
-    return random.SystemRandom().randrange(1 << 31)
-
-
 def _random_name(rng: random.Random) -> bytes:
     alphabet = [b for b in range(1, 256) if b != ord("/")]
     kind = rng.random()
@@ -230,7 +222,7 @@ def test_fuzz_random_byte_names_are_all_accounted_for(tmp_path):
     """A few hundred random names (any byte but `/` and NUL) in two folders, a third of them
     small images, the rest random bytes or copies: the job finishes, and every name comes out
     exactly once, as a record, a reject or a duplicate."""
-    seed = _fuzz_seed()
+    seed = fuzz_seed(_FUZZ_CI_SEED)
     rng = random.Random(seed)
     root = tmp_path / "fuzz"
     made: set[bytes] = set()

@@ -23,6 +23,7 @@ from PIL import Image
 
 from core.rejects import Rejected
 from tests.runs import ROOT as ROOT_PATH
+from tests.runs import fuzz_seed
 from transforms.images.check import check_image, encode_for_storage
 from transforms.images.limits import CheckOptions
 
@@ -43,14 +44,6 @@ _CI_SEED = 20261201
 _WRITE_SAMPLE = 3
 
 REGRESSIONS = str(ROOT_PATH / "tests" / "regressions")
-
-
-def _seed() -> int:
-    if os.environ.get("IMGREC_FUZZ_SEED"):
-        return int(os.environ["IMGREC_FUZZ_SEED"])
-    if os.environ.get("CI"):
-        return _CI_SEED
-    return random.SystemRandom().randrange(1 << 31)
 
 
 def _encode(im, fmt: str, **kw) -> bytes:
@@ -145,7 +138,7 @@ def _decode_stored(stored: bytes):
 
 
 def test_mutated_files_only_ever_raise_rejected(tmp_path):
-    seed = _seed()
+    seed = fuzz_seed(_CI_SEED)
     rng = random.Random(seed)
     bases = _bases()
     failures: list[str] = []
