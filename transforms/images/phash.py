@@ -65,7 +65,8 @@ def phash(pixels: np.ndarray) -> int:
         grey = pixels
     grey = np.nan_to_num(grey.astype(np.float32, copy=False))
     low = (_projection(grey.shape[0]) @ grey @ _projection(grey.shape[1]).T).ravel()
-    middle = np.partition(low, (_HALF - 1, _HALF))  # np.median's two middle values, faster
+    # The median as np.median takes it (the mean of the two middle values), without a full sort.
+    middle = np.partition(low, (_HALF - 1, _HALF))
     bits = low > (middle[_HALF - 1] + middle[_HALF]) / 2
     return to_signed(int(_WEIGHTS[bits].sum(dtype=np.uint64)))
 
