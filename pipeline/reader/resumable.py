@@ -153,55 +153,73 @@ def ordered_records(
         This pipeline's part of each global batch, in order, `steps * B / P` records per epoch;
         epochs on forever when `config.repeat`, else to the end of the start epoch.
     """
-    steps, per_window, batch = plan.steps, plan.steps_per_window, plan.global_batch_size
-    mine, low, high = plan.owned(num_pipelines, pipeline_id)
     crop_base = random.getrandbits(62) if crop_seed is None else crop_seed
-    tables = PartitionTables(plan)
-    source = (_Cached if config.cache else _Streamed)(config, plan, tables, read_part)
-    columns = _Columns(plan, mine, low, high)
-    mine_from = plan.columns[mine.start]  # the global batch's column of my partitions' first
+    order = _PipelineOrder(
+        config, plan, plan.owned(num_pipelines, pipeline_id), batch_size, read_part, crop_base
+    )
+    return _epochs_from(start_step, plan.steps, config.repeat, order.epoch)
 
-    def rows_of(window, begin) -> tuple[tf.Tensor, tf.Tensor]:
+
+class _PipelineOrder:
+    """One input pipeline's part of the partitioned order: the partitions it owns (`mine`) and its
+    columns `low:high` of each global batch, read window by window."""
+
+    def __init__(self, config, plan, owned, batch_size: int, read_part, crop_base: int) -> None:
+        mine, low, high = owned
+        self.steps, self.per_window = plan.steps, plan.steps_per_window
+        self.batch, self.batch_size = plan.global_batch_size, batch_size
+        self.mine, self.crop_base = mine, crop_base
+        self.tables = PartitionTables(plan)
+        self.source = (_Cached if config.cache else _Streamed)(config, plan, self.tables, read_part)
+        self.columns = _Columns(plan, mine, low, high)
+        # The global batch's columns of this pipeline (from its partitions' first column).
+        mine_from = plan.columns[mine.start]
+        self.seed_columns = slice(mine_from + low, mine_from + high)
+
+    def rows_of(self, window, begin) -> tuple[tf.Tensor, tf.Tensor]:
         """The window's first step to yield (from step `begin` on) and one past its last."""
-        first = tf.maximum(begin - window * per_window, 0)
-        return first, tf.minimum(tf.constant(per_window, tf.int64), steps - window * per_window)
+        first = tf.maximum(begin - window * self.per_window, 0)
+        last = tf.minimum(
+            tf.constant(self.per_window, tf.int64), self.steps - window * self.per_window
+        )
+        return first, last
 
-    def final(p, index, begin, window, records) -> tuple[tf.Tensor, tf.Tensor]:
+    def final(self, p, index, begin, window, records) -> tuple[tf.Tensor, tf.Tensor]:
         """Partition `p`'s records of the window's steps from step `begin` on, in final order,
         step after step (and the window's number)."""
-        first, rows = rows_of(window, begin)
-        width = tf.gather(tables.widths, p)
-        if not tables.permute:
+        first, rows = self.rows_of(window, begin)
+        width = tf.gather(self.tables.widths, p)
+        if not self.tables.permute:
             return records[first * width : rows * width], window
         size = tf.shape(records, out_type=tf.int64)[0]
         used = tf.range(first * width, rows * width)
-        return tf.gather(
-            records, tf.gather(tables.permutation(p, index, window, size), used)
-        ), window
+        permutation = self.tables.permutation(p, index, window, size)
+        return tf.gather(records, tf.gather(permutation, used)), window
 
-    def batches(index, begin, records, window) -> tuple[tf.Tensor, tf.Tensor]:
+    def batches(self, index, begin, records, window) -> tuple[tf.Tensor, tf.Tensor]:
         """This pipeline's batches of the window's steps, with the crop and flip seeds of
         their global positions."""
         window = tf.reshape(window, [-1])[0]
-        first, rows = rows_of(window, begin)
-        seeds = tf.reshape(crop_seeds(crop_base, index, window, per_window * batch), [-1, batch, 2])
-        seeds = seeds[first:rows, mine_from + low : mine_from + high]
+        first, rows = self.rows_of(window, begin)
+        seeds = crop_seeds(self.crop_base, index, window, self.per_window * self.batch)
+        seeds = tf.reshape(seeds, [-1, self.batch, 2])[first:rows, self.seed_columns]
         return (
-            tf.reshape(columns.select(records), [-1, batch_size]),
-            tf.reshape(seeds, [-1, batch_size, 2]),
+            tf.reshape(self.columns.select(records), [-1, self.batch_size]),
+            tf.reshape(seeds, [-1, self.batch_size, 2]),
         )
 
-    def epoch(index: tf.Tensor, begin: tf.Tensor) -> tf.data.Dataset:
+    def epoch(self, index: tf.Tensor, begin: tf.Tensor) -> tf.data.Dataset:
         """This pipeline's records of epoch `index` from global step `begin` on."""
-        first = begin // per_window
-        wanted = -(-steps // per_window) - first
-        context = source.epoch_context()
+        first = begin // self.per_window
+        wanted = -(-self.steps // self.per_window) - first
+        context = self.source.epoch_context()
+        mine = self.mine
 
         def partition_steps(j: tf.Tensor) -> tf.data.Dataset:
             p = j + mine.start
-            windows = source.windows(p, index, first, context).take(wanted)
+            windows = self.source.windows(p, index, first, context).take(wanted)
             numbered = tf.data.Dataset.zip(tf.data.Dataset.range(first, _FOREVER), windows)
-            return numbered.map(traced_as_written(lambda w, r: final(p, index, begin, w, r)))
+            return numbered.map(traced_as_written(lambda w, r: self.final(p, index, begin, w, r)))
 
         # One element per partition in turn (each has `wanted` windows), read side by side.
         parts = tf.data.Dataset.range(len(mine)).interleave(
@@ -214,13 +232,11 @@ def ordered_records(
         if len(mine) > 1:
             parts = parts.ragged_batch(len(mine))
         parts = parts.map(
-            traced_as_written(lambda records, window: batches(index, begin, records, window)),
+            traced_as_written(lambda records, window: self.batches(index, begin, records, window)),
             num_parallel_calls=tf.data.AUTOTUNE,
             deterministic=True,
         )
         return parts.unbatch()
-
-    return _epochs_from(start_step, steps, config.repeat, epoch)
 
 
 class _Columns:
