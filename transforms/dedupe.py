@@ -6,7 +6,7 @@ import apache_beam as beam
 from apache_beam import pvalue
 from apache_beam.metrics import Metrics
 
-__all__ = ["DropDuplicates"]
+__all__ = ["DropDuplicates", "DropNamedFn"]
 
 # Content hashes are spread over this many combine keys. Few keys let Beam pre-combine inside
 # each bundle (one shuffle element per key per bundle instead of one per file); 64 keeps each
@@ -51,11 +51,12 @@ class _DuplicatesCombineFn(beam.CombineFn):
         return duplicates
 
 
-class _DropFn(beam.DoFn):
-    """[InspectedImage] -> the batch without the files named in `dropped`."""
+class DropNamedFn(beam.DoFn):
+    """[InspectedImage] -> the batch without the files named in `dropped` (a side input), counted
+    in the metric `counter` (exact and near duplicates)."""
 
-    def __init__(self):
-        self._dropped = Metrics.counter("imgrec", "duplicates")
+    def __init__(self, counter: str = "duplicates"):
+        self._dropped = Metrics.counter("imgrec", counter)
 
     def process(self, batch, dropped):
         kept = [r for r in batch if r.path not in dropped]
@@ -87,6 +88,6 @@ class DropDuplicates(beam.PTransform):
         )
         dropped = duplicates | "DroppedPaths" >> beam.Map(lambda d: (d["path"], d["duplicate_of"]))
         unique = inspected | "DropDuplicates" >> beam.ParDo(
-            _DropFn(), dropped=pvalue.AsDict(dropped)
+            DropNamedFn(), dropped=pvalue.AsDict(dropped)
         )
         return {"unique": unique, "duplicates": duplicates}

@@ -12,8 +12,8 @@ import dataclasses
 import apache_beam as beam
 import numpy as np
 from apache_beam import pvalue
-from apache_beam.metrics import Metrics
 
+from transforms.dedupe import DropNamedFn
 from transforms.elements import InspectedImage, NearCluster, NearMember, split_unit
 from transforms.hamming import (
     BANDS,
@@ -161,20 +161,6 @@ def _dropped(cluster: NearCluster):
         }
 
 
-class _DropFn(beam.DoFn):
-    """[InspectedImage] -> the batch without the files named in `dropped`."""
-
-    def __init__(self):
-        self._dropped = Metrics.counter("imgrec", "near_duplicates_dropped")
-
-    def process(self, batch, dropped):
-        kept = [r for r in batch if r.path not in dropped]
-        if len(kept) < len(batch):
-            self._dropped.inc(len(batch) - len(kept))
-        if kept:
-            yield kept
-
-
 class FindNearDuplicates(beam.PTransform):
     """[InspectedImage] -> {"images": [InspectedImage], "clusters": NearCluster,
     "dropped": duplicates.jsonl rows}.
@@ -216,7 +202,7 @@ class FindNearDuplicates(beam.PTransform):
             dropped = found | "Dropped" >> beam.FlatMap(_dropped)
             paths = dropped | "DroppedPaths" >> beam.Map(lambda d: (d["path"], d["duplicate_of"]))
             images = inspected | "DropNearDuplicates" >> beam.ParDo(
-                _DropFn(), dropped=pvalue.AsDict(paths)
+                DropNamedFn("near_duplicates_dropped"), dropped=pvalue.AsDict(paths)
             )
         return {"images": images, "clusters": found, "dropped": dropped}
 
