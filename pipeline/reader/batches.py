@@ -54,10 +54,7 @@ def batched(
         )
     else:
         # The user's hook runs per example, so decode per example too.
-        batches = _per_example(
-            config, records, batch_size, deterministic, prebatched, _decode_example,
-            _postprocess_fn(config),
-        )  # fmt: skip
+        batches = _per_example(config, records, batch_size, deterministic, prebatched)
     if config.normalize_dir is not None:
         normalize = normalize_layer(config.normalize_dir)
         batches = batches.map(
@@ -69,20 +66,18 @@ def batched(
     return batches.with_options(_options(config, multi_device))
 
 
-def _per_example(
-    config, records, batch_size: int, deterministic, prebatched: bool, decode, then=None
-):
-    """Records decoded one by one with `decode(config, record, seed)` (and mapped by `then`),
-    then batched."""
+def _per_example(config, records, batch_size: int, deterministic, prebatched: bool):
+    """Records decoded one by one, given to the user's postprocess, then batched."""
     if prebatched:
         records = records.unbatch()
     examples = records.map(
-        traced_as_written(lambda record, seed=None: decode(config, record, seed)),
+        traced_as_written(lambda record, seed=None: _decode_example(config, record, seed)),
         num_parallel_calls=AUTOTUNE,
         deterministic=deterministic,
     )
-    if then is not None:
-        examples = examples.map(then, num_parallel_calls=AUTOTUNE, deterministic=deterministic)
+    examples = examples.map(
+        _postprocess_fn(config), num_parallel_calls=AUTOTUNE, deterministic=deterministic
+    )
     return examples.batch(
         batch_size,
         drop_remainder=config.training,
