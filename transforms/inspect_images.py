@@ -68,6 +68,11 @@ class _InspectFn(beam.DoFn):
         # Import the decoder once here: otherwise every pool thread's first check waits on
         # Python's import lock while one of them imports TensorFlow.
         import tensorflow  # noqa: F401
+        import threadpoolctl
+
+        # A worker is one core's (a process per core, or a decode thread per core): BLAS's own
+        # threads (the perceptual hash's products) would spin on the other workers' cores.
+        threadpoolctl.threadpool_limits(limits=1, user_api="blas")
 
         if self._opts.jpeg_verify == "strict":
             import simplejpeg  # noqa: F401  (a missing package fails here, not once per file)

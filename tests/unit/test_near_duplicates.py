@@ -25,6 +25,7 @@ from transforms.hamming import (
 )
 from transforms.images.check import check_image
 from transforms.images.limits import CheckOptions
+from transforms.images.phash import phash
 from transforms.near_duplicates import FindNearDuplicates
 
 
@@ -63,6 +64,27 @@ def test_copies_of_a_photo_hash_close_and_other_photos_far():
     assert check_image(data, CheckOptions(), compute_stats=True).phash == originals[0]
     assert _hash(data, max_side=200) == originals[0]  # downscaled by the writer
     assert check_image(copies["png"], CheckOptions(phash=False)).phash is None
+
+
+def test_every_layout_hashes_as_its_grey_picture():
+    """RGB as its luma, alpha and a grey image's alpha ignored, bands averaged, any depth or
+    scale (the bits compare coefficients with their median), NaN as 0."""
+    rgb = np.asarray(_photos.photo(3, (120, 90)))
+    luma = rgb.astype(np.float64) @ [0.299, 0.587, 0.114]
+    want = phash(luma)
+    assert distance(phash(rgb), want) <= 1  # float32 against float64 luma
+    rgba = np.dstack([rgb, np.full(rgb.shape[:2], 7, np.uint8)])
+    assert phash(rgba) == phash(rgb)
+    assert phash(np.dstack([luma, np.zeros_like(luma)])) == want  # grey + alpha
+    assert phash(np.dstack([luma] * 5)) == want  # 5 equal bands: their mean
+    assert phash((luma * 250).astype(np.uint16)) == phash((luma * 250).astype(np.float32))
+    assert phash(luma[:, :, None]) == want
+    holes = luma.copy()
+    holes[10:20, 30:40] = np.nan
+    zeros = luma.copy()
+    zeros[10:20, 30:40] = 0
+    assert phash(holes) == phash(zeros)
+    assert phash(luma[:, :, None].repeat(3, axis=2)[:, ::-1]) != want  # not mirror-blind
 
 
 def _brute_force(hashes: list[int], threshold: int) -> list[list[int]]:

@@ -7,6 +7,7 @@ import os
 
 import apache_beam as beam
 import pytest
+import threadpoolctl
 from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
@@ -141,6 +142,9 @@ def test_inspect_counts_outcomes_and_tags_rejects(tmp_path):
     assert counters["rejected_empty_file"] == 1
     assert counters["rejected_not_an_image"] == 1
     assert counters["rejected_unreadable"] == 1
+    # A worker is one core's: BLAS (the perceptual hash's products) gets no threads of its own.
+    blas = [i for i in threadpoolctl.threadpool_info() if i["user_api"] == "blas"]
+    assert blas and {i["num_threads"] for i in blas} == {1}
 
 
 def test_drop_duplicates_keeps_smallest_key():

@@ -24,7 +24,6 @@ _MIN_SIDE = 16
 # ITU-R 601 luma, as Pillow's "L" conversion.
 _LUMA = np.array([0.299, 0.587, 0.114], dtype=np.float32)
 _HALF = HASH_BITS // 2
-_WEIGHTS = np.left_shift(np.uint64(1), np.arange(HASH_BITS - 1, -1, -1, dtype=np.uint64))
 
 
 def reduction(height: int, width: int) -> int:
@@ -51,24 +50,36 @@ def _projection(n: int) -> np.ndarray:
     return (dct @ area).astype(np.float32)
 
 
+@functools.lru_cache(maxsize=1024)
+def _columns(width: int, channels: int) -> np.ndarray:
+    """[width * channels, _LOW]: a row's samples to grey (RGB(A): luma; grey + alpha: the grey;
+    other bands: their mean), then _projection(width): one product does both."""
+    if channels in (3, 4):
+        grey = np.concatenate([_LUMA, np.zeros(channels - 3, np.float32)])
+    elif channels == 2:
+        grey = np.array([1, 0], dtype=np.float32)
+    else:
+        grey = np.full(channels, 1 / channels, dtype=np.float32)
+    columns = _projection(width).T[:, None, :] * grey[None, :, None]
+    return columns.reshape(width * channels, _LOW)
+
+
 def phash(pixels: np.ndarray) -> int:
     """The pHash of pixels [H, W] or [H, W, C] of any dtype (RGB(A) as luma, other bands
-    averaged; NaN as 0), as a signed int64 (the Example's int64; `to_unsigned` gives the 64 bits). The thumbnail's cells
-    are area averages, so an image and its downscale (a JPEG's 1/8 DCT-scale decode among them)
-    hash alike. Bit 63 is the DCT's (0, 0) term; bits run row-major over the 8x8 block, most
-    significant first."""
-    if pixels.ndim == 3 and pixels.shape[2] in (3, 4):
-        grey = pixels[:, :, :3] @ _LUMA
-    elif pixels.ndim == 3:  # one band, two (grey + alpha) or many: their mean
-        grey = pixels.mean(axis=2, dtype=np.float32) if pixels.shape[2] != 2 else pixels[:, :, 0]
-    else:
-        grey = pixels
-    grey = np.nan_to_num(grey.astype(np.float32, copy=False))
-    low = (_projection(grey.shape[0]) @ grey @ _projection(grey.shape[1]).T).ravel()
+    averaged; NaN as 0), as a signed int64 (the Example's int64; `to_unsigned` gives the 64
+    bits). The thumbnail's cells are area averages, so an image and its downscale (a JPEG's 1/8
+    DCT-scale decode among them) hash alike. Bit 63 is the DCT's (0, 0) term; bits run
+    row-major over the 8x8 block, most significant first."""
+    height, width = pixels.shape[:2]
+    channels = pixels.shape[2] if pixels.ndim == 3 else 1
+    if pixels.dtype.kind == "f":
+        pixels = np.nan_to_num(pixels)
+    rows = pixels.reshape(height, width * channels).astype(np.float32, copy=False)
+    low = (_projection(height) @ (rows @ _columns(width, channels))).ravel()
     # The median as np.median takes it (the mean of the two middle values), without a full sort.
     middle = np.partition(low, (_HALF - 1, _HALF))
     bits = low > (middle[_HALF - 1] + middle[_HALF]) / 2
-    return to_signed(int(_WEIGHTS[bits].sum(dtype=np.uint64)))
+    return to_signed(int.from_bytes(np.packbits(bits).tobytes(), "big"))
 
 
 def to_signed(value: int) -> int:
