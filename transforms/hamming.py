@@ -116,8 +116,10 @@ def band_edges(
     width = _WIDTHS[band]
     values = ((hashes >> np.uint64(_SHIFTS[band])) & np.uint64((1 << width) - 1)).astype(np.int64)
     order = np.argsort(values, kind="stable")
-    counts = np.bincount(values, minlength=1 << width)  # hashes per band value
-    first_of = np.cumsum(counts) - counts  # where they start in `order`
+    starts, counts = _value_runs(values[order], width)
+    # Most lookups find no hash: a table of one byte per band value (a few MB, in cache) sorts
+    # them out before the wider tables are read.
+    present = counts > 0
     found = ([], [], [])
     masks = np.array(_masks(width, threshold // BANDS), dtype=np.int64)
     # Several masks a step (a block of about _BLOCK lookups): numpy's per-call cost, not
@@ -126,25 +128,28 @@ def band_edges(
     for first in range(0, len(masks), step):
         block = masks[first : first + step]
         query = (values[:, None] ^ block[None, :]).ravel()
-        hits, starts = counts[query], first_of[query]
-        # Its own value (mask 0) holds the hash itself: a pair needs one more.
-        rows = np.flatnonzero(hits > np.tile(block == 0, len(values)))
-        if not len(rows):
-            continue
-        reps = hits[rows]
+        rows = np.flatnonzero(present[query])
+        reps = counts[query[rows]]
         i = np.repeat(rows // len(block), reps)
         offsets = np.arange(len(i)) - np.repeat(np.cumsum(reps) - reps, reps)
-        j = order[np.repeat(starts[rows], reps) + offsets]
-        keep = i < j  # each pair once: it is met from both ends
+        j = order[np.repeat(starts[query[rows]], reps) + offsets]
+        keep = i < j  # each pair once (it is met from both ends), and never a hash with itself
         i, j = i[keep], j[keep]
         d = np.bitwise_count(hashes[i] ^ hashes[j])
         close = d <= threshold
         for out, part in zip(found, (i[close], j[close], d[close]), strict=True):
             out.append(part)
-    if not found[0]:
-        empty = np.zeros(0, dtype=np.int64)
-        return empty, empty, empty.astype(np.uint8)
     return tuple(np.concatenate(parts) for parts in found)
+
+
+def _value_runs(sorted_values: np.ndarray, width: int) -> tuple[np.ndarray, np.ndarray]:
+    """(starts, counts), each indexed by band value: where that value's run begins in
+    `sorted_values` and how long it is (0: no hash has it)."""
+    values, first, counts = np.unique(sorted_values, return_index=True, return_counts=True)
+    starts = np.zeros(1 << width, dtype=np.int32)
+    runs = np.zeros(1 << width, dtype=np.int32)
+    starts[values], runs[values] = first, counts
+    return starts, runs
 
 
 def components(edges: Iterable[tuple[int, int]]) -> dict[int, int]:
