@@ -163,7 +163,7 @@ def _dropped(cluster: NearCluster):
 
 class FindNearDuplicates(beam.PTransform):
     """[InspectedImage] -> {"images": [InspectedImage], "clusters": NearCluster,
-    "dropped": duplicates.jsonl rows}.
+    "dropped": duplicates.jsonl rows (None but with drop)}.
 
     `mode` report leaves the images as they are; group moves every image of a cluster (and
     its --group_by group) into one split; drop keeps a cluster's first image by key and drops
@@ -183,18 +183,21 @@ class FindNearDuplicates(beam.PTransform):
             | "BandKeys" >> beam.FlatMap(_band_keys)
             | "HashesPerBand" >> beam.CombinePerKey(_HashCountsFn())  # (band, {hash: count})
             | "CloseInBand" >> beam.FlatMap(_band_edges, threshold)  # (hash, hash)
-            | "Components" >> beam.CombineGlobally(_ComponentsFn())  # {hash: cluster}
+            # {hash: cluster}; none at all without images (the side inputs' default then)
+            | "Components" >> beam.CombineGlobally(_ComponentsFn()).without_defaults()
         )
         found = (
             inspected
-            | "ClusterMembers" >> beam.FlatMap(_members, pvalue.AsSingleton(clusters))
+            | "ClusterMembers"
+            >> beam.FlatMap(_members, pvalue.AsSingleton(clusters, default_value={}))
             | "GroupClusters" >> beam.GroupByKey()  # (cluster, [NearMember])
             | "Clusters" >> beam.Map(_cluster)
         )
-        images, dropped = inspected, inspected.pipeline | "NoneDropped" >> beam.Create([])
+        images, dropped = inspected, None
         if self._mode == "group":
             moves = pvalue.AsSingleton(
-                found | "SplitUnits" >> beam.CombineGlobally(_SplitUnitsFn())
+                found | "SplitUnits" >> beam.CombineGlobally(_SplitUnitsFn()).without_defaults(),
+                default_value={},
             )
             images = inspected | "MoveToOneSplit" >> beam.Map(_move, moves)
             found = found | "AsMoved" >> beam.Map(_moved, moves)

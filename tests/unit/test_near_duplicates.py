@@ -176,7 +176,14 @@ def test_report_lists_clusters_and_changes_nothing():
             label="clusters",
         )
         assert_that(images, equal_to([(r.key, r.split) for r in _IMAGES]), label="images")
-        assert_that(dropped, equal_to([]), label="dropped")
+        assert dropped is None  # only drop drops
+
+
+def test_no_images_no_clusters():
+    with TestPipeline() as p:
+        out = p | beam.Create([]) | FindNearDuplicates("group", DEFAULT_THRESHOLD)
+        assert_that(out["clusters"], equal_to([]), label="clusters")
+        assert_that(out["images"], equal_to([]), label="images")
 
 
 def test_group_puts_each_cluster_and_its_groups_in_one_split():
