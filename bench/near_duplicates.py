@@ -29,7 +29,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench import _photos  # noqa: E402
-from bench._common import REPO, WORK, alternate, load_average, timed_run  # noqa: E402
+from bench._common import REPO, WORK, alternate, corpus, load_average, timed_run  # noqa: E402
 from transforms.hamming import DEFAULT_THRESHOLD, cluster_hashes  # noqa: E402
 
 # The edits the issue names (EDITS also has "all": every one of them at once, a harder row).
@@ -194,11 +194,11 @@ def quality(args) -> None:
 
 def cost(args) -> None:
     """report against off: the default command, whole process, on distinct photos with 1 %
-    edited copies (build_cost_corpus)."""
+    edited copies (build_cost_corpus) or on the headline's corpus (`--corpus demo`)."""
     print(load_average())
     env = dict(os.environ, PYTHONPATH=REPO, TF_CPP_MIN_LOG_LEVEL="2")
     for size in (int(s) for s in args.sizes.split(",")):
-        images = build_cost_corpus(size)
+        images = build_cost_corpus(size) if args.corpus == "generated" else corpus(size)[0]
         outs = {m: os.path.join(WORK, f"near-cost-{m}") for m in ("report", "off")}
 
         def run(mode: str, images=images, outs=outs, size=size):
@@ -253,6 +253,9 @@ def main() -> None:
     parser.add_argument("--photos", type=int, default=600)
     parser.add_argument("--edited", type=int, default=200)
     parser.add_argument("--sizes", default="3000")
+    # cost: generated distinct photos (build_cost_corpus), or the headline's crops of five
+    # photos (bench/_common.corpus: most of them near-copies of one another).
+    parser.add_argument("--corpus", choices=("generated", "demo"), default="generated")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--hashes", type=int, default=1_000_000)
     args = parser.parse_args()
