@@ -6,6 +6,7 @@ import concurrent.futures
 import hashlib
 
 import apache_beam as beam
+import threadpoolctl
 from apache_beam import pvalue
 from apache_beam.metrics import Metrics
 
@@ -68,7 +69,6 @@ class _InspectFn(beam.DoFn):
         # Import the decoder once here: otherwise every pool thread's first check waits on
         # Python's import lock while one of them imports TensorFlow.
         import tensorflow  # noqa: F401
-        import threadpoolctl
 
         # A worker is one core's (a process per core, or a decode thread per core): BLAS's own
         # threads (the perceptual hash's products) would spin on the other workers' cores.
