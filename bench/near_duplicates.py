@@ -77,7 +77,8 @@ def _cost_file(i: int) -> tuple[str, bytes]:
     folder = f"class{i % COST_CLASSES}"
     if i % COPY_EVERY == COPY_EVERY - 1:
         name = list(_photos.EDITS)[(i // COPY_EVERY) % len(_photos.EDITS)]
-        data = _photos.edit(_photos.photo(30_000 + i - COPY_EVERY // 2), name, i)  # a photo
+        # Half a period back: a photo of the corpus, never another copy.
+        data = _photos.edit(_photos.photo(30_000 + i - COPY_EVERY // 2), name, i)
         return os.path.join(folder, f"copy{i:06d}.{'png' if name == 'png' else 'jpg'}"), data
     return os.path.join(folder, f"photo{i:06d}.jpg"), _photos.original(_photos.photo(30_000 + i))
 

@@ -129,10 +129,11 @@ def band_edges(
         block = masks[first : first + step]
         query = (values[:, None] ^ block[None, :]).ravel()
         rows = np.flatnonzero(present[query])
-        reps = counts[query[rows]]
+        hit = query[rows]
+        reps = counts[hit]
         i = np.repeat(rows // len(block), reps)
         offsets = np.arange(len(i)) - np.repeat(np.cumsum(reps) - reps, reps)
-        j = order[np.repeat(starts[query[rows]], reps) + offsets]
+        j = order[np.repeat(starts[hit], reps) + offsets]
         keep = i < j  # each pair once (it is met from both ends), and never a hash with itself
         i, j = i[keep], j[keep]
         d = np.bitwise_count(hashes[i] ^ hashes[j])

@@ -76,7 +76,7 @@ def phash(pixels: np.ndarray) -> int:
         pixels = np.nan_to_num(pixels)
     rows = pixels.reshape(height, width * channels).astype(np.float32, copy=False)
     low = (_projection(height) @ (rows @ _columns(width, channels))).ravel()
-    # The median as np.median takes it (the mean of the two middle values), without a full sort.
+    # The median as np.median takes it: the mean of the two middle values.
     middle = np.partition(low, (_HALF - 1, _HALF))
     bits = low > (middle[_HALF - 1] + middle[_HALF]) / 2
     return to_signed(int.from_bytes(np.packbits(bits).tobytes(), "big"))
