@@ -20,7 +20,7 @@ from pipeline.runners.direct import DirectRunner
 from transforms.analyze import AnalyzeDataset
 from transforms.analyze_aside import AnalyzeAside
 from transforms.count_progress import CountProgress
-from transforms.dedupe import DropDuplicates
+from transforms.dedupe import DropNamed, FindDuplicates
 from transforms.describe import DescribeDataset
 from transforms.elements import ShardInfo
 from transforms.inspect_images import InspectImages
@@ -113,12 +113,7 @@ def add_convert(
     if matched is not None:
         listed = matched["listed"]  # [ListedFile], each with its objects
     inspection, inspected, reused = _inspect(listed, config, num_listed)  # [InspectedImage]
-    deduped = (
-        inspected | "Dedupe" >> DropDuplicates()
-        if config.dedupe
-        else {"unique": inspected, "duplicates": p | "NoDuplicates" >> beam.Create([])}
-    )
-    deduped = _near_duplicates(deduped, config)  # + "clusters": NearCluster, or None
+    deduped = _dedupe(inspected, config)  # {"unique", "duplicates", "clusters"}
     to_plan = deduped["unique"]
     if config.tiles is not None:  # [InspectedChip]: each scene's chips, planned like files
         to_plan = to_plan | "CutChips" >> CutChips(config.tiles, config.seed)
@@ -164,15 +159,24 @@ def _match_annotations(listed, config: ConvertConfig) -> dict | None:
     return listed | "MatchAnnotations" >> MatchAnnotations(config)
 
 
-def _near_duplicates(deduped: dict, config: ConvertConfig) -> dict:
-    """Dedupe's outputs after --near_duplicates: its images grouped or dropped, with the
-    clusters (None with off) and the dropped near-duplicates among the duplicates."""
+def _dedupe(inspected, config: ConvertConfig) -> dict:
+    """{"unique": the images without exact duplicates and as --near_duplicates leaves them,
+    "duplicates": Duplicate rows (exact, and near ones dropped), "clusters": NearCluster, or
+    None with off}. With clusters, one pass drops the duplicates and finds the clustered images."""
+    if config.dedupe:
+        duplicates = inspected | "Dedupe" >> FindDuplicates()
+    else:
+        duplicates = inspected.pipeline | "NoDuplicates" >> beam.Create([])
     if config.near_duplicates == "off":
-        return {**deduped, "clusters": None}
-    near = deduped["unique"] | "NearDuplicates" >> FindNearDuplicates(
-        config.near_duplicates, config.near_threshold
+        unique = (
+            inspected | "DropDuplicates" >> DropNamed(duplicates) if config.dedupe else inspected
+        )
+        return {"unique": unique, "duplicates": duplicates, "clusters": None}
+    near = inspected | "NearDuplicates" >> FindNearDuplicates(
+        config.near_duplicates,
+        config.near_threshold,
+        duplicates=duplicates if config.dedupe else None,
     )
-    duplicates = deduped["duplicates"]
     if config.near_duplicates == "drop":
         duplicates = (duplicates, near["dropped"]) | "AllDuplicates" >> beam.Flatten()
     return {"unique": near["images"], "duplicates": duplicates, "clusters": near["clusters"]}

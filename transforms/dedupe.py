@@ -6,7 +6,7 @@ import apache_beam as beam
 from apache_beam import pvalue
 from apache_beam.metrics import Metrics
 
-__all__ = ["DropDuplicates", "DropNamedFn"]
+__all__ = ["DropDuplicates", "DropNamed", "DropNamedFn", "FindDuplicates", "named"]
 
 # Content hashes are spread over this many combine keys. Few keys let Beam pre-combine inside
 # each bundle (one shuffle element per key per bundle instead of one per file); 64 keeps each
@@ -59,22 +59,31 @@ class DropNamedFn(beam.DoFn):
         self._dropped = Metrics.counter("imgrec", counter)
 
     def process(self, batch, dropped):
-        kept = [r for r in batch if r.path not in dropped]
-        if len(kept) < len(batch):
-            self._dropped.inc(len(batch) - len(kept))
-        if kept:
-            yield kept
+        images = self.keep(batch, dropped)
+        if images:
+            yield images
+
+    def keep(self, batch: list, dropped) -> list:
+        """The batch's images not in `dropped`; the others counted."""
+        images = [r for r in batch if r.path not in dropped]
+        if len(images) < len(batch):
+            self._dropped.inc(len(batch) - len(images))
+        return images
 
 
-class DropDuplicates(beam.PTransform):
-    """[InspectedImage] -> {"unique": [InspectedImage], "duplicates": Duplicate}.
+def named(rows) -> pvalue.AsDict:
+    """Duplicate rows (a PCollection) as the {path: duplicate_of} side input DropNamedFn reads."""
+    return pvalue.AsDict(
+        rows | "DroppedPaths" >> beam.Map(lambda d: (d["path"], d["duplicate_of"]))
+    )
 
-    Hashes and names go through a pre-combined shuffle; the (usually short) list of duplicates
-    comes back as a side input that filters the images where they are.
-    """
+
+class FindDuplicates(beam.PTransform):
+    """[InspectedImage] -> Duplicate rows: for each content hash seen twice, every file but the
+    one first by key. Hashes and names go through a pre-combined shuffle."""
 
     def expand(self, inspected):
-        duplicates = (
+        return (
             inspected
             | "HashKeyPath"
             >> beam.FlatMap(
@@ -86,8 +95,25 @@ class DropDuplicates(beam.PTransform):
             | "FindDuplicates" >> beam.CombinePerKey(_DuplicatesCombineFn())
             | "Flatten" >> beam.FlatMap(lambda kv: kv[1])
         )
-        dropped = duplicates | "DroppedPaths" >> beam.Map(lambda d: (d["path"], d["duplicate_of"]))
-        unique = inspected | "DropDuplicates" >> beam.ParDo(
-            DropNamedFn(), dropped=pvalue.AsDict(dropped)
-        )
+
+
+class DropNamed(beam.PTransform):
+    """[InspectedImage] -> the batches without the files of `rows` (Duplicate rows), counted in
+    the metric `counter`: the (usually short) list comes back as a side input that filters the
+    images where they are."""
+
+    def __init__(self, rows, counter: str = "duplicates"):
+        super().__init__()
+        self._rows, self._counter = rows, counter
+
+    def expand(self, images):
+        return images | "Drop" >> beam.ParDo(DropNamedFn(self._counter), dropped=named(self._rows))
+
+
+class DropDuplicates(beam.PTransform):
+    """[InspectedImage] -> {"unique": [InspectedImage], "duplicates": Duplicate}."""
+
+    def expand(self, inspected):
+        duplicates = inspected | "Find" >> FindDuplicates()
+        unique = inspected | "DropDuplicates" >> DropNamed(duplicates)
         return {"unique": unique, "duplicates": duplicates}

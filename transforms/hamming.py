@@ -1,26 +1,28 @@
 """Near-equal 64-bit perceptual hashes found without comparing all pairs (multi-index hashing).
 
-The 64 bits are cut into BANDS bands. Two hashes at most k bits apart differ in at most
-k // BANDS bits of one band (pigeonhole), so each hash is compared only with the hashes whose
-value in some band lies within that radius of its own: a table lookup per band value and
-neighbour mask. Beam-free: transforms/near_duplicates.py runs it per band in the job, bench/
-on a million hashes in one process.
+The 64 bits are cut into m bands. Two hashes at most k bits apart differ in at most k // m
+bits of one band (pigeonhole), so each hash is compared only with the hashes whose value in
+some band lies within that radius of its own: a table lookup per band value and neighbour
+mask. Beam-free: transforms/near_duplicates.py runs it in the job, bench/ on a
+million hashes.
 """
 
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Iterable
 
 import numpy as np
 
 __all__ = [
-    "BANDS",
     "DEFAULT_THRESHOLD",
     "NEAR_DUPLICATE_MODES",
     "band_edges",
+    "bands",
     "check_near_duplicates",
     "cluster_hashes",
+    "cluster_ids",
     "components",
     "distance",
     "largest_distance",
@@ -34,16 +36,13 @@ NEAR_DUPLICATE_MODES = ("report", "group", "drop", "off")
 # merged; the next step up merges same-layout scans), while it finds >= 95 % of the edited
 # copies (resize, JPEG quality, 5 % crop, 15 % brightness/contrast, PNG). docs/benchmarks.md.
 DEFAULT_THRESHOLD = 6
-# Three bands of 21-22 bits: a band value then picks about one hash in a few million, so even a
-# million-image dataset meets few candidates per lookup, and the default threshold needs a
-# radius of 2 bits per band (254 neighbour masks). More bands mean narrower bands and crowded
-# buckets; fewer, a radius whose masks outnumber the images.
-BANDS = 3
-_MAX_THRESHOLD = 16  # radius 5 per band: tens of thousands of masks, and a hash half noise
+_MAX_THRESHOLD = 16  # a hash half noise
 _ALL = (1 << 64) - 1
-_WIDTHS = (22, 21, 21)
 _BLOCK = 1 << 20
-_SHIFTS = (0, 22, 43)
+# Bands of 4 to 22 bits: a band's lookup tables stay a few MB.
+_MIN_BANDS, _MAX_BANDS = 3, 16
+# A candidate pair costs a few lookups (gathered, compared, kept or not).
+_CANDIDATE_COST = 4
 
 
 def check_near_duplicates(mode: str, threshold: int, split_from: str) -> None:
@@ -106,22 +105,46 @@ def _masks(width: int, radius: int) -> list[int]:
     return masks
 
 
+def _layout(m: int) -> list[tuple[int, int]]:
+    """(shift, width) of m bands over the 64 bits, the wider ones first."""
+    widths = [64 // m + (k < 64 % m) for k in range(m)]
+    return [(sum(widths[:k]), w) for k, w in enumerate(widths)]
+
+
+def bands(n: int, threshold: int) -> tuple[list[tuple[int, int]], int]:
+    """The bands ((shift, width) each) and the radius in each to search n hashes with: the
+    fewest lookups and candidate pairs. Wide bands hold few hashes a value but need many
+    neighbour masks (a million hashes: 3 bands, radius 2 at the default threshold); narrow
+    ones need few masks but crowd (ten thousand hashes: 4 bands of 16 bits, radius 1)."""
+
+    def cost(m: int) -> float:
+        radius = threshold // m
+        total = 0.0
+        for _, width in _layout(m):
+            lookups = n * sum(math.comb(width, r) for r in range(radius + 1))
+            total += lookups * (1 + _CANDIDATE_COST * n / 2**width) + 2**width
+        return total
+
+    m = min(range(_MIN_BANDS, _MAX_BANDS + 1), key=cost)
+    return _layout(m), threshold // m
+
+
 def band_edges(
-    hashes: np.ndarray, band: int, threshold: int
+    hashes: np.ndarray, band: tuple[int, int], radius: int, threshold: int
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(i, j, distance) arrays, i < j, of the pairs of distinct unsigned `hashes` at most
-    `threshold` bits apart whose values in `band` are within threshold // BANDS bits. Over
-    the BANDS bands this finds every such pair (a pair may come from several bands)."""
+    `threshold` bits apart whose values in `band` ((shift, width)) are within `radius` bits.
+    Over the bands of `bands` this finds every such pair (a pair may come from several)."""
     hashes = np.asarray(hashes, dtype=np.uint64)
-    width = _WIDTHS[band]
-    values = ((hashes >> np.uint64(_SHIFTS[band])) & np.uint64((1 << width) - 1)).astype(np.int64)
+    shift, width = band
+    values = ((hashes >> np.uint64(shift)) & np.uint64((1 << width) - 1)).astype(np.int64)
     order = np.argsort(values, kind="stable")
     starts, counts = _value_runs(values[order], width)
     # Most lookups find no hash: a table of one byte per band value (a few MB, in cache) sorts
     # them out before the wider tables are read.
     present = counts > 0
     found = ([], [], [])
-    masks = np.array(_masks(width, threshold // BANDS), dtype=np.int64)
+    masks = np.array(_masks(width, radius), dtype=np.int64)
     # Several masks a step (a block of about _BLOCK lookups): numpy's per-call cost, not
     # Python's loop, then decides a small dataset's time.
     step = max(1, _BLOCK // max(1, len(values)))
@@ -171,16 +194,26 @@ def components(edges: Iterable[tuple[int, int]]) -> dict[int, int]:
     return {a: root(a) for a in parent}
 
 
+def cluster_ids(hashes: np.ndarray, threshold: int = DEFAULT_THRESHOLD) -> dict[int, int]:
+    """{hash: its cluster's smallest hash} for each of the unsigned `hashes` (repeats allowed)
+    in a cluster: a connected component of distinct values at most `threshold` bits apart, or a
+    value held more than once."""
+    values, counts = np.unique(np.asarray(hashes, dtype=np.uint64), return_counts=True)
+    pairs = [(k, k) for k in np.flatnonzero(counts > 1).tolist()]
+    layout, radius = bands(len(values), threshold)
+    for band in layout:
+        i, j, _ = band_edges(values, band, radius, threshold)
+        i, j = spanning_pairs(len(values), i, j)  # the same clusters, at most one pair a value
+        pairs += zip(i.tolist(), j.tolist(), strict=True)
+    # values are sorted: a component's smallest node is its smallest hash
+    return {int(values[node]): int(values[first]) for node, first in components(pairs).items()}
+
+
 def cluster_hashes(hashes: np.ndarray, threshold: int = DEFAULT_THRESHOLD) -> list[list[int]]:
     """The clusters (connected components at most `threshold` bits apart) of unsigned hashes,
-    in one process: what the job's steps compute. Clusters of one distinct value are left out."""
-    hashes = np.unique(np.asarray(hashes, dtype=np.uint64))
-    pairs = []
-    for band in range(BANDS):
-        i, j, _ = band_edges(hashes, band, threshold)
-        i, j = spanning_pairs(len(hashes), i, j)
-        pairs += zip(i.tolist(), j.tolist(), strict=True)
+    in one process: what the job computes. Clusters of one distinct value are left out."""
     members: dict[int, list[int]] = {}
-    for node, first in components(pairs).items():
-        members.setdefault(first, []).append(int(hashes[node]))
+    unique = np.unique(np.asarray(hashes, dtype=np.uint64))
+    for value, first in cluster_ids(unique, threshold).items():
+        members.setdefault(first, []).append(value)
     return sorted(sorted(m) for m in members.values())

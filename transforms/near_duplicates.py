@@ -1,28 +1,21 @@
 """Near-duplicates: cluster images whose perceptual hashes are close; report, group or drop them.
 
-Only hashes cross the band shuffle and only the (few) clustered images' names cross the next
-one: never bytes, never every file's name.
+Only hashes cross the clustering's combine and only the (few) clustered images' names cross the
+next shuffle: never bytes, never every file's name. The clustered images are found in dedupe's
+pass over the images (which drops the exact duplicates), so no pass reads them only for this.
 """
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 
 import apache_beam as beam
 import numpy as np
 from apache_beam import pvalue
 
-from transforms.dedupe import DropNamedFn
+from transforms.dedupe import DropNamed, DropNamedFn, named
 from transforms.elements import InspectedImage, NearCluster, NearMember, split_unit
-from transforms.hamming import (
-    BANDS,
-    band_edges,
-    components,
-    distance,
-    largest_distance,
-    spanning_pairs,
-)
+from transforms.hamming import cluster_ids, components, distance, largest_distance
 
 __all__ = ["FindNearDuplicates", "cluster_summary"]
 
@@ -33,75 +26,59 @@ def _unsigned(phash: int) -> int:
     return phash & _ALL_BITS
 
 
-class _HashCountsFn(beam.CombineFn):
-    """Batches of unsigned hashes of one band key -> {hash: images with it}; pre-combined per
-    bundle, so a bundle sends one dict per band through the shuffle."""
-
-    def create_accumulator(self):
-        return collections.Counter()
-
-    def add_input(self, acc, hashes):
-        acc.update(hashes)
-        return acc
-
-    def merge_accumulators(self, accumulators):
-        accumulators = iter(accumulators)
-        merged = next(accumulators)
-        for acc in accumulators:
-            merged.update(acc)
-        return merged
-
-    def extract_output(self, acc):
-        return acc
-
-
-def _band_keys(batch: list[InspectedImage]) -> list[tuple[int, list[int]]]:
+def _hashes(batch: list[InspectedImage]) -> list[np.ndarray]:
+    """A batch's unsigned pHashes as one array (none for a batch without any)."""
     hashes = [_unsigned(r.phash) for r in batch if r.phash is not None]
-    return [(band, hashes) for band in range(BANDS)] if hashes else []
+    return [np.array(hashes, dtype=np.uint64)] if hashes else []
 
 
-def _band_edges(band_counts: tuple[int, collections.Counter], threshold: int):
-    """(band, {hash: count}) -> (a, b) hash pairs at most `threshold` bits apart found in that
-    band; band 0 also pairs each hash that several images share with itself."""
-    band, counts = band_counts
-    hashes = np.fromiter(counts, dtype=np.uint64, count=len(counts))
-    i, j, _ = band_edges(hashes, band, threshold)
-    i, j = spanning_pairs(len(hashes), i, j)  # the same clusters, at most one pair a hash
-    pairs = list(zip(hashes[i].tolist(), hashes[j].tolist(), strict=True))
-    if band == 0:
-        pairs += [(h, h) for h, n in counts.items() if n > 1]
-    return pairs
+class _ClustersFn(beam.CombineFn):
+    """Arrays of unsigned hashes -> {hash: its cluster's smallest hash} (hamming.cluster_ids)
+    in one step: a million images' hashes are 8 MB, searched in seconds on one core."""
 
-
-class _ComponentsFn(beam.CombineFn):
-    """Hash pairs -> {hash: its cluster's smallest hash}, by union-find in one step: the pairs
-    are only those of near-duplicates, a small list next to the images."""
+    def __init__(self, threshold: int):
+        self._threshold = threshold
 
     def create_accumulator(self):
         return []
 
-    def add_input(self, acc, pair):
-        acc.append(pair)
+    def add_input(self, acc, hashes):
+        acc.append(hashes)
         return acc
 
     def merge_accumulators(self, accumulators):
-        return [pair for acc in accumulators for pair in acc]
+        return self.compact([hashes for acc in accumulators for hashes in acc])
+
+    def compact(self, acc):
+        return [np.concatenate(acc)] if len(acc) > 1 else acc
 
     def extract_output(self, acc):
-        return components(acc)
+        hashes = np.concatenate(acc) if acc else np.empty(0, dtype=np.uint64)
+        return cluster_ids(hashes, self._threshold)
 
 
-def _members(batch: list[InspectedImage], clusters: dict):
-    """[InspectedImage] -> (cluster, NearMember) of its images that are in a cluster."""
-    for image in batch:
-        if image.phash is not None and (c := clusters.get(_unsigned(image.phash))) is not None:
-            yield c, NearMember.of(image)
+class _KeepFn(DropNamedFn):
+    """[InspectedImage] -> the batch without dedupe's duplicates (`dropped`), and on MEMBERS
+    (cluster, NearMember) of its kept images that are in a cluster (`clusters`)."""
+
+    MEMBERS = "members"
+
+    def process(self, batch, dropped, clusters):
+        images = self.keep(batch, dropped)
+        if images:
+            yield images
+        for image in images if clusters else ():
+            if image.phash is not None and (c := clusters.get(_unsigned(image.phash))) is not None:
+                yield pvalue.TaggedOutput(self.MEMBERS, (c, NearMember.of(image)))
 
 
-def _cluster(grouped) -> NearCluster:
+def _cluster(grouped):
+    """(cluster, [NearMember]) -> its NearCluster, if two images or more are left in it (an
+    image's exact duplicates share its hash, but dedupe drops them)."""
     _, members = grouped
     members = tuple(sorted(members))
-    return NearCluster(members, largest_distance(m.phash for m in members))
+    if len(members) > 1:
+        yield NearCluster(members, largest_distance(m.phash for m in members))
 
 
 class _SplitUnitsFn(beam.CombineFn):
@@ -165,48 +142,50 @@ class FindNearDuplicates(beam.PTransform):
     """[InspectedImage] -> {"images": [InspectedImage], "clusters": NearCluster,
     "dropped": duplicates.jsonl rows (None but with drop)}.
 
-    `mode` report leaves the images as they are; group moves every image of a cluster (and
-    its --group_by group) into one split; drop keeps a cluster's first image by key and drops
-    the others as duplicates. The clusters are reported as the images end up.
+    `duplicates`: dedupe's rows (FindDuplicates) of these images, left out of "images" in the
+    pass that finds the clusters' images; None: no dedupe. `mode` report leaves the images as
+    they are; group moves every image of a cluster (and its --group_by group) into one split;
+    drop keeps a cluster's first image by key and drops the others as duplicates. The clusters
+    are reported as the images end up.
     """
 
-    def __init__(self, mode: str, threshold: int):
+    def __init__(self, mode: str, threshold: int, duplicates=None):
         super().__init__()
         self._mode = mode
         self._threshold = threshold
+        self._duplicates = duplicates
 
     def expand(self, inspected):
-        threshold = self._threshold
         clusters = (
             inspected
-            # (band, [unsigned pHash]), one per band and batch of images
-            | "BandKeys" >> beam.FlatMap(_band_keys)
-            | "HashesPerBand" >> beam.CombinePerKey(_HashCountsFn())  # (band, {hash: count})
-            | "CloseInBand" >> beam.FlatMap(_band_edges, threshold)  # (hash, hash)
-            # {hash: cluster}; none at all without images (the side inputs' default then)
-            | "Components" >> beam.CombineGlobally(_ComponentsFn()).without_defaults()
+            | "Hashes" >> beam.FlatMap(_hashes)
+            # {hash: cluster}; none at all without images (the side input's default then)
+            | "Cluster" >> beam.CombineGlobally(_ClustersFn(self._threshold)).without_defaults()
         )
+        passed = inspected | "KeepAndFindMembers" >> beam.ParDo(
+            _KeepFn(),
+            dropped=named(self._duplicates) if self._duplicates is not None else {},
+            clusters=pvalue.AsSingleton(clusters, default_value={}),
+        ).with_outputs(_KeepFn.MEMBERS, main="images")
         found = (
-            inspected
-            | "ClusterMembers"
-            >> beam.FlatMap(_members, pvalue.AsSingleton(clusters, default_value={}))
+            passed[_KeepFn.MEMBERS]
             | "GroupClusters" >> beam.GroupByKey()  # (cluster, [NearMember])
-            | "Clusters" >> beam.Map(_cluster)
+            | "Clusters" >> beam.FlatMap(_cluster)
         )
-        images, dropped = inspected, None
+        return self._apply_mode(passed.images, found)
+
+    def _apply_mode(self, images, found) -> dict:
+        dropped = None
         if self._mode == "group":
             moves = pvalue.AsSingleton(
                 found | "SplitUnits" >> beam.CombineGlobally(_SplitUnitsFn()).without_defaults(),
                 default_value={},
             )
-            images = inspected | "MoveToOneSplit" >> beam.Map(_move, moves)
+            images = images | "MoveToOneSplit" >> beam.Map(_move, moves)
             found = found | "AsMoved" >> beam.Map(_moved, moves)
         elif self._mode == "drop":
             dropped = found | "Dropped" >> beam.FlatMap(_dropped)
-            paths = dropped | "DroppedPaths" >> beam.Map(lambda d: (d["path"], d["duplicate_of"]))
-            images = inspected | "DropNearDuplicates" >> beam.ParDo(
-                DropNamedFn("near_duplicates_dropped"), dropped=pvalue.AsDict(paths)
-            )
+            images = images | "DropNearDuplicates" >> DropNamed(dropped, "near_duplicates_dropped")
         return {"images": images, "clusters": found, "dropped": dropped}
 
 

@@ -3,6 +3,7 @@
     python bench/ablations/critical_path.py --repeats 3                # 1 file (the fixed cost)
     python bench/ablations/critical_path.py --input 'DIR/*/*' --repeats 1
     python bench/ablations/critical_path.py --input 'DIR/*/*' --repeats 1 --stages
+    python bench/ablations/critical_path.py --input 'DIR/*/*' -- --near_duplicates off
 
 Runs the default `imgrec convert` (whole process, fresh each time) with a few functions wrapped
 to write a timestamp (seconds since the command started) and, in the analysis process, its own
@@ -109,7 +110,7 @@ def _stage_lines(log_lines: list[str], at_least: float = 0.1) -> list[str]:
     return [text for _, text in sorted(lines)]
 
 
-def one(input_glob: str, out: str, stages: bool = False) -> dict:
+def one(input_glob: str, out: str, stages: bool = False, extra: tuple = ()) -> dict:
     fd, log = tempfile.mkstemp(prefix="imgrec-cp-")
     os.close(fd)
     shutil.rmtree(out, ignore_errors=True)
@@ -118,7 +119,7 @@ def one(input_glob: str, out: str, stages: bool = False) -> dict:
         env["CP_STAGES"] = "1"
     start = time.time()
     subprocess.run(
-        [sys.executable, "-c", _CHILD, "convert", "--input", input_glob, "--output", out],
+        [sys.executable, "-c", _CHILD, "convert", "--input", input_glob, "--output", out, *extra],
         cwd=ROOT, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
     wall = time.time() - start
@@ -149,6 +150,7 @@ def main() -> None:
     ap.add_argument("--input", default=os.path.join(ROOT, "bench/_work/corpus-1-s0-clean/*/*.jpg"))
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--stages", action="store_true", help="also time every Beam stage")
+    ap.add_argument("convert_flags", nargs=argparse.REMAINDER, help="after --: more convert flags")
     args = ap.parse_args()
     if args.input.endswith("corpus-1-s0-clean/*/*.jpg") and not os.path.isdir(
         os.path.dirname(os.path.dirname(args.input))
@@ -159,7 +161,8 @@ def main() -> None:
     out = tempfile.mkdtemp(prefix="imgrec-cp-out-")
     rows = []
     for i in range(args.repeats):
-        row = one(args.input, os.path.join(out, "ds"), args.stages)
+        extra = [f for f in args.convert_flags if f != "--"]
+        row = one(args.input, os.path.join(out, "ds"), args.stages, extra)
         rows.append(row)
         print(f"run {i + 1}: " + "  ".join(f"{k} {v:.2f}" for k, v in row.items()), flush=True)
     shutil.rmtree(out, ignore_errors=True)

@@ -18,7 +18,11 @@ from pipeline.options import ConvertConfig, OptionError
 from transforms.elements import InspectedImage
 from transforms.hamming import (
     DEFAULT_THRESHOLD,
+    _layout,
+    band_edges,
+    bands,
     cluster_hashes,
+    cluster_ids,
     components,
     distance,
     spanning_pairs,
@@ -110,6 +114,38 @@ def test_multi_index_search_finds_what_all_pairs_find(threshold):
     assert cluster_hashes(np.array(hashes, dtype=np.uint64), threshold) == want
 
 
+@pytest.mark.parametrize("m", [3, 4, 7])
+def test_every_band_layout_finds_every_close_pair(m):
+    """However many bands (a million hashes get 3, ten thousand 4, a few hundred 7 or more),
+    the bands together find exactly the pairs within the threshold."""
+    rng = np.random.default_rng(m)
+    base = rng.integers(0, 2**64, 200, dtype=np.uint64)
+    flips = [sum(1 << int(b) for b in rng.choice(64, int(rng.integers(0, 9)), replace=False))
+             for _ in base]  # fmt: skip
+    hashes = np.unique(np.concatenate([base, base ^ np.array(flips, dtype=np.uint64)]))
+    threshold = 7
+    found = set()
+    for band in _layout(m):
+        i, j, _ = band_edges(hashes, band, threshold // m, threshold)
+        found |= set(zip(i.tolist(), j.tolist(), strict=True))
+    want = {
+        (i, j)
+        for i, j in itertools.combinations(range(len(hashes)), 2)
+        if distance(int(hashes[i]), int(hashes[j])) <= threshold
+    }
+    assert len(want) >= 100 and found == want
+
+
+def test_bands_fit_the_number_of_hashes():
+    assert [len(bands(n, DEFAULT_THRESHOLD)[0]) for n in (10_000, 1_000_000)] == [4, 3]
+    assert bands(1_000_000, DEFAULT_THRESHOLD)[1] == 2  # 2 of 6 bits in one of 3 bands
+
+
+def test_a_hash_held_twice_is_a_cluster_of_its_own():
+    assert cluster_ids(np.array([5, 9, 5, 1 << 40], dtype=np.uint64), 0) == {5: 5}
+    assert cluster_ids(np.array([5, 7, 5], dtype=np.uint64), 1) == {5: 5, 7: 5}
+
+
 def test_options_name_the_fix():
     config = ConvertConfig(inputs=("x/*",), manifest=None, output="out")
     assert (config.near_duplicates, config.near_threshold) == ("report", DEFAULT_THRESHOLD)
@@ -177,6 +213,40 @@ def test_report_lists_clusters_and_changes_nothing():
         )
         assert_that(images, equal_to([(r.key, r.split) for r in _IMAGES]), label="images")
         assert dropped is None  # only drop drops
+
+
+def test_exact_duplicates_leave_in_the_same_pass_and_clusters_of_one_vanish():
+    """c2 and a3 are exact duplicates (dedupe's rows): gone from the images, and from the
+    clusters, c's cluster with them (an image with its own copy is no near-duplicate)."""
+    rows = [
+        {"path": "/in/c2.jpg", "duplicate_of": "/in/c.jpg", "sha256": "c"},
+        {"path": "/in/a3.jpg", "duplicate_of": "/in/a.jpg", "sha256": "a"},
+    ]
+    with TestPipeline() as p:
+        duplicates = p | "Rows" >> beam.Create(rows)
+        out = (
+            p
+            | beam.Create([_IMAGES[:3], _IMAGES[3:]])
+            | FindNearDuplicates("report", DEFAULT_THRESHOLD, duplicates=duplicates)
+        )
+        assert_that(
+            out["clusters"] | beam.Map(lambda c: c.to_dict()),
+            equal_to(
+                [
+                    {
+                        "paths": ["/in/a.jpg", "/in/a2.jpg"],
+                        "distance": 2,
+                        "splits": ["train", "validation"],
+                    }
+                ]
+            ),  # fmt: skip
+            label="clusters",
+        )
+        assert_that(
+            out["images"] | beam.FlatMap(lambda b: [r.key for r in b]),
+            equal_to([r.key for r in _IMAGES if r.key not in ("c2.jpg", "a3.jpg")]),
+            label="images",
+        )
 
 
 def test_no_images_no_clusters():
