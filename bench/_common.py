@@ -82,7 +82,7 @@ def alternate(modes, repeats: int, run_one, label: str = "") -> dict[str, tuple[
             os.sync()
             wall, cpu = run_one(mode)
             times[mode].append((wall, cpu))
-            print(f"  {label}run {i + 1}, {mode:>6}: {wall:6.2f} s wall {cpu:6.2f} s CPU",
+            print(f"  {label}run {i + 1}, {mode:>8}: {wall:6.2f} s wall {cpu:6.2f} s CPU",
                   flush=True)  # fmt: skip
     return {
         m: (statistics.median(w for w, _ in t), statistics.median(c for _, c in t))

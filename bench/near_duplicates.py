@@ -10,7 +10,10 @@ quality: a corpus of its own (bench/_photos.py: generated photos, never seen by 
 choice in tests), each of `--edited` photos copied by every edit; hard distinct cases: crops of
 one texture, frames of one panning video, document scans. The default command converts it; the
 job's near_duplicates.jsonl gives the headline, the records' image/phash the threshold sweep.
-cost: report and off alternating on a corpus of distinct photos, 1 % of them edited copies.
+cost: report and off alternating on a corpus of distinct photos, 1 % of them edited copies;
+`--split` adds "stand-in": report with the perceptual hash replaced by a random number in the
+job's processes, so the clustering, its passes and the report run but no pixels are hashed
+(report - stand-in: the hash; stand-in - off: the rest).
 """
 
 from __future__ import annotations
@@ -193,29 +196,59 @@ def quality(args) -> None:
               f"| {false:.2%}")  # fmt: skip
 
 
+# The command with every perceptual hash a random number (the job's workers are forked from
+# this process, so they inherit the stand-in).
+_STAND_IN = r"""
+import random, sys
+from pipeline.launch import program
+from pipeline.launch.switches import read_switches
+program.start(read_switches())
+import transforms.images.check as check
+check._phash = lambda *args: random.getrandbits(64) - (1 << 63)
+check.phash = check._phash
+program.run()
+"""
+
+
 def cost(args) -> None:
     """report against off: the default command, whole process, on distinct photos with 1 %
     edited copies (build_cost_corpus) or on the headline's corpus (`--corpus demo`)."""
     print(load_average())
     env = dict(os.environ, PYTHONPATH=REPO, TF_CPP_MIN_LOG_LEVEL="2")
+    modes = ("report", "off", "stand-in") if args.split else ("report", "off")
     for size in (int(s) for s in args.sizes.split(",")):
         images = build_cost_corpus(size) if args.corpus == "generated" else corpus(size)[0]
-        outs = {m: os.path.join(WORK, f"near-cost-{m}") for m in ("report", "off")}
+        outs = {m: os.path.join(WORK, f"near-cost-{m}") for m in modes}
 
         def run(mode: str, images=images, outs=outs, size=size):
             shutil.rmtree(outs[mode], ignore_errors=True)
-            argv = [sys.executable, "-m", "pipeline", "convert", "--input", f"{images}/*/*",
-                    "--output", outs[mode], "--near_duplicates", mode]  # fmt: skip
+            program = ["-c", _STAND_IN] if mode == "stand-in" else ["-m", "pipeline"]
+            argv = [sys.executable, *program, "convert", "--input", f"{images}/*/*",
+                    "--output", outs[mode], "--near_duplicates", mode.replace("stand-in", "report")]  # fmt: skip
             return timed_run(argv, env, f"--near_duplicates {mode}, {size} files")
 
         run("off")  # page cache
-        medians = alternate(("report", "off"), args.repeats, run, label=f"{size} files, ")
+        medians = alternate(modes, args.repeats, run, label=f"{size} files, ")
         (w1, c1), (w0, c0) = medians["report"], medians["off"]
         with open(os.path.join(outs["report"], "dataset_info.json")) as f:
             near = json.load(f)["near_duplicates"]
         print(f"{size} files, default command, median of {args.repeats}: report {w1:.2f} s wall "
               f"({c1:.2f} s CPU), off {w0:.2f} s wall ({c0:.2f} s CPU): {w1 / w0:.3f}x wall, "
               f"{c1 / c0:.3f}x CPU; {near['num_clusters']} clusters, {near['num_images']} images")  # fmt: skip
+        if args.split:
+            _print_split(medians, outs["stand-in"], size)
+
+
+def _print_split(medians: dict, stand_in_out: str, size: int) -> None:
+    (w1, c1), (w0, c0), (ws, cs) = (medians[m] for m in ("report", "off", "stand-in"))
+    with open(os.path.join(stand_in_out, "dataset_info.json")) as f:
+        clusters = json.load(f)["near_duplicates"]["num_clusters"]
+    assert clusters == 0, "the stand-in hash did not reach the workers"  # random: no cluster
+    print(
+        f"{size} files: stand-in {ws:.2f} s wall ({cs:.2f} s CPU): the hash "
+        f"{(w1 - ws) / w0:+.1%} wall ({(c1 - cs) / c0:+.1%} CPU), the rest "
+        f"{(ws - w0) / w0:+.1%} wall ({(cs - c0) / c0:+.1%} CPU) of off"
+    )
 
 
 def million(args) -> None:
@@ -258,6 +291,7 @@ def main() -> None:
     # photos (bench/_common.corpus: most of them near-copies of one another).
     parser.add_argument("--corpus", choices=("generated", "demo"), default="generated")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--split", action="store_true", help="cost: also the stand-in hash")
     parser.add_argument("--hashes", type=int, default=1_000_000)
     args = parser.parse_args()
     for part in ("quality", "cost", "million"):
