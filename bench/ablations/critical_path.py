@@ -160,8 +160,8 @@ def main() -> None:
         build_corpus(os.path.dirname(os.path.dirname(args.input)), num_images=1, broken=False)
     out = tempfile.mkdtemp(prefix="imgrec-cp-out-")
     rows = []
+    extra = [f for f in args.convert_flags if f != "--"]
     for i in range(args.repeats):
-        extra = [f for f in args.convert_flags if f != "--"]
         row = one(args.input, os.path.join(out, "ds"), args.stages, extra)
         rows.append(row)
         print(f"run {i + 1}: " + "  ".join(f"{k} {v:.2f}" for k, v in row.items()), flush=True)

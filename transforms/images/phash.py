@@ -76,7 +76,8 @@ def phash(pixels: np.ndarray) -> int:
         pixels = np.nan_to_num(pixels)
     rows = pixels.reshape(height, width * channels).astype(np.float32, copy=False)
     low = (_projection(height) @ (rows @ _columns(width, channels))).ravel()
-    # The median as np.median takes it: the mean of the two middle values.
+    # A bit is set where its value lies above the middle of the 64: halfway between the
+    # 32nd and 33rd in order, so ties at the middle stay unset.
     middle = np.partition(low, (_HALF - 1, _HALF))
     bits = low > (middle[_HALF - 1] + middle[_HALF]) / 2
     return to_signed(int.from_bytes(np.packbits(bits).tobytes(), "big"))
