@@ -6,7 +6,7 @@ import apache_beam as beam
 from apache_beam import pvalue
 from apache_beam.metrics import Metrics
 
-__all__ = ["DropDuplicates", "DropNamed", "DropNamedFn", "FindDuplicates", "named"]
+__all__ = ["DropNamed", "DropNamedFn", "FindDuplicates", "named"]
 
 # Content hashes are spread over this many combine keys. Few keys let Beam pre-combine inside
 # each bundle (one shuffle element per key per bundle instead of one per file); 64 keeps each
@@ -108,12 +108,3 @@ class DropNamed(beam.PTransform):
 
     def expand(self, images):
         return images | "Drop" >> beam.ParDo(DropNamedFn(self._counter), dropped=named(self._rows))
-
-
-class DropDuplicates(beam.PTransform):
-    """[InspectedImage] -> {"unique": [InspectedImage], "duplicates": Duplicate}."""
-
-    def expand(self, inspected):
-        duplicates = inspected | "Find" >> FindDuplicates()
-        unique = inspected | "DropDuplicates" >> DropNamed(duplicates)
-        return {"unique": unique, "duplicates": duplicates}

@@ -13,7 +13,7 @@ from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
 from pipeline.options import ConvertConfig
-from transforms.dedupe import DropDuplicates
+from transforms.dedupe import DropNamed, FindDuplicates
 from transforms.elements import InspectedImage, ListedFile, WriterEntry
 from transforms.images.limits import CheckOptions
 from transforms.inspect_images import InspectImages
@@ -153,13 +153,15 @@ def test_drop_duplicates_keeps_smallest_key():
         for k, s in (("b.jpg", "a1"), ("a.jpg", "a1"), ("c.jpg", "b2"), ("z.jpg", "a1"))
     ]
     with TestPipeline() as p:
-        out = p | beam.Create([rows[:2], rows[2:]]) | DropDuplicates()
+        images = p | beam.Create([rows[:2], rows[2:]])
+        duplicates = images | FindDuplicates()
+        unique = images | DropNamed(duplicates)
         assert_that(
-            out["unique"] | beam.FlatMap(lambda b: [r.key for r in b]),
+            unique | beam.FlatMap(lambda b: [r.key for r in b]),
             equal_to(["a.jpg", "c.jpg"]),
         )
         assert_that(
-            out["duplicates"] | beam.Map(lambda r: (r["path"], r["duplicate_of"])),
+            duplicates | beam.Map(lambda r: (r["path"], r["duplicate_of"])),
             equal_to([("/d/b.jpg", "/d/a.jpg"), ("/d/z.jpg", "/d/a.jpg")]),
             label="Dups",
         )
