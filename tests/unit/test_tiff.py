@@ -12,6 +12,7 @@ import os
 import random
 import struct
 import time
+import warnings
 
 import numpy as np
 import pytest
@@ -254,6 +255,20 @@ def test_floats_scale_from_the_data_or_stay_float(dtype):
     stored = np.float32 if dtype == np.float16 else dtype  # float64 is never narrowed
     assert kept.pixels.dtype == stored and kept.raw and not kept.scaled
     np.testing.assert_array_equal(kept.pixels, samples.astype(stored))
+
+
+def test_a_range_too_wide_to_scale_back_is_rejected_naming_the_fix():
+    """A float64 nodata sentinel near the type's limit: no float32 value_scale maps 8-bit
+    values back to that range, so the file is refused (not written flat with an inf scale)."""
+    samples = np.linspace(0, 3000, _H * _W).reshape(_H, _W)
+    samples[0, 0] = -1.79e308
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # and no overflow on the way
+        with pytest.raises(Rejected, match="--bit_depth 16") as caught:
+            _frame(_tifffile(samples))
+    assert caught.value.reason == "unsupported_format"
+    kept = _frame(_tifffile(samples), bit_depth=16)
+    np.testing.assert_array_equal(kept.pixels[..., 0], samples)
 
 
 def test_nan_and_infinities_do_not_set_the_range():

@@ -325,8 +325,16 @@ def _stored(pages: list[_Page], bit_depth: int) -> tuple[list[np.ndarray], float
     if kind == "u" and 8 < bits <= 16 and bit_depth == 16 and pixels.dtype.itemsize <= 2:
         return [p.pixels.astype(np.uint16, copy=False) for p in pages], 1.0, 0.0
     target = np.uint16 if bit_depth == 16 and bits > 8 else np.uint8
+    scale = (hi - lo) / np.iinfo(target).max
+    if not scale <= float(np.finfo(np.float32).max):  # image/value_scale is a float32
+        raise Rejected(
+            "unsupported_format",
+            f"TIFF: samples span {lo:g} to {hi:g}, too wide a range to scale to "
+            f"{np.iinfo(target).bits}-bit values and back (a nodata sentinel such as "
+            "-1.8e308 does it); --bit_depth 16 stores float samples as they are",
+        )
     frames = [_scale(p.pixels, (lo, hi), target) for p in pages]
-    return frames, (hi - lo) / np.iinfo(target).max, lo
+    return frames, scale, lo
 
 
 def _declared_range(page, pixels: np.ndarray, bits: int) -> tuple[float, float]:
