@@ -1,0 +1,133 @@
+"""A statistics-sampled JPEG's perceptual hash: decoded again at 1/8 DCT scale (the default, so a
+record's hash never depends on the sample) against hashed from the full decode the statistics
+already made, averaged over the 8x8 blocks the 1/8 decode returns one pixel for.
+
+    python bench/ablations/sampled_hash.py --sizes 3000,10000 --repeats 5 --photos 800
+
+agreement: on `--photos` JPEGs of each corpus (the cost corpus of bench/near_duplicates.py and
+the headline's), how often the full decode's block hash equals the 1/8 decode's, and how many
+bits apart the others are (the default threshold is 6). cost: the default command, whole
+process, `report` with either hash for the sampled JPEGs and `off`, alternating on the cost
+corpus; the alternative runs with `check._phash` replaced in the job's processes (the workers
+are forked after it is set, as bench/near_duplicates.py's stand-in).
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import glob
+import os
+import random
+import shutil
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+
+from bench._common import REPO, WORK, alternate, corpus, load_average, timed_run  # noqa: E402
+from bench.near_duplicates import build_cost_corpus  # noqa: E402
+from transforms.images import phash as ph  # noqa: E402
+
+
+@functools.lru_cache(maxsize=1024)
+def _block_projection(n: int, block: int) -> np.ndarray:
+    """[8, n]: n pixels averaged over blocks of `block` (the last one padded with copies of the
+    last pixel, as a JPEG encoder pads it), then the hash's own projection of the blocks."""
+    blocks = -(-n // block)
+    average = np.zeros((blocks, n))
+    padded = np.arange(blocks * block)
+    np.add.at(average, (padded // block, np.minimum(padded, n - 1)), 1.0 / block)
+    return (ph._projection(blocks) @ average).astype(np.float32)
+
+
+def block_hash(pixels: np.ndarray, block: int = 8) -> int:
+    """phash of RGB pixels as if their `block`x`block` means were the pixels."""
+    height, width = pixels.shape[:2]
+    columns = _block_projection(width, block).T[:, None, :] * ph._LUMA[None, :, None]
+    rows = pixels.reshape(height, width * 3).astype(np.float32)
+    low = (_block_projection(height, block) @ (rows @ columns.reshape(width * 3, -1))).ravel()
+    middle = np.partition(low, (31, 32))
+    bits = low > (middle[31] + middle[32]) / 2
+    return ph.to_signed(int.from_bytes(np.packbits(bits).tobytes(), "big"))
+
+
+# Run in the child: a sampled JPEG (decoded at full size) hashed from that decode.
+_FROM_FULL = r"""
+import numpy as np
+from pipeline.launch import program
+from pipeline.launch.switches import read_switches
+program.start(read_switches())
+import transforms.images.check as check
+from bench.ablations.sampled_hash import block_hash
+default = check._phash
+def from_full(decoded, jpeg, h):
+    wanted = check.reduction(h.height, h.width)
+    if wanted == 8 and tuple(decoded.shape[:2]) == (h.height, h.width):
+        return block_hash(np.asarray(decoded))
+    return default(decoded, jpeg, h)
+check._phash = from_full
+program.run()
+"""
+
+
+def agreement(pattern: str, photos: int) -> str:
+    import tensorflow as tf
+
+    random.seed(0)
+    files = sorted(f for f in glob.glob(pattern) if f.endswith(".jpg"))
+    bits = []
+    for path in random.sample(files, min(photos, len(files))):
+        with open(path, "rb") as f:
+            data = f.read()
+        try:
+            full = np.asarray(tf.io.decode_jpeg(data, channels=3))
+            eighth = np.asarray(tf.io.decode_jpeg(data, channels=3, ratio=8))
+        except tf.errors.InvalidArgumentError:
+            continue  # the headline corpus's broken files
+        if min(full.shape[:2]) >= 128:
+            bits.append(ph.to_unsigned(block_hash(full) ^ ph.phash(eighth)).bit_count())
+    counts = np.bincount(bits)
+    apart = ", ".join(f"{b} bits {n}" for b, n in enumerate(counts) if b and n)
+    return f"{len(bits)} photos: {counts[0] / len(bits):.1%} the same hash; {apart}"
+
+
+def cost(size: int, repeats: int) -> None:
+    images = build_cost_corpus(size)
+    env = dict(os.environ, PYTHONPATH=REPO, TF_CPP_MIN_LOG_LEVEL="2")
+    modes = ("report", "from-full", "off")
+
+    def run(mode: str):
+        out = os.path.join(WORK, f"sampled-hash-{mode}")
+        shutil.rmtree(out, ignore_errors=True)
+        program = ["-c", _FROM_FULL] if mode == "from-full" else ["-m", "pipeline"]
+        argv = [sys.executable, *program, "convert", "--input", f"{images}/*/*", "--output",
+                out, "--near_duplicates", "off" if mode == "off" else "report"]  # fmt: skip
+        return timed_run(argv, env, f"{mode}, {size} files")
+
+    run("off")  # page cache
+    medians = alternate(modes, repeats, run, label=f"{size} files, ")
+    w0, c0 = medians["off"]
+    print(f"{size} files, median of {repeats}, of off: " + "; ".join(
+        f"{m} {w / w0:.3f}x wall ({c / c0:.3f}x CPU)" for m, (w, c) in medians.items() if m != "off"
+    ))  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--sizes", default="3000")
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--photos", type=int, default=800)
+    args = parser.parse_args()
+    print(load_average())
+    sizes = [int(s) for s in args.sizes.split(",")]
+    generated = build_cost_corpus(sizes[0])
+    print("cost corpus, " + agreement(f"{generated}/*/*", args.photos))
+    print("headline corpus, " + agreement(f"{corpus(3000)[0]}/*/*", args.photos))
+    for size in sizes:
+        cost(size, args.repeats)
+
+
+if __name__ == "__main__":
+    main()
