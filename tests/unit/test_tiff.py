@@ -277,6 +277,10 @@ def test_nan_and_infinities_do_not_set_the_range():
     frame = _frame(_tifffile(samples))
     assert frame.value_range == (float(samples[0, 3]), 1.0)
     assert list(frame.pixels[0, :3, 0]) == [0, 255, 0]
+    samples[0, :3] = np.array([0x7FA00000] * 3, dtype=np.uint32).view(np.float32)  # signalling
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert list(_frame(_tifffile(samples)).pixels[0, :3, 0]) == [0, 0, 0]
 
 
 @pytest.mark.parametrize("dtype", [np.uint16, np.int16, np.float32, np.uint8, np.uint32])

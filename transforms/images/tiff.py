@@ -327,12 +327,8 @@ def _stored(pages: list[_Page], bit_depth: int) -> tuple[list[np.ndarray], float
     target = np.uint16 if bit_depth == 16 and bits > 8 else np.uint8
     scale = (hi - lo) / np.iinfo(target).max
     if not scale <= float(np.finfo(np.float32).max):  # image/value_scale is a float32
-        raise Rejected(
-            "unsupported_format",
-            f"TIFF: samples span {lo:g} to {hi:g}, too wide a range to scale to "
-            f"{np.iinfo(target).bits}-bit values and back (a nodata sentinel such as "
-            "-1.8e308 does it); --bit_depth 16 stores float samples as they are",
-        )
+        span = f"TIFF: samples span {lo:g} to {hi:g}, too wide to map to {target.__name__} and back"
+        raise Rejected("unsupported_format", f"{span}; --bit_depth 16 keeps float samples")
     frames = [_scale(p.pixels, (lo, hi), target) for p in pages]
     return frames, scale, lo
 
@@ -364,7 +360,8 @@ def _scale(pixels: np.ndarray, value_range: tuple[float, float], dtype) -> np.nd
     top = np.iinfo(dtype).max
     # float32 holds every integer of up to 24 bits exactly; wider samples need float64.
     wide = pixels.dtype.itemsize > 2 or pixels.dtype.kind == "f"
-    work = pixels.astype(np.float64 if wide else np.float32)
+    with np.errstate(invalid="ignore"):  # a signalling NaN: a quiet one, 0 below
+        work = pixels.astype(np.float64 if wide else np.float32)
     work = (work - lo) * (top / (hi - lo))
     # The range covers the data, so the clip only absorbs rounding (and infinities).
     np.clip(np.nan_to_num(work, nan=0.0), 0, top, out=work)
