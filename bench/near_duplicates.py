@@ -73,30 +73,39 @@ def build_quality_corpus(photos: int, edited: int) -> str:
 # earlier one (near-copies are a few percent of a real collection, not most of it).
 COST_CLASSES = 5
 COPY_EVERY = 100
+# --corpus: the generated photos' sides (None: _photos.photo's own).
+CORPUS_SIDES = {"generated": None, "megapixel": (1600, 1200)}
 
 
-def _cost_file(i: int) -> tuple[str, bytes]:
-    """(relative path, bytes) of the cost corpus's i-th file."""
+def _cost_file(i: int, side: tuple[int, int] | None = None) -> tuple[str, bytes]:
+    """(relative path, bytes) of the cost corpus's i-th file; `side` (w, h) of every photo, or
+    _photos.photo's own 400-640 px."""
     folder = f"class{i % COST_CLASSES}"
     if i % COPY_EVERY == COPY_EVERY - 1:
         name = list(_photos.EDITS)[(i // COPY_EVERY) % len(_photos.EDITS)]
         # Half a period back: a photo of the corpus, never another copy.
-        data = _photos.edit(_photos.photo(30_000 + i - COPY_EVERY // 2), name, i)
+        data = _photos.edit(_photos.photo(30_000 + i - COPY_EVERY // 2, side), name, i)
         return os.path.join(folder, f"copy{i:06d}.{'png' if name == 'png' else 'jpg'}"), data
-    return os.path.join(folder, f"photo{i:06d}.jpg"), _photos.original(_photos.photo(30_000 + i))
+    return os.path.join(folder, f"photo{i:06d}.jpg"), _photos.original(
+        _photos.photo(30_000 + i, side)
+    )
 
 
-def build_cost_corpus(size: int) -> str:
+def build_cost_corpus(size: int, side: tuple[int, int] | None = None) -> str:
     """(Once) `size` files of distinct photos and 1 % edited copies, generated on every core."""
+    import functools
     import multiprocessing
 
-    root = os.path.join(WORK, f"near-cost-corpus-{size}")
+    root = os.path.join(
+        WORK, f"near-cost-corpus-{size}" + (f"-{side[0]}x{side[1]}" if side else "")
+    )
     if os.path.exists(root + ".done"):
         return root
     shutil.rmtree(root, ignore_errors=True)
     print(f"[bench] generating {root} ...", file=sys.stderr, flush=True)
     with multiprocessing.Pool() as pool:
-        for name, data in pool.imap(_cost_file, range(size), chunksize=16):
+        files = pool.imap(functools.partial(_cost_file, side=side), range(size), chunksize=16)
+        for name, data in files:
             _write(os.path.join(root, name), data)
     open(root + ".done", "w").close()
     return root
@@ -217,7 +226,11 @@ def cost(args) -> None:
     env = dict(os.environ, PYTHONPATH=REPO, TF_CPP_MIN_LOG_LEVEL="2")
     modes = ("report", "off", "stand-in") if args.split else ("report", "off")
     for size in (int(s) for s in args.sizes.split(",")):
-        images = build_cost_corpus(size) if args.corpus == "generated" else corpus(size)[0]
+        images = (
+            corpus(size)[0]
+            if args.corpus == "demo"
+            else build_cost_corpus(size, CORPUS_SIDES[args.corpus])
+        )
         outs = {m: os.path.join(WORK, f"near-cost-{m}") for m in modes}
 
         def run(mode: str, images=images, outs=outs, size=size):
@@ -287,9 +300,9 @@ def main() -> None:
     parser.add_argument("--photos", type=int, default=600)
     parser.add_argument("--edited", type=int, default=200)
     parser.add_argument("--sizes", default="3000")
-    # cost: generated distinct photos (build_cost_corpus), or the headline's crops of five
-    # photos (bench/_common.corpus: most of them near-copies of one another).
-    parser.add_argument("--corpus", choices=("generated", "demo"), default="generated")
+    # cost: generated distinct photos (build_cost_corpus; megapixel: 1600x1200 each), or the
+    # headline's crops of five photos (bench/_common.corpus: most near-copies of one another).
+    parser.add_argument("--corpus", choices=("generated", "megapixel", "demo"), default="generated")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--split", action="store_true", help="cost: also the stand-in hash")
     parser.add_argument("--hashes", type=int, default=1_000_000)

@@ -2,7 +2,8 @@
 record's hash never depends on the sample) against hashed from the full decode the statistics
 already made, averaged over the 8x8 blocks the 1/8 decode returns one pixel for.
 
-    python bench/ablations/sampled_hash.py --sizes 3000,10000 --repeats 5 --photos 800
+    python bench/ablations/sampled_hash.py --sizes 3000 --repeats 11 --photos 800
+    python bench/ablations/sampled_hash.py --corpus megapixel --sizes 1000 --repeats 5
 
 agreement: on `--photos` JPEGs of each corpus (the cost corpus of bench/near_duplicates.py and
 the headline's), how often the full decode's block hash equals the 1/8 decode's, and how many
@@ -23,11 +24,12 @@ import shutil
 import sys
 
 import numpy as np
+from PIL import Image
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 from bench._common import REPO, WORK, alternate, corpus, load_average, timed_run  # noqa: E402
-from bench.near_duplicates import build_cost_corpus  # noqa: E402
+from bench.near_duplicates import CORPUS_SIDES, build_cost_corpus  # noqa: E402
 from transforms.images import phash as ph  # noqa: E402
 
 
@@ -43,8 +45,13 @@ def _block_projection(n: int, block: int) -> np.ndarray:
 
 
 def block_hash(pixels: np.ndarray, block: int = 8) -> int:
-    """phash of RGB pixels as if their `block`x`block` means were the pixels."""
+    """phash of RGB pixels as if their `block`x`block` means were the pixels: Pillow's
+    Image.reduce where the sides are multiples of `block` (a camera's usually are), else the
+    blocks' own projection (Image.reduce averages a partial block without padding it)."""
     height, width = pixels.shape[:2]
+    if height % block == 0 and width % block == 0:
+        image = Image.frombuffer("RGB", (width, height), pixels, "raw", "RGB", 0, 1)
+        return ph.phash(np.asarray(image.reduce(block)))
     columns = _block_projection(width, block).T[:, None, :] * ph._LUMA[None, :, None]
     rows = pixels.reshape(height, width * 3).astype(np.float32)
     low = (_block_projection(height, block) @ (rows @ columns.reshape(width * 3, -1))).ravel()
@@ -93,8 +100,8 @@ def agreement(pattern: str, photos: int) -> str:
     return f"{len(bits)} photos: {counts[0] / len(bits):.1%} the same hash; {apart}"
 
 
-def cost(size: int, repeats: int) -> None:
-    images = build_cost_corpus(size)
+def cost(size: int, repeats: int, side) -> None:
+    images = build_cost_corpus(size, side)
     env = dict(os.environ, PYTHONPATH=REPO, TF_CPP_MIN_LOG_LEVEL="2")
     modes = ("report", "from-full", "off")
 
@@ -119,14 +126,15 @@ def main() -> None:
     parser.add_argument("--sizes", default="3000")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--photos", type=int, default=800)
+    parser.add_argument("--corpus", choices=tuple(CORPUS_SIDES), default="generated")
     args = parser.parse_args()
     print(load_average())
     sizes = [int(s) for s in args.sizes.split(",")]
-    generated = build_cost_corpus(sizes[0])
+    generated = build_cost_corpus(sizes[0], CORPUS_SIDES[args.corpus])
     print("cost corpus, " + agreement(f"{generated}/*/*", args.photos))
     print("headline corpus, " + agreement(f"{corpus(3000)[0]}/*/*", args.photos))
     for size in sizes:
-        cost(size, args.repeats)
+        cost(size, args.repeats, CORPUS_SIDES[args.corpus])
 
 
 if __name__ == "__main__":
