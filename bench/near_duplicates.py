@@ -5,6 +5,7 @@ million hashes clustered in one process on one core.
     python bench/near_duplicates.py --part quality --photos 600 --edited 200
     python bench/near_duplicates.py --part cost --sizes 3000 --repeats 3
     python bench/near_duplicates.py --part million --hashes 1000000
+    python bench/near_duplicates.py --part cost --corpus megapixel --sizes 1000 -- --stats_max_images 250
 
 quality: a corpus of its own (bench/_photos.py: generated photos, never seen by the threshold's
 choice in tests), each of `--edited` photos copied by every edit; hard distinct cases: crops of
@@ -237,7 +238,8 @@ def cost(args) -> None:
             shutil.rmtree(outs[mode], ignore_errors=True)
             program = ["-c", _STAND_IN] if mode == "stand-in" else ["-m", "pipeline"]
             argv = [sys.executable, *program, "convert", "--input", f"{images}/*/*",
-                    "--output", outs[mode], "--near_duplicates", mode.replace("stand-in", "report")]  # fmt: skip
+                    "--output", outs[mode], "--near_duplicates", mode.replace("stand-in", "report"),
+                    *args.convert_flags]  # fmt: skip
             return timed_run(argv, env, f"--near_duplicates {mode}, {size} files")
 
         run("off")  # page cache
@@ -306,7 +308,11 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--split", action="store_true", help="cost: also the stand-in hash")
     parser.add_argument("--hashes", type=int, default=1_000_000)
+    parser.add_argument(
+        "convert_flags", nargs=argparse.REMAINDER, help="cost: after --, to convert"
+    )
     args = parser.parse_args()
+    args.convert_flags = [f for f in args.convert_flags if f != "--"]
     for part in ("quality", "cost", "million"):
         if args.part in (part, "all"):
             globals()[part](args)
