@@ -16,7 +16,6 @@ are forked after it is set, as bench/near_duplicates.py's stand-in).
 from __future__ import annotations
 
 import argparse
-import functools
 import glob
 import os
 import random
@@ -33,31 +32,14 @@ from bench.near_duplicates import CORPUS_SIDES, build_cost_corpus  # noqa: E402
 from transforms.images import phash as ph  # noqa: E402
 
 
-@functools.lru_cache(maxsize=1024)
-def _block_projection(n: int, block: int) -> np.ndarray:
-    """[8, n]: n pixels averaged over blocks of `block` (the last one padded with copies of the
-    last pixel, as a JPEG encoder pads it), then the hash's own projection of the blocks."""
-    blocks = -(-n // block)
-    average = np.zeros((blocks, n))
-    padded = np.arange(blocks * block)
-    np.add.at(average, (padded // block, np.minimum(padded, n - 1)), 1.0 / block)
-    return (ph._projection(blocks) @ average).astype(np.float32)
-
-
 def block_hash(pixels: np.ndarray, block: int = 8) -> int:
-    """phash of RGB pixels as if their `block`x`block` means were the pixels: Pillow's
-    Image.reduce where the sides are multiples of `block` (a camera's usually are), else the
-    blocks' own projection (Image.reduce averages a partial block without padding it)."""
+    """phash of RGB pixels as if their `block`x`block` means were the pixels: the sides padded
+    to whole blocks with copies of the last row and column (as a JPEG encoder pads them), then
+    Pillow's Image.reduce."""
     height, width = pixels.shape[:2]
-    if height % block == 0 and width % block == 0:
-        image = Image.frombuffer("RGB", (width, height), pixels, "raw", "RGB", 0, 1)
-        return ph.phash(np.asarray(image.reduce(block)))
-    columns = _block_projection(width, block).T[:, None, :] * ph._LUMA[None, :, None]
-    rows = pixels.reshape(height, width * 3).astype(np.float32)
-    low = (_block_projection(height, block) @ (rows @ columns.reshape(width * 3, -1))).ravel()
-    middle = np.partition(low, (31, 32))
-    bits = low > (middle[31] + middle[32]) / 2
-    return ph.to_signed(int.from_bytes(np.packbits(bits).tobytes(), "big"))
+    pad = ((0, -height % block), (0, -width % block), (0, 0))
+    image = Image.fromarray(np.pad(pixels, pad, mode="edge") if any(map(any, pad)) else pixels)
+    return ph.phash(np.asarray(image.reduce(block)))
 
 
 # Run in the child: a sampled JPEG (decoded at full size) hashed from that decode.
