@@ -16,6 +16,7 @@ from collections.abc import Iterable
 import numpy as np
 
 __all__ = [
+    "CROP_MARGIN",
     "DEFAULT_THRESHOLD",
     "NEAR_DUPLICATE_MODES",
     "band_edges",
@@ -36,6 +37,10 @@ NEAR_DUPLICATE_MODES = ("report", "group", "drop", "off")
 # merged; the next step up merges same-layout scans), while it finds >= 95 % of the edited
 # copies (resize, JPEG quality, 5 % crop, 15 % brightness/contrast, PNG). docs/benchmarks.md.
 DEFAULT_THRESHOLD = 6
+# A hash within this many bits fewer of another image's crop window (transforms/images/phash.py)
+# links them too: each window is one more chance for distinct images to meet, and at the full
+# threshold same-layout document scans did (bench/near_duplicates.py --part real).
+CROP_MARGIN = 2
 _MAX_THRESHOLD = 16  # a hash half noise
 _ALL = (1 << 64) - 1
 _BLOCK = 1 << 20
@@ -111,18 +116,20 @@ def _layout(m: int) -> list[tuple[int, int]]:
     return [(sum(widths[:k]), w) for k, w in enumerate(widths)]
 
 
-def bands(n: int, threshold: int) -> tuple[list[tuple[int, int]], int]:
-    """The bands ((shift, width) each) and the radius in each to search n hashes with: the
-    fewest lookups and candidate pairs. Wide bands hold few hashes a value but need many
-    neighbour masks (a million hashes: 3 bands, radius 2 at the default threshold); narrow
-    ones need few masks but crowd (ten thousand hashes: 4 bands of 16 bits, radius 1)."""
+def bands(n: int, threshold: int, stored: int | None = None) -> tuple[list[tuple[int, int]], int]:
+    """The bands ((shift, width) each) and the radius in each to search n hashes with, among
+    themselves or in a table of `stored` hashes: the fewest lookups and candidate pairs. Wide
+    bands hold few hashes a value but need many neighbour masks (a million hashes: 3 bands,
+    radius 2 at the default threshold); narrow ones need few masks but crowd (ten thousand
+    hashes: 4 bands of 16 bits, radius 1)."""
+    stored = n if stored is None else stored
 
     def cost(m: int) -> float:
         radius = threshold // m
         total = 0.0
         for _, width in _layout(m):
             lookups = n * sum(math.comb(width, r) for r in range(radius + 1))
-            total += lookups * (1 + _CANDIDATE_COST * n / 2**width) + 2**width
+            total += lookups * (1 + _CANDIDATE_COST * stored / 2**width) + 2**width
         return total
 
     m = min(range(_MIN_BANDS, _MAX_BANDS + 1), key=cost)
@@ -130,16 +137,23 @@ def bands(n: int, threshold: int) -> tuple[list[tuple[int, int]], int]:
 
 
 def band_edges(
-    hashes: np.ndarray, band: tuple[int, int], radius: int, threshold: int
+    hashes: np.ndarray, band: tuple[int, int], radius: int, threshold: int, table=None
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(i, j, distance) arrays, i < j, of the pairs of distinct unsigned `hashes` at most
-    `threshold` bits apart whose values in `band` ((shift, width)) are within `radius` bits.
-    Over the bands of `bands` this finds every such pair (a pair may come from several)."""
+    """(i, j, distance) arrays of the pairs at most `threshold` bits apart whose values in
+    `band` ((shift, width)) are within `radius` bits: of distinct unsigned `hashes` (i < j),
+    or, given a `table` of unsigned hashes, of hashes[i] and table[j]. Over the bands of
+    `bands` this finds every such pair (a pair may come from several)."""
     hashes = np.asarray(hashes, dtype=np.uint64)
+    stored = hashes if table is None else np.asarray(table, dtype=np.uint64)
     shift, width = band
-    values = ((hashes >> np.uint64(shift)) & np.uint64((1 << width) - 1)).astype(np.int64)
-    order = np.argsort(values, kind="stable")
-    starts, counts = _value_runs(values[order], width)
+
+    def band_values(h: np.ndarray) -> np.ndarray:
+        return ((h >> np.uint64(shift)) & np.uint64((1 << width) - 1)).astype(np.int64)
+
+    values = band_values(hashes)
+    stored_values = values if table is None else band_values(stored)
+    order = np.argsort(stored_values, kind="stable")
+    starts, counts = _value_runs(stored_values[order], width)
     # Most lookups find no hash: a table of one byte per band value (a few MB, in cache) sorts
     # them out before the wider tables are read.
     present = counts > 0
@@ -157,9 +171,10 @@ def band_edges(
         i = np.repeat(rows // len(block), reps)
         offsets = np.arange(len(i)) - np.repeat(np.cumsum(reps) - reps, reps)
         j = order[np.repeat(starts[hit], reps) + offsets]
-        keep = i < j  # each pair once (it is met from both ends), and never a hash with itself
-        i, j = i[keep], j[keep]
-        d = np.bitwise_count(hashes[i] ^ hashes[j])
+        if table is None:  # each pair once (met from both ends), never a hash with itself
+            keep = i < j
+            i, j = i[keep], j[keep]
+        d = np.bitwise_count(hashes[i] ^ stored[j])
         close = d <= threshold
         for out, part in zip(found, (i[close], j[close], d[close]), strict=True):
             out.append(part)
@@ -194,10 +209,13 @@ def components(edges: Iterable[tuple[int, int]]) -> dict[int, int]:
     return {a: root(a) for a in parent}
 
 
-def cluster_ids(hashes: np.ndarray, threshold: int = DEFAULT_THRESHOLD) -> dict[int, int]:
+def cluster_ids(
+    hashes: np.ndarray, threshold: int = DEFAULT_THRESHOLD, crops=None
+) -> dict[int, int]:
     """{hash: its cluster's smallest hash} for each of the unsigned `hashes` (repeats allowed)
     in a cluster: a connected component of distinct values at most `threshold` bits apart, or a
-    value held more than once."""
+    value held more than once. `crops`: (owners, windows), unsigned arrays: a hash at most
+    threshold - CROP_MARGIN bits from a window links with the window's owner (one of hashes)."""
     values, counts = np.unique(np.asarray(hashes, dtype=np.uint64), return_counts=True)
     pairs = [(k, k) for k in np.flatnonzero(counts > 1).tolist()]
     layout, radius = bands(len(values), threshold)
@@ -205,15 +223,36 @@ def cluster_ids(hashes: np.ndarray, threshold: int = DEFAULT_THRESHOLD) -> dict[
         i, j, _ = band_edges(values, band, radius, threshold)
         i, j = spanning_pairs(len(values), i, j)  # the same clusters, at most one pair a value
         pairs += zip(i.tolist(), j.tolist(), strict=True)
+    if crops is not None and len(crops[1]) and threshold >= CROP_MARGIN:
+        pairs += _crop_pairs(values, *crops, threshold - CROP_MARGIN)
     # values are sorted: a component's smallest node is its smallest hash
     return {int(values[node]): int(values[first]) for node, first in components(pairs).items()}
 
 
-def cluster_hashes(hashes: np.ndarray, threshold: int = DEFAULT_THRESHOLD) -> list[list[int]]:
-    """The clusters (connected components at most `threshold` bits apart) of unsigned hashes,
-    in one process: what the job computes. Clusters of one distinct value are left out."""
+def _crop_pairs(values: np.ndarray, owners, windows, threshold: int) -> list[tuple[int, int]]:
+    """Pairs of indices into the sorted unique `values`: a value and the owner of a window at
+    most `threshold` bits from it (each owner is one of values)."""
+    owner = np.searchsorted(values, np.asarray(owners, dtype=np.uint64))
+    windows = np.asarray(windows, dtype=np.uint64)
+    pairs = []
+    layout, radius = bands(len(values), threshold, len(windows))
+    for band in layout:
+        i, j, _ = band_edges(values, band, radius, threshold, windows)
+        j = owner[j]
+        keep = i != j
+        i, j = spanning_pairs(len(values), i[keep], j[keep])
+        pairs += zip(i.tolist(), j.tolist(), strict=True)
+    return pairs
+
+
+def cluster_hashes(
+    hashes: np.ndarray, threshold: int = DEFAULT_THRESHOLD, crops=None
+) -> list[list[int]]:
+    """The clusters (connected components at most `threshold` bits apart, `crops` as
+    cluster_ids) of unsigned hashes, in one process: what the job computes. Clusters of one
+    distinct value are left out."""
     members: dict[int, list[int]] = {}
     unique = np.unique(np.asarray(hashes, dtype=np.uint64))
-    for value, first in cluster_ids(unique, threshold).items():
+    for value, first in cluster_ids(unique, threshold, crops).items():
         members.setdefault(first, []).append(value)
     return sorted(sorted(m) for m in members.values())

@@ -38,6 +38,7 @@ def inspect_bytes(
         transcode=info.transcode,
         stats=list(info.stats) if info.stats is not None else None,
         phash=info.phash,
+        phash_crops=info.phash_crops,
     )
 
 

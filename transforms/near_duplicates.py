@@ -26,15 +26,20 @@ def _unsigned(phash: int) -> int:
     return phash & _ALL_BITS
 
 
-def _hashes(batch: list[InspectedImage]) -> list[np.ndarray]:
-    """A batch's unsigned pHashes as one array (none for a batch without any)."""
-    hashes = [_unsigned(r.phash) for r in batch if r.phash is not None]
-    return [np.array(hashes, dtype=np.uint64)] if hashes else []
+def _hashes(batch: list[InspectedImage]) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """A batch's (unsigned pHashes, the owner of each crop window, the windows' pHashes) as
+    arrays (none for a batch without any hash)."""
+    hashed = [r for r in batch if r.phash is not None]
+    if not hashed:
+        return []
+    crops = [(r.phash, w) for r in hashed for w in r.phash_crops or ()]
+    columns = ([r.phash for r in hashed], [o for o, _ in crops], [w for _, w in crops])
+    return [tuple(np.array(c, dtype=np.int64).view(np.uint64) for c in columns)]
 
 
 class _ClustersFn(beam.CombineFn):
-    """Arrays of unsigned hashes -> {hash: its cluster's smallest hash} (hamming.cluster_ids)
-    in one step: the hashes alone (8 bytes an image) fit one worker."""
+    """(hashes, crop owners, crop windows) arrays -> {hash: its cluster's smallest hash}
+    (hamming.cluster_ids) in one step: the hashes alone (128 bytes an image) fit one worker."""
 
     def __init__(self, threshold: int):
         self._threshold = threshold
@@ -50,11 +55,13 @@ class _ClustersFn(beam.CombineFn):
         return self.compact([hashes for acc in accumulators for hashes in acc])
 
     def compact(self, acc):
-        return [np.concatenate(acc)] if len(acc) > 1 else acc
+        return [tuple(np.concatenate(c) for c in zip(*acc, strict=True))] if len(acc) > 1 else acc
 
     def extract_output(self, acc):
-        hashes = np.concatenate(acc) if acc else np.empty(0, dtype=np.uint64)
-        return cluster_ids(hashes, self._threshold)
+        if not acc:
+            return {}
+        hashes, owners, windows = self.compact(acc)[0]
+        return cluster_ids(hashes, self._threshold, (owners, windows))
 
 
 class _KeepFn(DropNamedFn):

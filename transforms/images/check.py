@@ -36,7 +36,7 @@ from transforms.images.limits import (
     check_dims,
     check_file_size,
 )
-from transforms.images.phash import phash, reduction
+from transforms.images.phash import phashes, reduction
 from transforms.images.pillow_probe import probe_other
 from transforms.images.sniff import array_format, cut_signature, sniff_format
 from transforms.images.stats import _channel_stats
@@ -66,6 +66,7 @@ class ImageInfo:
     transcode: str = ""
     stats: tuple | None = None
     phash: int | None = None  # transforms/images/phash.py; None: --near_duplicates off
+    phash_crops: tuple[int, ...] | None = None  # its crop windows' pHashes, as phash
 
 
 def _probe(data: bytes, opts: CheckOptions) -> tuple[str, Header]:
@@ -137,13 +138,13 @@ def check_image(data: bytes, opts: CheckOptions, compute_stats: bool = False) ->
     else:
         stored, stored_fmt, channels = data, fmt, h.channels
     decoded, height, width = _decode_as_training(stored, stored_fmt, data, h, opts, compute_stats)
-    hashed = None
+    hashed = (None, None)
     if opts.phash:
         # A JPEG stored as it is (or downscaled in the writer) is hashed from its own bytes,
         # however it was verified: statistics or --jpeg_verify never change its record.
         own = fmt == "jpeg" and h.height > 0 and h.width > 0
         own = own and (not reasons or transcode_deferred(reasons, fmt, h.channels))
-        hashed = _phash(decoded, data, h) if own else phash(np.asarray(decoded))
+        hashed = _phashes(decoded, data, h) if own else phashes(np.asarray(decoded))
     if opts.jpeg_verify == "strict" and fmt == "jpeg":
         # The source bytes, also when transcoded: a repaired source bakes its damage into the
         # re-encode.
@@ -153,18 +154,18 @@ def check_image(data: bytes, opts: CheckOptions, compute_stats: bool = False) ->
     check_dims(width, height, opts, "decoded image")
     # np.asarray: a read-only view of the tensor's buffer, where `.numpy()` copies it.
     stats = _channel_stats(np.asarray(decoded)) if compute_stats else None
-    return ImageInfo(stored_fmt, fmt, height, width, channels, ",".join(reasons), stats, hashed)
+    return ImageInfo(stored_fmt, fmt, height, width, channels, ",".join(reasons), stats, *hashed)
 
 
-def _phash(decoded, jpeg: bytes, h: Header) -> int:
-    """The pHash of a JPEG's bytes decoded at the DCT scale the hash reduces it by: the check's
+def _phashes(decoded, jpeg: bytes, h: Header) -> tuple[int, tuple[int, ...]]:
+    """The pHashes of a JPEG's bytes decoded at the DCT scale the hash reduces it by: the check's
     own 1/8-scale decode where that is it, else one more decode (a small JPEG: cheap; one
     decoded at full size for statistics or --jpeg_verify full: the 1/8 scale is cheap)."""
     pixels = np.asarray(decoded)
     wanted = reduction(h.height, h.width)
     if pixels.shape[:2] != dct_shape(h.height, h.width, wanted):
         pixels = np.asarray(tf_decode("jpeg", jpeg, ratio=wanted))
-    return phash(pixels)
+    return phashes(pixels)
 
 
 def array_reasons(image: ArrayImage, opts: CheckOptions) -> list[str]:
@@ -200,10 +201,10 @@ def _check_arrays(fmt: str, data: bytes, opts: CheckOptions, compute_stats: bool
             raise Rejected("decoder_error", detail) from e
         pixels = hashed_pixels = np.asarray(decoded)
     stats = _channel_stats(pixels) if compute_stats else None
-    hashed = phash(hashed_pixels) if opts.phash else None
+    hashed = phashes(hashed_pixels) if opts.phash else (None, None)
     return ImageInfo(
         stored.format, fmt, stored.height, stored.width, stored.channels, ",".join(reasons),
-        stats, hashed,
+        stats, *hashed,
     )  # fmt: skip
 
 

@@ -1,5 +1,6 @@
 """Perceptual hash of decoded pixels: a 64-bit DCT pHash that survives resizing, re-encoding,
-small crops and brightness changes, so near-copies of one photo land a few bits apart."""
+small crops and brightness changes, so near-copies of one photo land a few bits apart; and the
+hashes of an image's crop windows, which a copy cropped by up to ~5 % hashes close to."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import functools
 
 import numpy as np
 
-__all__ = ["HASH_BITS", "phash", "reduction", "to_signed", "to_unsigned"]
+__all__ = ["CROP_SPANS", "HASH_BITS", "phash", "phashes", "reduction", "to_signed", "to_unsigned"]
 
 HASH_BITS = 64
 # The common pHash recipe (as imagehash.phash): a 32x32 grey thumbnail, whose 8x8 lowest DCT
@@ -24,6 +25,14 @@ _MIN_SIDE = 16
 # ITU-R 601 luma, as Pillow's "L" conversion.
 _LUMA = np.array([0.299, 0.587, 0.114], dtype=np.float32)
 _HALF = HASH_BITS // 2
+# A copy cut by up to ~5 % of a side moves the 8 lowest frequencies enough to flip more bits than
+# the threshold allows (real photos: half of such crops missed). So each image also hashes
+# windows of itself as such a copy would be cut, 3.5 % off a side at one end, the other or both
+# halves: a copy's own hash then lies close to one of its original's windows.
+# bench/near_duplicates.py --part real picks the span (docs/benchmarks.md).
+_CUT = 0.035
+CROP_SPANS = ((0.0, 1 - _CUT), (_CUT / 2, 1 - _CUT / 2), (_CUT, 1.0))
+_SPANS = ((0.0, 1.0), *CROP_SPANS)
 
 
 def reduction(height: int, width: int) -> int:
@@ -33,10 +42,12 @@ def reduction(height: int, width: int) -> int:
 
 
 @functools.lru_cache(maxsize=1024)
-def _projection(n: int) -> np.ndarray:
-    """[_LOW, n]: an axis of n pixels area-averaged into _THUMB cells, then the first _LOW rows
-    of the DCT-II over those cells (its scale does not matter: bits compare with the median)."""
-    edges = np.arange(_THUMB + 1) * (n / _THUMB)
+def _projection(n: int, span: tuple[float, float] = (0.0, 1.0)) -> np.ndarray:
+    """[_LOW, n]: the `span` (fractions of the axis) of an axis of n pixels area-averaged into
+    _THUMB cells, then the first _LOW rows of the DCT-II over those cells (its scale does not
+    matter: bits compare with the median)."""
+    start, stop = span
+    edges = start * n + np.arange(_THUMB + 1) * ((stop - start) * n / _THUMB)
     pixel = np.arange(n)
     overlap = np.clip(
         np.minimum(edges[1:, None], pixel[None, :] + 1) - np.maximum(edges[:-1, None], pixel),
@@ -52,35 +63,62 @@ def _projection(n: int) -> np.ndarray:
 
 @functools.lru_cache(maxsize=1024)
 def _columns(width: int, channels: int) -> np.ndarray:
-    """[width * channels, _LOW]: a row's samples to grey (RGB(A): luma; grey + alpha: the grey;
-    other bands: their mean), then _projection(width): one product does both."""
+    """[width * channels, _LOW * len(_SPANS)]: a row's samples to grey (RGB(A): luma; grey +
+    alpha: the grey; other bands: their mean), then _projection(width, span) of each span: one
+    product does both."""
     if channels in (3, 4):
         grey = np.concatenate([_LUMA, np.zeros(channels - 3, np.float32)])
     elif channels == 2:
         grey = np.array([1, 0], dtype=np.float32)
     else:
         grey = np.full(channels, 1 / channels, dtype=np.float32)
-    columns = _projection(width).T[:, None, :] * grey[None, :, None]
-    return columns.reshape(width * channels, _LOW)
+    columns = _stacked(width).T[:, None, :] * grey[None, :, None]
+    return columns.reshape(width * channels, _LOW * len(_SPANS))
 
 
-def phash(pixels: np.ndarray) -> int:
-    """The pHash of pixels [H, W] or [H, W, C] of any dtype (RGB(A) as luma, other bands
-    averaged; NaN as 0), as a signed int64 (the Example's int64; `to_unsigned` gives the 64
-    bits). The thumbnail's cells are area averages, so an image and its downscale (a JPEG's 1/8
-    DCT-scale decode among them) hash alike. Bit 63 is the DCT's (0, 0) term; bits run
-    row-major over the 8x8 block, most significant first."""
+@functools.lru_cache(maxsize=1024)
+def _stacked(n: int) -> np.ndarray:
+    """[_LOW * len(_SPANS), n]: _projection(n, span) of every span, stacked."""
+    return np.concatenate([_projection(n, span) for span in _SPANS])
+
+
+def _rows(pixels: np.ndarray) -> tuple[np.ndarray, int]:
+    """(pixels as float32 rows [H, W * C], C): NaN as 0."""
     height, width = pixels.shape[:2]
     channels = pixels.shape[2] if pixels.ndim == 3 else 1
     if pixels.dtype.kind == "f":
         pixels = np.nan_to_num(pixels)
-    rows = pixels.reshape(height, width * channels).astype(np.float32, copy=False)
-    low = (_projection(height) @ (rows @ _columns(width, channels))).ravel()
-    # A bit is set where its value lies above the middle of the 64: halfway between the
-    # 32nd and 33rd in order, so ties at the middle stay unset.
-    middle = np.partition(low, (_HALF - 1, _HALF))
-    bits = low > (middle[_HALF - 1] + middle[_HALF]) / 2
-    return to_signed(int.from_bytes(np.packbits(bits).tobytes(), "big"))
+    return pixels.reshape(height, width * channels).astype(np.float32, copy=False), channels
+
+
+def _bits(low: np.ndarray) -> np.ndarray:
+    """[k, 64] DCT terms -> k signed int64 hashes. A bit is set where its value lies above the
+    middle of the 64: halfway between the 32nd and 33rd in order, so ties stay unset."""
+    middle = np.partition(low, (_HALF - 1, _HALF), axis=1)
+    bits = low > (middle[:, _HALF - 1 : _HALF] + middle[:, _HALF : _HALF + 1]) / 2
+    return np.packbits(bits, axis=1).view(">i8").ravel()
+
+
+def phashes(pixels: np.ndarray) -> tuple[int, tuple[int, ...]]:
+    """(the pHash of pixels [H, W] or [H, W, C] of any dtype, the pHashes of its crop windows):
+    RGB(A) as luma, other bands averaged, NaN as 0; each a signed int64 (the Example's int64;
+    `to_unsigned` gives the 64 bits). The thumbnail's cells are area averages, so an image and
+    its downscale (a JPEG's 1/8 DCT-scale decode among them) hash alike. Bit 63 is the DCT's
+    (0, 0) term; bits run row-major over the 8x8 block, most significant first. The windows:
+    every (rows span, columns span) of the whole axis and CROP_SPANS but the whole image,
+    row-major; one product gives them all."""
+    rows, channels = _rows(pixels)
+    height, width = pixels.shape[:2]
+    low = _stacked(height) @ (rows @ _columns(width, channels))
+    n = len(_SPANS)
+    windows = low.reshape(n, _LOW, n, _LOW).transpose(0, 2, 1, 3).reshape(n * n, HASH_BITS)
+    whole, *crops = _bits(windows).tolist()
+    return whole, tuple(crops)
+
+
+def phash(pixels: np.ndarray) -> int:
+    """The pHash of pixels (`phashes`' first)."""
+    return phashes(pixels)[0]
 
 
 def to_signed(value: int) -> int:
