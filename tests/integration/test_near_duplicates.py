@@ -1,5 +1,6 @@
 """--near_duplicates end to end in this process: default options report near-copies written by
-Pillow (another size, format, quality, a crop, brighter) with image/phash in every record; group
+Pillow (another size, format, quality, a crop, brighter; a camera photo cut by 5 %) with
+image/phash in every record; group
 leaves no cluster across splits; drop keeps one per cluster and accounts for every file; a
 versioned rerun checks new images against the images it reuses from the previous version."""
 
@@ -32,12 +33,27 @@ _COPIES = {
             lambda im: _photos.encode(ImageEnhance.Brightness(im).enhance(1.12), "JPEG"),
         ),
     ],
+    # 5 % cut off the top and left of a camera photo: 12 bits from the original's hash, found
+    # through one of its crop windows.
+    3: [("p03_cut.jpg", lambda im: _photos.encode(im.crop((16, 12, 320, 240)), "JPEG"))],
 }
+NUM_COPIES = sum(len(copies) for copies in _COPIES.values())
+NUM_CLUSTERS, NUM_CLUSTERED = len(_COPIES), len(_COPIES) + NUM_COPIES
+REAL_PHOTO = 3  # scikit-image's camera.png (a photograph), the others generated
+
+
+def _photo(i: int) -> Image.Image:
+    if i != REAL_PHOTO:
+        return _photos.photo(500 + i, (320, 240))
+    import skimage
+
+    path = os.path.join(os.path.dirname(skimage.__file__), "data", "camera.png")
+    return Image.open(path).convert("RGB").resize((320, 240), Image.LANCZOS)
 
 
 def _write_corpus(root: str, photos: range = range(NUM_PHOTOS), copies: bool = True) -> None:
     for i in photos:
-        im: Image.Image = _photos.photo(500 + i, (320, 240))
+        im = _photo(i)
         folder = os.path.join(root, ("cat", "dog")[i % 2])
         os.makedirs(folder, exist_ok=True)
         with open(os.path.join(folder, f"p{i:02d}.jpg"), "wb") as f:
@@ -84,21 +100,23 @@ def test_default_options_report_every_copy_and_store_the_hash(corpus, tmp_path):
     near = info["near_duplicates"]
     across = sum(len(r["splits"]) > 1 for r in rows)
     assert near == {
-        "mode": "report", "threshold": DEFAULT_THRESHOLD, "num_clusters": 3, "num_images": 8,
-        "num_across_splits": across,
+        "mode": "report", "threshold": DEFAULT_THRESHOLD, "num_clusters": NUM_CLUSTERS,
+        "num_images": NUM_CLUSTERED, "num_across_splits": across,
     }  # fmt: skip
-    assert f"near-duplicates: 3 clusters, 8 images, {across} clusters across splits" in proc.stdout
-    for row in rows:
-        assert 0 <= row["distance"] <= DEFAULT_THRESHOLD
+    summary = f"near-duplicates: {NUM_CLUSTERS} clusters, {NUM_CLUSTERED} images, {across} "
+    assert summary + "clusters across splits" in proc.stdout
+    # The most bits two of a cluster's hashes differ: a cut copy's, more than the threshold.
+    assert sorted(r["distance"] for r in rows)[:-1] <= [DEFAULT_THRESHOLD] * (NUM_CLUSTERS - 1)
+    assert max(r["distance"] for r in rows) > DEFAULT_THRESHOLD
     # The report shows each cluster's images side by side, those across splits first.
     with open(os.path.join(out, "report.html")) as f:
         page = f.read()
-    section = page[page.index("<h2>Near-duplicates (3 clusters, 8 images") :]
+    section = page[page.index(f"<h2>Near-duplicates ({NUM_CLUSTERS} clusters") :]
     firsts = [section.index(f"<div class=path>{r['paths'][0]}</div>") for r in rows]
     assert firsts == sorted(firsts) and [len(r["splits"]) > 1 for r in rows] == sorted(
         (len(r["splits"]) > 1 for r in rows), reverse=True
     )
-    assert section.count("data:image/jpeg;base64,") >= 8  # every file's thumbnail
+    assert section.count("data:image/jpeg;base64,") >= NUM_CLUSTERED  # every file's thumbnail
     # image/phash is in every record, as TensorFlow parses it with the dataset's feature spec.
     import tensorflow as tf
 
@@ -128,7 +146,7 @@ def test_group_leaves_no_cluster_across_splits(corpus, tmp_path):
     rows = _lines(os.path.join(out, schema.NEAR_DUPLICATES))
     assert sorted(sorted(r["paths"]) for r in rows) == _clusters(corpus)
     assert all(len(r["splits"]) == 1 for r in rows)
-    assert "3 clusters, 8 images, 0 clusters across splits" in proc.stdout
+    assert f"{NUM_CLUSTERS} clusters, {NUM_CLUSTERED} images, 0 clusters across" in proc.stdout
     written = {}
     for shard in glob.glob(os.path.join(out, "*", "*.tfrecord")):
         import tensorflow as tf
@@ -153,8 +171,8 @@ def test_drop_keeps_the_first_of_each_cluster(corpus, tmp_path):
     assert sorted(d["path"] for d in dropped) == sorted(p for c in clusters for p in c[1:])
     keep = {p: c[0] for c in clusters for p in c[1:]}
     assert all(d["duplicate_of"] == keep[d["path"]] for d in dropped)
-    assert info["num_duplicates"] == 5 and info["num_written"] == NUM_PHOTOS
-    assert info["num_listed"] == info["num_written"] + info["num_rejected"] + 5
+    assert info["num_duplicates"] == NUM_COPIES and info["num_written"] == NUM_PHOTOS
+    assert info["num_listed"] == info["num_written"] + info["num_rejected"] + NUM_COPIES
 
 
 def test_off_writes_no_hash_and_no_clusters(corpus, tmp_path):
@@ -171,7 +189,8 @@ def test_off_writes_no_hash_and_no_clusters(corpus, tmp_path):
 
 def test_a_versioned_rerun_checks_new_images_against_the_reused_ones(tmp_path):
     """Version 2 adds near-copies of version 1's photos: they are clustered with the originals,
-    whose hashes come from version 1's records (the originals are not read again)."""
+    whose hashes and crop windows' hashes come from version 1's records (the originals are not
+    read again; the cut camera photo is found through its original's windows only)."""
     src, root = str(tmp_path / "in"), str(tmp_path / "root")
     _write_corpus(src, copies=False)
     args = ["convert", "--input", f"{src}/*/*", "--output", root, "--versioned", "--no_analyze"]
@@ -180,7 +199,7 @@ def test_a_versioned_rerun_checks_new_images_against_the_reused_ones(tmp_path):
     assert _info(v1)["near_duplicates"]["num_clusters"] == 0
     _write_corpus(src)  # the same originals, and their copies
     proc = in_process(*args)
-    assert "5 added" in proc.stdout, proc.stdout
+    assert f"{NUM_COPIES} added" in proc.stdout, proc.stdout
     v2 = os.path.join(root, versions.read_latest(root))
     rows = _lines(os.path.join(v2, schema.NEAR_DUPLICATES))
     assert sorted(sorted(r["paths"]) for r in rows) == _clusters(src)
@@ -188,4 +207,4 @@ def test_a_versioned_rerun_checks_new_images_against_the_reused_ones(tmp_path):
         import gzip
 
         index = [json.loads(line) for line in gzip.decompress(f.read()).splitlines()]
-    assert len(index) == NUM_PHOTOS + 5 and all("phash" in row for row in index)
+    assert len(index) == NUM_PHOTOS + NUM_COPIES and all("phash" in row for row in index)

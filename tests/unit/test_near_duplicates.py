@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import itertools
+import os
 
 import apache_beam as beam
 import numpy as np
@@ -17,6 +18,7 @@ from bench import _photos
 from pipeline.options import ConvertConfig, OptionError
 from transforms.elements import InspectedImage
 from transforms.hamming import (
+    CROP_MARGIN,
     DEFAULT_THRESHOLD,
     _layout,
     band_edges,
@@ -29,7 +31,7 @@ from transforms.hamming import (
 )
 from transforms.images.check import check_image
 from transforms.images.limits import CheckOptions
-from transforms.images.phash import phash
+from transforms.images.phash import CROP_SPANS, phash, phashes
 from transforms.near_duplicates import FindNearDuplicates
 
 
@@ -97,6 +99,80 @@ def _brute_force(hashes: list[int], threshold: int) -> list[list[int]]:
     for node, first in components(pairs).items():
         members.setdefault(first, []).append(node)
     return sorted(sorted(m) for m in members.values())
+
+
+# Photographs from a camera (scikit-image's data): not our generator's pictures.
+_REAL = ("astronaut.png", "camera.png", "chelsea.png", "coffee.png", "rocket.jpg", "moon.png")
+
+
+def _real(name: str) -> Image.Image:
+    import skimage
+
+    return Image.open(os.path.join(os.path.dirname(skimage.__file__), "data", name)).convert("RGB")
+
+
+def test_a_crop_window_hashes_as_that_crop():
+    """Each of the 15 windows is the hash of the image cut to it (sides of whole pixels here),
+    rows span first; the whole image's hash is phash's."""
+    im = np.asarray(_real("astronaut.png").resize((400, 400)))
+    whole, crops = phashes(im)
+    assert whole == phash(im) and len(crops) == 15
+    spans = [(0.0, 1.0), *CROP_SPANS]
+    cut = [(round(a * 400), round(b * 400)) for a, b in spans]
+    windows = [(r, c) for r in cut for c in cut][1:]
+    assert [phash(im[r0:r1, c0:c1]) for (r0, r1), (c0, c1) in windows] == list(crops)
+
+
+def test_real_photos_cut_up_to_5_percent_are_found_through_the_windows():
+    """A camera photo cut by 2-5 % of each side (split at random between its ends, as the
+    benchmark's crop edit), re-encoded: its hash lies within the threshold of its original's
+    or within threshold - CROP_MARGIN of a window of it, where the whole-image hash alone
+    misses many; different photos stay apart either way."""
+    found = whole_only = total = 0
+    originals = {}
+    for name in _REAL:
+        im = _real(name)
+        originals[name] = check_image(_photos.original(im), CheckOptions())
+        for seed in range(6):
+            copy = check_image(_photos.edit(im, "crop", seed), CheckOptions())
+            whole = distance(copy.phash, originals[name].phash) <= DEFAULT_THRESHOLD
+            near = min(distance(copy.phash, w) for w in originals[name].phash_crops)
+            found += whole or near <= DEFAULT_THRESHOLD - CROP_MARGIN
+            whole_only += whole
+            total += 1
+    assert found >= 0.9 * total and whole_only <= 0.75 * total, (found, whole_only, total)
+    for a, b in itertools.combinations(originals.values(), 2):
+        assert distance(a.phash, b.phash) > DEFAULT_THRESHOLD
+        assert min(distance(a.phash, w) for w in b.phash_crops) > DEFAULT_THRESHOLD - CROP_MARGIN
+
+
+@pytest.mark.parametrize("threshold", [2, 6, 9])
+def test_crop_windows_link_what_all_pairs_link(threshold):
+    """Hashes, 15 windows each 3-10 bits from their owner, and copies planted 0-5 bits from
+    random windows: the clusters equal all pairs' (hashes within the threshold, or a hash
+    within threshold - CROP_MARGIN of another's window)."""
+    rng = np.random.default_rng(threshold)
+    base = rng.integers(0, 2**64, 150, dtype=np.uint64)
+
+    def flipped(h, low: int, high: int) -> int:
+        bits = rng.choice(64, int(rng.integers(low, high + 1)), replace=False)
+        return int(h) ^ sum(1 << int(b) for b in bits)
+
+    owners = np.repeat(base, 15)
+    windows = np.array([flipped(h, 3, 10) for h in owners], dtype=np.uint64)
+    copies = [flipped(w, 0, 5) for w in rng.choice(windows, 40)]
+    hashes = np.unique(np.concatenate([base, np.array(copies, dtype=np.uint64)]))
+    near = threshold - CROP_MARGIN
+    pairs = [(int(a), int(b)) for a, b in itertools.combinations(hashes, 2)
+             if distance(int(a), int(b)) <= threshold]  # fmt: skip
+    pairs += [(int(h), int(o)) for h in hashes for o, w in zip(owners, windows, strict=True)
+              if h != o and distance(int(h), int(w)) <= near]  # fmt: skip
+    members: dict[int, list[int]] = {}
+    for node, first in components(pairs).items():
+        members.setdefault(first, []).append(node)
+    want = sorted(sorted(m) for m in members.values())
+    assert len(want) >= 5  # threshold 2: only copies planted on a window link
+    assert cluster_hashes(hashes, threshold, (owners, windows)) == want
 
 
 @pytest.mark.parametrize("threshold", [1, 2, 5, 8, 11])
