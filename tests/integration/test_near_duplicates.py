@@ -1,8 +1,8 @@
 """--near_duplicates end to end in this process: default options report near-copies written by
 Pillow (another size, format, quality, a crop, brighter; a camera photo cut by 5 %) with
-image/phash in every record; group
-leaves no cluster across splits; drop keeps one per cluster and accounts for every file; a
-versioned rerun checks new images against the images it reuses from the previous version."""
+image/phash in every record; group leaves no cluster across splits; drop keeps one per cluster
+and accounts for every file; a versioned rerun checks new images against the images it reuses
+from the previous version."""
 
 from __future__ import annotations
 
