@@ -3,6 +3,7 @@ images it merges, what `report` costs against `off` (the default command, whole 
 million hashes clustered in one process on one core.
 
     python bench/near_duplicates.py --part quality --photos 600 --edited 200
+    python bench/near_duplicates.py --part real --seeds 10
     python bench/near_duplicates.py --part cost --sizes 3000 --repeats 3
     python bench/near_duplicates.py --part million --hashes 1000000
     python bench/near_duplicates.py --part cost --corpus megapixel --sizes 1000 -- --stats_max_images 250
@@ -10,7 +11,9 @@ million hashes clustered in one process on one core.
 quality: a corpus of its own (bench/_photos.py: generated photos, never seen by the threshold's
 choice in tests), each of `--edited` photos copied by every edit; hard distinct cases: crops of
 one texture, frames of one panning video, document scans. The default command converts it; the
-job's near_duplicates.jsonl gives the headline, the records' image/phash the threshold sweep.
+job's near_duplicates.jsonl gives the headline, the job's hashes (and its crop windows' hashes,
+or not) the threshold sweep. real: the same edits of scikit-image's photographs, micrographs,
+scans and textures.
 cost: report and off alternating on a corpus of distinct photos, 1 % of them edited copies;
 `--split` adds "stand-in": report with the perceptual hash replaced by a random number in the
 job's processes, so the clustering, its passes and the report run but no pixels are hashed
@@ -29,12 +32,14 @@ import sys
 import time
 
 import numpy as np
+from PIL import Image
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench import _photos  # noqa: E402
 from bench._common import REPO, WORK, alternate, corpus, load_average, timed_run  # noqa: E402
-from transforms.hamming import DEFAULT_THRESHOLD, cluster_hashes  # noqa: E402
+from transforms.hamming import CROP_MARGIN, DEFAULT_THRESHOLD, cluster_hashes  # noqa: E402
+from transforms.images.phash import CROP_WINDOWS  # noqa: E402
 
 # The edits the issue names (EDITS also has "all": every one of them at once, a harder row).
 LISTED_EDITS = ("resize", "jpeg_quality", "crop", "brightness_contrast", "png")
@@ -113,10 +118,10 @@ def build_cost_corpus(size: int, side: tuple[int, int] | None = None) -> str:
 
 
 def _identity(path: str) -> tuple[str, str]:
-    """(kind, distinct image) of a corpus file: copies are their photo."""
+    """(kind, distinct image) of a corpus file: copies are their photo (a name's ~ ends it)."""
     kind = os.path.basename(os.path.dirname(path))
     stem = os.path.splitext(os.path.basename(path))[0]
-    return kind, stem
+    return kind, stem.split("~")[0]
 
 
 def evaluate(clusters: list[list[str]], paths: list[str]) -> dict:
@@ -149,61 +154,153 @@ def _rates(result: dict) -> tuple[float, float]:
     return listed, false
 
 
-def _record_hashes(out: str) -> dict[str, int]:
-    """image/filename -> image/phash of every record (as TensorFlow parses them)."""
-    import tensorflow as tf
+def _job_hashes(paths: list[str]) -> dict[str, tuple[int, tuple[int, ...]]]:
+    """path -> (pHash, crop windows' pHashes) as the job's inspection computes them (the
+    records keep the first; the windows live in its inspection records)."""
+    from transforms.images.check import check_image
+    from transforms.images.limits import CheckOptions
 
-    from core import schema
-
-    spec = {
-        schema.FILENAME: tf.io.FixedLenFeature([], tf.string),
-        schema.PHASH: tf.io.FixedLenFeature([], tf.int64),
-    }
     found = {}
-    for shard in glob.glob(os.path.join(out, "*", "*.tfrecord")):
-        for record in tf.data.TFRecordDataset(shard):
-            parsed = tf.io.parse_single_example(record, spec)
-            found[parsed[schema.FILENAME].numpy().decode()] = int(parsed[schema.PHASH])
+    for path in paths:
+        with open(path, "rb") as f:
+            info = check_image(f.read(), CheckOptions())
+        found[path] = (info.phash, info.phash_crops)
     return found
 
 
-def quality(args) -> None:
-    root = build_quality_corpus(args.photos, args.edited)
+def _convert(root: str, label: str) -> tuple[list[str], list[list[str]], float]:
+    """(the corpus's files, the default command's clusters, its wall seconds) on `root`."""
     out = os.path.join(WORK, "near-out")
     shutil.rmtree(out, ignore_errors=True)
     argv = [sys.executable, "-m", "pipeline", "convert", "--input", f"{root}/*/*", "--output", out]
     env = dict(os.environ, PYTHONPATH=REPO, TF_CPP_MIN_LOG_LEVEL="2")
-    wall, _ = timed_run(argv, env, "quality corpus conversion")
-    paths = sorted(glob.glob(f"{root}/*/*"))
+    wall, _ = timed_run(argv, env, label)
     with open(os.path.join(out, "near_duplicates.jsonl")) as f:
         clusters = [json.loads(line)["paths"] for line in f]
-    result = evaluate(clusters, paths)
+    return sorted(glob.glob(f"{root}/*/*")), clusters, wall
+
+
+def _print_result(result: dict, kinds) -> None:
     listed, false = _rates(result)
-    print(f"{len(paths)} files ({args.photos} photos, {args.edited} edited by each of "
-          f"{len(_photos.EDITS)} edits, {sum(result['distinct'].values()) - args.photos} hard "
-          f"distinct images), default command {wall:.1f} s")  # fmt: skip
     print(f"the job's clusters, threshold {DEFAULT_THRESHOLD}: found {listed:.1%} of the listed "
           f"edits' copies, merged {false:.2%} of distinct images")  # fmt: skip
     for edit in _photos.EDITS:
         print(f"  found {edit:>20}: {result['found'][edit]}/{result['copies'][edit]}")
-    for kind in ("photo", *HARD):
+    for kind in kinds:
         print(f"  merged {kind:>19}: {result['merged'][kind]}/{result['distinct'][kind]}")
-    # The sweep: the records' own hashes clustered at each threshold (the job's algorithm).
-    hashes = _record_hashes(out)
+
+
+def _sweep(paths: list[str]) -> None:
+    """found and merged at each threshold: the job's hashes clustered as the job does, with
+    and without the crop windows."""
+    hashes = _job_hashes(paths)
     by_hash = collections.defaultdict(list)
-    for path, h in hashes.items():
+    for path, (h, _) in hashes.items():
         by_hash[h & 0xFFFF_FFFF_FFFF_FFFF].append(path)
-    print("threshold | found (listed edits) | found (all at once) | distinct merged")
+    crops = [(h, w) for h, windows in hashes.values() for w in windows]
+    owners, windows = (
+        np.array(c, dtype=np.int64).view(np.uint64) for c in zip(*crops, strict=True)
+    )
+    print("threshold | windows | found (listed edits) | found (all at once) | distinct merged")
     for threshold in range(2, 15, 2):
-        found = cluster_hashes(np.fromiter(by_hash, dtype=np.uint64), threshold)
-        groups = [[p for h in members for p in by_hash[h]] for members in found]
-        groups += [
-            ps for ps in by_hash.values() if len(ps) > 1 and not any(ps[0] in g for g in groups)
-        ]
-        r = evaluate(groups, paths)
-        listed, false = _rates(r)
-        print(f"{threshold:>9} | {listed:20.1%} | {r['found']['all'] / r['copies']['all']:19.1%} "
-              f"| {false:.2%}")  # fmt: skip
+        for with_windows in (True, False):
+            found = cluster_hashes(
+                np.fromiter(by_hash, dtype=np.uint64), threshold,
+                (owners, windows) if with_windows else None,
+            )  # fmt: skip
+            groups = [[p for h in members for p in by_hash[h]] for members in found]
+            groups += [
+                ps for ps in by_hash.values() if len(ps) > 1 and not any(ps[0] in g for g in groups)
+            ]
+            r = evaluate(groups, paths)
+            listed, false = _rates(r)
+            print(f"{threshold:>9} | {'yes' if with_windows else 'no':>7} | {listed:20.1%} | "
+                  f"{r['found']['all'] / r['copies']['all']:19.1%} | {false:.2%}")  # fmt: skip
+
+
+def quality(args) -> None:
+    root = build_quality_corpus(args.photos, args.edited)
+    paths, clusters, wall = _convert(root, "quality corpus conversion")
+    result = evaluate(clusters, paths)
+    print(f"{len(paths)} files ({args.photos} photos, {args.edited} edited by each of "
+          f"{len(_photos.EDITS)} edits, {sum(result['distinct'].values()) - args.photos} hard "
+          f"distinct images), default command {wall:.1f} s")  # fmt: skip
+    _print_result(result, ("photo", *HARD))
+    _sweep(paths)
+
+
+# Photographs, micrographs, scans and textures that scikit-image's wheel ships (cameras and
+# instruments made them, not bench/_photos). motorcycle_right.png is left out: a stereo view of
+# motorcycle_left.png, a near-copy of it.
+REAL = (
+    "astronaut.png", "brick.png", "camera.png", "cell.png", "chelsea.png", "clock_motion.png",
+    "coffee.png", "coins.png", "color.png", "grass.png", "gravel.png", "horse.png",
+    "hubble_deep_field.jpg", "ihc.png", "logo.png", "moon.png", "motorcycle_left.png",
+    "page.png", "retina.jpg", "rocket.jpg", "text.png",
+)  # fmt: skip
+
+
+def build_real_corpus(seeds: int) -> str:
+    """(Once) root/photo/<name>.jpg of each REAL image, root/<edit>/<name>~<seed>: its copies
+    (those that differ)."""
+    import skimage
+
+    root = os.path.join(WORK, f"near-real-{seeds}")
+    if os.path.exists(root + ".done"):
+        return root
+    shutil.rmtree(root, ignore_errors=True)
+    data = os.path.join(os.path.dirname(skimage.__file__), "data")
+    for n, name in enumerate(REAL):
+        im = Image.open(os.path.join(data, name)).convert("RGB")
+        stem = os.path.splitext(name)[0]
+        _write(os.path.join(root, "photo", f"{stem}.jpg"), _photos.original(im))
+        for edit in _photos.EDITS:
+            ext = "png" if edit == "png" else "jpg"
+            # Copies alike byte for byte (one PNG; a JPEG quality drawn twice) are exact
+            # duplicates, which dedupe drops before clustering: one of each.
+            copies = {_photos.edit(im, edit, 1000 * n + seed): seed for seed in range(seeds)}
+            for copy, seed in copies.items():
+                _write(os.path.join(root, edit, f"{stem}~{seed}.{ext}"), copy)
+    open(root + ".done", "w").close()
+    return root
+
+
+def real(args) -> None:
+    """The quality part's edits on scikit-image's real images (REAL), `--seeds` copies each."""
+    root = build_real_corpus(args.seeds)
+    paths, clusters, wall = _convert(root, "real images conversion")
+    print(f"{len(paths)} files ({len(REAL)} real images, up to {args.seeds} copies by each of "
+          f"{len(_photos.EDITS)} edits), default command {wall:.1f} s")  # fmt: skip
+    _print_result(evaluate(clusters, paths), ("photo",))
+    _direct(paths)
+
+
+def _direct(paths: list[str]) -> None:
+    """Each copy against its original alone (no chain through other copies, which a corpus of
+    many copies a photo offers the job's clusters): linked by the whole-image hashes, or also
+    through a crop window (threshold - CROP_MARGIN, either way round)."""
+    from transforms.hamming import distance
+
+    hashes = _job_hashes(paths)
+    originals = {_identity(p)[1]: hashes[p] for p in paths if _identity(p)[0] == "photo"}
+    whole, windows, copies = (collections.Counter() for _ in range(3))
+    for path in paths:
+        kind, stem = _identity(path)
+        if kind not in _photos.EDITS:
+            continue
+        (a, a_crops), (b, b_crops) = hashes[path], originals[stem]
+        near = min(min(distance(a, w) for w in b_crops), min(distance(b, w) for w in a_crops))
+        copies[kind] += 1
+        whole[kind] += distance(a, b) <= DEFAULT_THRESHOLD
+        windows[kind] += (
+            distance(a, b) <= DEFAULT_THRESHOLD or near <= DEFAULT_THRESHOLD - CROP_MARGIN
+        )
+    listed = sum(copies[e] for e in LISTED_EDITS)
+    print(f"each copy against its original, threshold {DEFAULT_THRESHOLD}: whole-image hash "
+          f"{sum(whole[e] for e in LISTED_EDITS) / listed:.1%} of the listed edits' copies, with "
+          f"the crop windows {sum(windows[e] for e in LISTED_EDITS) / listed:.1%}")  # fmt: skip
+    for edit in _photos.EDITS:
+        print(f"  {edit:>20}: {whole[edit]}/{copies[edit]} whole, {windows[edit]} with windows")
 
 
 # The command with every perceptual hash a random number (the job's workers are forked from
@@ -214,8 +311,11 @@ from pipeline.launch import program
 from pipeline.launch.switches import read_switches
 program.start(read_switches())
 import transforms.images.check as check
-check._phash = lambda *args: random.getrandbits(64) - (1 << 63)
-check.phash = check._phash
+from transforms.images.phash import CROP_WINDOWS
+def stand_in(*args):
+    crops = tuple(random.getrandbits(63) for _ in range(CROP_WINDOWS))
+    return random.getrandbits(64) - (1 << 63), crops
+check._phashes = check.phashes = stand_in
 program.run()
 """
 
@@ -266,39 +366,58 @@ def _print_split(medians: dict, stand_in_out: str, size: int) -> None:
     )
 
 
+def _flipped(rng, hashes: np.ndarray, low: int, high: int) -> np.ndarray:
+    """Each of `hashes` with low to high of its 63 lower bits flipped (a bit drawn twice: once)."""
+    count = rng.integers(low, high + 1, len(hashes))
+    bits = np.left_shift(
+        np.uint64(1), rng.integers(0, 63, (len(hashes), max(high, 1))).astype(np.uint64)
+    )
+    bits[np.arange(bits.shape[1])[None, :] >= count[:, None]] = 0
+    return hashes ^ np.bitwise_or.reduce(bits, axis=1)
+
+
 def million(args) -> None:
-    """Hashes shaped like pHashes (bit 63 set, 31 of the other 63 set), 1 % of them planted
-    copies of another 0-`threshold` bits away, clustered by cluster_hashes on one core."""
+    """Hashes shaped like pHashes (bit 63 set, 31 of the other 63 set), each with 15 crop
+    windows 4-12 bits from it (as real photos' windows lie); 1 % more hashes planted: half
+    0-`threshold` bits from another hash, half 0-(threshold - CROP_MARGIN) from another's
+    window. Clustered by cluster_hashes on one core, as the job's combine does."""
     rng = np.random.default_rng(0)
     n = args.hashes
-    planted = n // 100
-    bits = np.argsort(rng.random((n - planted, 63)), axis=1)[:, :31]
+    bits = np.argsort(rng.random((n, 63)), axis=1)[:, :31]
     weights = np.left_shift(np.uint64(1), np.arange(63, dtype=np.uint64))
     hashes = weights[bits].sum(axis=1, dtype=np.uint64) | np.uint64(1 << 63)
-    bases = hashes[:planted]
-    flips = np.zeros(planted, dtype=np.uint64)
-    for k in range(planted):  # swap pairs of bits: a pHash keeps 32 bits set
-        d = int(rng.integers(0, DEFAULT_THRESHOLD // 2 + 1))
-        ones = np.flatnonzero([(int(bases[k]) >> b) & 1 for b in range(63)])
-        zeros = np.setdiff1d(np.arange(63), ones)
-        for b in (*rng.choice(ones, d, replace=False), *rng.choice(zeros, d, replace=False)):
-            flips[k] |= np.uint64(1 << int(b))
-    hashes = np.concatenate([hashes, bases ^ flips])
-    start = time.process_time()
-    wall = time.perf_counter()
-    clusters = cluster_hashes(hashes, DEFAULT_THRESHOLD)
+    owners = np.repeat(hashes, CROP_WINDOWS)
+    windows = np.concatenate([
+        _flipped(rng, owners[s : s + 1_000_000], 4, 12) for s in range(0, len(owners), 1_000_000)
+    ])  # fmt: skip
+    planted = n // 200
+    near = rng.integers(0, n, planted)
+    cut = rng.integers(0, len(windows), planted)
+    copies = np.concatenate([
+        _flipped(rng, hashes[near], 0, DEFAULT_THRESHOLD),
+        _flipped(rng, windows[cut], 0, DEFAULT_THRESHOLD - CROP_MARGIN),
+    ])  # fmt: skip
+    start, wall = time.process_time(), time.perf_counter()
+    clusters = cluster_hashes(
+        np.concatenate([hashes, copies]), DEFAULT_THRESHOLD, (owners, windows)
+    )
     cpu, wall = time.process_time() - start, time.perf_counter() - wall
-    where = {h: n for n, members in enumerate(clusters) for h in members}
-    copies = [(int(b), int(b ^ f)) for b, f in zip(bases, flips, strict=True) if f]
-    found = sum(where.get(a) is not None and where.get(a) == where.get(b) for a, b in copies)
-    print(f"{len(hashes):,} hashes ({planted:,} planted copies), threshold {DEFAULT_THRESHOLD}: "
-          f"{wall:.1f} s wall, {cpu:.1f} s CPU on one core; {len(clusters):,} clusters; "
-          f"{found:,}/{len(copies):,} planted copies found")  # fmt: skip
+    where = {h: k for k, members in enumerate(clusters) for h in members}
+    bases = np.concatenate([hashes[near], owners[cut]])
+    pairs = [(int(a), int(b)) for a, b in zip(bases, copies, strict=True) if a != b]
+    found = sum(where.get(a) is not None and where.get(a) == where.get(b) for a, b in pairs)
+    print(f"{n:,} hashes with {len(windows):,} crop windows, {2 * planted:,} planted copies "
+          f"(half near a window), threshold {DEFAULT_THRESHOLD}: {wall:.1f} s wall, {cpu:.1f} s "
+          f"CPU on one core; {len(clusters):,} clusters; {found:,}/{len(pairs):,} planted copies "
+          "found")  # fmt: skip
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--part", choices=("quality", "cost", "million", "all"), default="all")
+    parser.add_argument(
+        "--part", choices=("quality", "real", "cost", "million", "all"), default="all"
+    )
+    parser.add_argument("--seeds", type=int, default=10, help="real: copies by each edit")
     parser.add_argument("--photos", type=int, default=600)
     parser.add_argument("--edited", type=int, default=200)
     parser.add_argument("--sizes", default="3000")
@@ -313,7 +432,7 @@ def main() -> None:
     )
     args = parser.parse_args()
     args.convert_flags = [f for f in args.convert_flags if f != "--"]
-    for part in ("quality", "cost", "million"):
+    for part in ("quality", "real", "cost", "million"):
         if args.part in (part, "all"):
             globals()[part](args)
 

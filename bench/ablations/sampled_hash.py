@@ -9,7 +9,7 @@ agreement: on `--photos` JPEGs of each corpus (the cost corpus of bench/near_dup
 the headline's), how often the full decode's block hash equals the 1/8 decode's, and how many
 bits apart the others are (the default threshold is 6). cost: the default command, whole
 process, `report` with either hash for the sampled JPEGs and `off`, alternating on the cost
-corpus; the alternative runs with `check._phash` replaced in the job's processes (the workers
+corpus; the alternative runs with `check._phashes` replaced in the job's processes (the workers
 are forked after it is set, as bench/near_duplicates.py's stand-in).
 """
 
@@ -32,14 +32,14 @@ from bench.near_duplicates import CORPUS_SIDES, build_cost_corpus  # noqa: E402
 from transforms.images import phash as ph  # noqa: E402
 
 
-def block_hash(pixels: np.ndarray, block: int = 8) -> int:
-    """phash of RGB pixels as if their `block`x`block` means were the pixels: the sides padded
-    to whole blocks with copies of the last row and column (as a JPEG encoder pads them), then
-    Pillow's Image.reduce."""
+def block_hashes(pixels: np.ndarray, block: int = 8) -> tuple[int, tuple[int, ...]]:
+    """phashes of RGB pixels as if their `block`x`block` means were the pixels: the sides
+    padded to whole blocks with copies of the last row and column (as a JPEG encoder pads
+    them), then Pillow's Image.reduce."""
     height, width = pixels.shape[:2]
     pad = ((0, -height % block), (0, -width % block), (0, 0))
     image = Image.fromarray(np.pad(pixels, pad, mode="edge") if any(map(any, pad)) else pixels)
-    return ph.phash(np.asarray(image.reduce(block)))
+    return ph.phashes(np.asarray(image.reduce(block)))
 
 
 # Run in the child: a sampled JPEG (decoded at full size) hashed from that decode.
@@ -49,14 +49,14 @@ from pipeline.launch import program
 from pipeline.launch.switches import read_switches
 program.start(read_switches())
 import transforms.images.check as check
-from bench.ablations.sampled_hash import block_hash
-default = check._phash
+from bench.ablations.sampled_hash import block_hashes
+default = check._phashes
 def from_full(decoded, jpeg, h):
     wanted = check.reduction(h.height, h.width)
     if wanted == 8 and tuple(decoded.shape[:2]) == (h.height, h.width):
-        return block_hash(np.asarray(decoded))
+        return block_hashes(np.asarray(decoded))
     return default(decoded, jpeg, h)
-check._phash = from_full
+check._phashes = from_full
 program.run()
 """
 
@@ -76,7 +76,7 @@ def agreement(pattern: str, photos: int) -> str:
         except tf.errors.InvalidArgumentError:
             continue  # the headline corpus's broken files
         if min(full.shape[:2]) >= 128:
-            bits.append(ph.to_unsigned(block_hash(full) ^ ph.phash(eighth)).bit_count())
+            bits.append(ph.to_unsigned(block_hashes(full)[0] ^ ph.phash(eighth)).bit_count())
     counts = np.bincount(bits)
     apart = ", ".join(f"{b} bits {n}" for b, n in enumerate(counts) if b and n)
     return f"{len(bits)} photos: {counts[0] / len(bits):.1%} the same hash; {apart}"

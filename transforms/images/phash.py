@@ -8,7 +8,16 @@ import functools
 
 import numpy as np
 
-__all__ = ["CROP_SPANS", "HASH_BITS", "phash", "phashes", "reduction", "to_signed", "to_unsigned"]
+__all__ = [
+    "CROP_SPANS",
+    "CROP_WINDOWS",
+    "HASH_BITS",
+    "phash",
+    "phashes",
+    "reduction",
+    "to_signed",
+    "to_unsigned",
+]
 
 HASH_BITS = 64
 # The common pHash recipe (as imagehash.phash): a 32x32 grey thumbnail, whose 8x8 lowest DCT
@@ -33,6 +42,7 @@ _HALF = HASH_BITS // 2
 _CUT = 0.035
 CROP_SPANS = ((0.0, 1 - _CUT), (_CUT / 2, 1 - _CUT / 2), (_CUT, 1.0))
 _SPANS = ((0.0, 1.0), *CROP_SPANS)
+CROP_WINDOWS = len(_SPANS) ** 2 - 1  # every (rows span, columns span) but the whole image
 
 
 def reduction(height: int, width: int) -> int:
