@@ -17,7 +17,8 @@ scans and textures.
 cost: report and off alternating on a corpus of distinct photos, 1 % of them edited copies;
 `--split` adds "stand-in": report with the perceptual hash replaced by a random number in the
 job's processes, so the clustering, its passes and the report run but no pixels are hashed
-(report - stand-in: the hash; stand-in - off: the rest).
+(report - stand-in: the hash; stand-in - off: the rest); `--windows` adds report with the
+whole-image hash alone (no crop windows), what the windows cost.
 """
 
 from __future__ import annotations
@@ -320,12 +321,36 @@ program.run()
 """
 
 
+# The command with the crop windows left out: the whole-image hash alone, as before them.
+_NO_WINDOWS = r"""
+import functools
+import numpy as np
+from pipeline.launch import program
+from pipeline.launch.switches import read_switches
+program.start(read_switches())
+import transforms.images.check as check
+import transforms.images.phash as ph
+@functools.lru_cache(maxsize=1024)
+def whole_columns(width, channels):
+    return np.ascontiguousarray(ph._columns(width, channels)[:, :8])
+def whole_only(pixels):
+    rows, channels = ph._rows(pixels)
+    height, width = pixels.shape[:2]
+    low = ph._projection(height) @ (rows @ whole_columns(width, channels))
+    return int(ph._bits(low.reshape(1, 64))[0]), ()
+check.phashes = whole_only
+program.run()
+"""
+
+
 def cost(args) -> None:
     """report against off: the default command, whole process, on distinct photos with 1 %
     edited copies (build_cost_corpus) or on the headline's corpus (`--corpus demo`)."""
     print(load_average())
     env = dict(os.environ, PYTHONPATH=REPO, TF_CPP_MIN_LOG_LEVEL="2")
-    modes = ("report", "off", "stand-in") if args.split else ("report", "off")
+    modes = ("report", "off", *(("stand-in",) if args.split else ()))
+    modes += ("no-windows",) if args.windows else ()
+    programs = {"stand-in": ["-c", _STAND_IN], "no-windows": ["-c", _NO_WINDOWS]}
     for size in (int(s) for s in args.sizes.split(",")):
         images = (
             corpus(size)[0]
@@ -336,9 +361,9 @@ def cost(args) -> None:
 
         def run(mode: str, images=images, outs=outs, size=size):
             shutil.rmtree(outs[mode], ignore_errors=True)
-            program = ["-c", _STAND_IN] if mode == "stand-in" else ["-m", "pipeline"]
+            program = programs.get(mode, ["-m", "pipeline"])
             argv = [sys.executable, *program, "convert", "--input", f"{images}/*/*",
-                    "--output", outs[mode], "--near_duplicates", mode.replace("stand-in", "report"),
+                    "--output", outs[mode], "--near_duplicates", "off" if mode == "off" else "report",
                     *args.convert_flags]  # fmt: skip
             return timed_run(argv, env, f"--near_duplicates {mode}, {size} files")
 
@@ -352,6 +377,10 @@ def cost(args) -> None:
               f"{c1 / c0:.3f}x CPU; {near['num_clusters']} clusters, {near['num_images']} images")  # fmt: skip
         if args.split:
             _print_split(medians, outs["stand-in"], size)
+        if args.windows:
+            wn, cn = medians["no-windows"]
+            print(f"{size} files: report without the crop windows {wn / w0:.3f}x wall "
+                  f"({cn / c0:.3f}x CPU) of off")  # fmt: skip
 
 
 def _print_split(medians: dict, stand_in_out: str, size: int) -> None:
@@ -426,6 +455,7 @@ def main() -> None:
     parser.add_argument("--corpus", choices=("generated", "megapixel", "demo"), default="generated")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--split", action="store_true", help="cost: also the stand-in hash")
+    parser.add_argument("--windows", action="store_true", help="cost: also report without them")
     parser.add_argument("--hashes", type=int, default=1_000_000)
     parser.add_argument(
         "convert_flags", nargs=argparse.REMAINDER, help="cost: after --, to convert"
