@@ -46,8 +46,10 @@ _ALL = (1 << 64) - 1
 _BLOCK = 1 << 20
 # Bands of 4 to 22 bits: a band's lookup tables stay a few MB.
 _MIN_BANDS, _MAX_BANDS = 3, 16
-# A candidate pair costs a few lookups (gathered, compared, kept or not).
+# A candidate pair costs a few lookups (gathered, compared, kept or not); a table entry, a
+# fraction of one (zeroed, then indexed).
 _CANDIDATE_COST = 4
+_ENTRY_COST = 0.1
 
 
 def check_near_duplicates(mode: str, threshold: int, split_from: str) -> None:
@@ -129,7 +131,7 @@ def bands(n: int, threshold: int, stored: int | None = None) -> tuple[list[tuple
         total = 0.0
         for _, width in _layout(m):
             lookups = n * sum(math.comb(width, r) for r in range(radius + 1))
-            total += lookups * (1 + _CANDIDATE_COST * stored / 2**width) + 2**width
+            total += lookups * (1 + _CANDIDATE_COST * stored / 2**width) + _ENTRY_COST * 2**width
         return total
 
     m = min(range(_MIN_BANDS, _MAX_BANDS + 1), key=cost)
