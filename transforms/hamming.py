@@ -39,7 +39,7 @@ NEAR_DUPLICATE_MODES = ("report", "group", "drop", "off")
 DEFAULT_THRESHOLD = 6
 # A hash within this many bits fewer of another image's crop window (transforms/images/phash.py)
 # links them too: each window is one more chance for distinct images to meet, and at the full
-# threshold same-layout document scans did (bench/near_duplicates.py --part real).
+# threshold the benchmark's same-layout document scans did (bench/ablations/crop_windows.py).
 CROP_MARGIN = 2
 _MAX_THRESHOLD = 16  # a hash half noise
 _ALL = (1 << 64) - 1

@@ -12,6 +12,7 @@ __all__ = [
     "CROP_SPANS",
     "CROP_WINDOWS",
     "HASH_BITS",
+    "SPANS",
     "phash",
     "phashes",
     "reduction",
@@ -35,14 +36,14 @@ _MIN_SIDE = 16
 _LUMA = np.array([0.299, 0.587, 0.114], dtype=np.float32)
 _HALF = HASH_BITS // 2
 # A copy cut by up to ~5 % of a side moves the 8 lowest frequencies enough to flip more bits than
-# the threshold allows (real photos: half of such crops missed). So each image also hashes
-# windows of itself as such a copy would be cut, 3.5 % off a side at one end, the other or both
-# halves: a copy's own hash then lies close to one of its original's windows.
-# bench/near_duplicates.py --part real picks the span (docs/benchmarks.md).
+# the threshold allows, often, in real photos. So each image also hashes windows of itself as
+# such a copy would be cut, 3.5 % off a side at one end, the other or both halves: a copy's own
+# hash then lies close to one of its original's windows. The cut, the number of spans and the
+# margin (hamming.CROP_MARGIN) against other choices: bench/ablations/crop_windows.py.
 _CUT = 0.035
 CROP_SPANS = ((0.0, 1 - _CUT), (_CUT / 2, 1 - _CUT / 2), (_CUT, 1.0))
-_SPANS = ((0.0, 1.0), *CROP_SPANS)
-CROP_WINDOWS = len(_SPANS) ** 2 - 1  # every (rows span, columns span) but the whole image
+SPANS = ((0.0, 1.0), *CROP_SPANS)
+CROP_WINDOWS = len(SPANS) ** 2 - 1  # every (rows span, columns span) but the whole image
 
 
 def reduction(height: int, width: int) -> int:
@@ -72,8 +73,8 @@ def _projection(n: int, span: tuple[float, float] = (0.0, 1.0)) -> np.ndarray:
 
 
 @functools.lru_cache(maxsize=1024)
-def _columns(width: int, channels: int) -> np.ndarray:
-    """[width * channels, _LOW * len(_SPANS)]: a row's samples to grey (RGB(A): luma; grey +
+def _columns(width: int, channels: int, spans: tuple) -> np.ndarray:
+    """[width * channels, _LOW * len(spans)]: a row's samples to grey (RGB(A): luma; grey +
     alpha: the grey; other bands: their mean), then _projection(width, span) of each span: one
     product does both."""
     if channels in (3, 4):
@@ -82,14 +83,14 @@ def _columns(width: int, channels: int) -> np.ndarray:
         grey = np.array([1, 0], dtype=np.float32)
     else:
         grey = np.full(channels, 1 / channels, dtype=np.float32)
-    columns = _stacked(width).T[:, None, :] * grey[None, :, None]
-    return columns.reshape(width * channels, _LOW * len(_SPANS))
+    columns = _stacked(width, spans).T[:, None, :] * grey[None, :, None]
+    return columns.reshape(width * channels, _LOW * len(spans))
 
 
 @functools.lru_cache(maxsize=1024)
-def _stacked(n: int) -> np.ndarray:
-    """[_LOW * len(_SPANS), n]: _projection(n, span) of every span, stacked."""
-    return np.concatenate([_projection(n, span) for span in _SPANS])
+def _stacked(n: int, spans: tuple) -> np.ndarray:
+    """[_LOW * len(spans), n]: _projection(n, span) of every span, stacked."""
+    return np.concatenate([_projection(n, span) for span in spans])
 
 
 def _rows(pixels: np.ndarray) -> tuple[np.ndarray, int]:
@@ -109,18 +110,18 @@ def _bits(low: np.ndarray) -> np.ndarray:
     return np.packbits(bits, axis=1).view(">i8").ravel()
 
 
-def phashes(pixels: np.ndarray) -> tuple[int, tuple[int, ...]]:
+def phashes(pixels: np.ndarray, spans: tuple = SPANS) -> tuple[int, tuple[int, ...]]:
     """(the pHash of pixels [H, W] or [H, W, C] of any dtype, the pHashes of its crop windows):
     RGB(A) as luma, other bands averaged, NaN as 0; each a signed int64 (the Example's int64;
     `to_unsigned` gives the 64 bits). The thumbnail's cells are area averages, so an image and
     its downscale (a JPEG's 1/8 DCT-scale decode among them) hash alike. Bit 63 is the DCT's
     (0, 0) term; bits run row-major over the 8x8 block, most significant first. The windows:
-    every (rows span, columns span) of the whole axis and CROP_SPANS but the whole image,
+    every (rows span, columns span) of `spans` (the whole axis first) but the whole image,
     row-major; one product gives them all."""
     rows, channels = _rows(pixels)
     height, width = pixels.shape[:2]
-    low = _stacked(height) @ (rows @ _columns(width, channels))
-    n = len(_SPANS)
+    low = _stacked(height, spans) @ (rows @ _columns(width, channels, spans))
+    n = len(spans)
     windows = low.reshape(n, _LOW, n, _LOW).transpose(0, 2, 1, 3).reshape(n * n, HASH_BITS)
     whole, *crops = _bits(windows).tolist()
     return whole, tuple(crops)
