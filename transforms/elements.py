@@ -95,7 +95,8 @@ class InspectedImage(ListedFile):
     # [sum_r, sum_g, sum_b, sumsq_r, sumsq_g, sumsq_b, num_pixels] of sampled training images
     stats: list | None
     phash: int | None = None  # image/phash (transforms/images/phash.py); None: not computed
-    phash_crops: tuple[int, ...] | None = None  # its crop windows' pHashes (clustering only)
+    # Its crop windows' pHashes, images/phash.py's `pack`ed (clustering reads them): None as phash.
+    phash_crops: str | None = None
 
     @classmethod
     def of(cls, listed: ListedFile, **inspection: Any) -> InspectedImage:

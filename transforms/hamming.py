@@ -234,7 +234,10 @@ def cluster_ids(
 def _crop_pairs(values: np.ndarray, owners, windows, threshold: int) -> list[tuple[int, int]]:
     """Pairs of indices into the sorted unique `values`: a value and the owner of a window at
     most `threshold` bits from it (each owner is one of values)."""
-    owner = np.searchsorted(values, np.asarray(owners, dtype=np.uint64))
+    owners = np.asarray(owners, dtype=np.uint64)
+    owner = np.searchsorted(values, owners)
+    if not np.array_equal(values[np.minimum(owner, len(values) - 1)], owners):
+        raise ValueError("every crop window's owner must be one of the hashes clustered")
     windows = np.asarray(windows, dtype=np.uint64)
     pairs = []
     layout, radius = bands(len(values), threshold, len(windows))

@@ -15,6 +15,7 @@ from core.rejects import Rejected, decoder_error, make_reject
 from transforms.elements import InspectedImage, ListedFile
 from transforms.images.check import check_image
 from transforms.images.limits import CheckOptions, check_file_size
+from transforms.images.phash import pack
 from transforms.keys import stats_fraction, wants_stats
 from transforms.tiles.scenes import HEADER_FIRST_BYTES, inspect_scene, refuse_whole_scene
 
@@ -38,7 +39,7 @@ def inspect_bytes(
         transcode=info.transcode,
         stats=list(info.stats) if info.stats is not None else None,
         phash=info.phash,
-        phash_crops=info.phash_crops,
+        phash_crops=pack(info.phash_crops) if info.phash_crops is not None else None,
     )
 
 

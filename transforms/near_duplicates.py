@@ -16,10 +16,12 @@ from apache_beam import pvalue
 from transforms.dedupe import DropNamed, DropNamedFn, named
 from transforms.elements import InspectedImage, NearCluster, NearMember, split_unit
 from transforms.hamming import cluster_ids, components, distance, largest_distance
+from transforms.images.phash import unpack
 
 __all__ = ["FindNearDuplicates", "cluster_summary"]
 
 _ALL_BITS = 0xFFFF_FFFF_FFFF_FFFF
+_NONE = np.empty(0, dtype=np.uint64)
 
 
 def _unsigned(phash: int) -> int:
@@ -27,19 +29,21 @@ def _unsigned(phash: int) -> int:
 
 
 def _hashes(batch: list[InspectedImage]) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
-    """A batch's (unsigned pHashes, the owner of each crop window, the windows' pHashes) as
+    """A batch's unsigned (pHashes, the owner of each crop window, the windows' pHashes) as
     arrays (none for a batch without any hash)."""
     hashed = [r for r in batch if r.phash is not None]
     if not hashed:
         return []
-    crops = [(r.phash, w) for r in hashed for w in r.phash_crops or ()]
-    columns = ([r.phash for r in hashed], [o for o, _ in crops], [w for _, w in crops])
-    return [tuple(np.array(c, dtype=np.int64).view(np.uint64) for c in columns)]
+    hashes = np.array([r.phash for r in hashed], dtype=np.int64).view(np.uint64)
+    windows = [unpack(r.phash_crops) if r.phash_crops else _NONE for r in hashed]
+    owners = np.repeat(hashes, [len(w) for w in windows])
+    return [(hashes, owners, np.concatenate(windows))]
 
 
 class _ClustersFn(beam.CombineFn):
     """(hashes, crop owners, crop windows) arrays -> {hash: its cluster's smallest hash}
-    (hamming.cluster_ids) in one step: the hashes alone (128 bytes an image) fit one worker."""
+    (hamming.cluster_ids) in one step: the hashes alone (8 bytes an image and 16 a window) fit
+    one worker."""
 
     def __init__(self, threshold: int):
         self._threshold = threshold

@@ -42,7 +42,7 @@ __all__ = [
 # Where the records live, under the output's bookkeeping folder (which --overwrite clears).
 RECORD_DIR = ".imgrec/inspected"
 # Bumped whenever what inspection computes changes: records of another version are ignored.
-RECORD_VERSION = 1
+RECORD_VERSION = 2
 # stamp: reuse a record while the file's listing stamp is unchanged; full: inspect every file.
 RESUME_VERIFY_MODES = ("stamp", "full")
 _STATS = INSPECTION_FIELDS.index("stats")

@@ -33,8 +33,8 @@ _COPIES = {
             lambda im: _photos.encode(ImageEnhance.Brightness(im).enhance(1.12), "JPEG"),
         ),
     ],
-    # 5 % cut off the top and left of a camera photo: 12 bits from the original's hash, found
-    # through one of its crop windows.
+    # 5 % cut off the top and left of a camera photo: further from the original's hash than the
+    # threshold, found through one of its crop windows.
     3: [("p03_cut.jpg", lambda im: _photos.encode(im.crop((16, 12, 320, 240)), "JPEG"))],
 }
 NUM_COPIES = sum(len(copies) for copies in _COPIES.values())

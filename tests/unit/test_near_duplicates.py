@@ -31,7 +31,7 @@ from transforms.hamming import (
 )
 from transforms.images.check import check_image
 from transforms.images.limits import CheckOptions
-from transforms.images.phash import CROP_SPANS, phash, phashes
+from transforms.images.phash import CROP_SPANS, pack, phash, phashes, to_unsigned, unpack
 from transforms.near_duplicates import FindNearDuplicates
 
 
@@ -121,6 +121,8 @@ def test_a_crop_window_hashes_as_that_crop():
     cut = [(round(a * 400), round(b * 400)) for a, b in spans]
     windows = [(r, c) for r in cut for c in cut][1:]
     assert [phash(im[r0:r1, c0:c1]) for (r0, r1), (c0, c1) in windows] == list(crops)
+    # As the job carries them: packed, and unpacked unsigned for the clustering.
+    assert unpack(pack(crops)).tolist() == [to_unsigned(c) for c in crops]
 
 
 def test_real_photos_cut_up_to_5_percent_are_found_through_the_windows():
@@ -144,6 +146,12 @@ def test_real_photos_cut_up_to_5_percent_are_found_through_the_windows():
     for a, b in itertools.combinations(originals.values(), 2):
         assert distance(a.phash, b.phash) > DEFAULT_THRESHOLD
         assert min(distance(a.phash, w) for w in b.phash_crops) > DEFAULT_THRESHOLD - CROP_MARGIN
+
+
+def test_a_window_of_an_image_not_clustered_is_refused():
+    hashes = np.array([5, 1 << 40], dtype=np.uint64)
+    with pytest.raises(ValueError, match="owner"):
+        cluster_ids(hashes, 6, (np.array([7], dtype=np.uint64), np.array([5], dtype=np.uint64)))
 
 
 @pytest.mark.parametrize("threshold", [2, 6, 9])

@@ -4,6 +4,7 @@ hashes of an image's crop windows, which a copy cropped by up to ~5 % hashes clo
 
 from __future__ import annotations
 
+import base64
 import functools
 
 import numpy as np
@@ -13,11 +14,13 @@ __all__ = [
     "CROP_WINDOWS",
     "HASH_BITS",
     "SPANS",
+    "pack",
     "phash",
     "phashes",
     "reduction",
     "to_signed",
     "to_unsigned",
+    "unpack",
 ]
 
 HASH_BITS = 64
@@ -72,7 +75,7 @@ def _projection(n: int, span: tuple[float, float] = (0.0, 1.0)) -> np.ndarray:
     return (dct @ area).astype(np.float32)
 
 
-@functools.lru_cache(maxsize=1024)
+@functools.lru_cache(maxsize=256)  # an entry: [side, 32] floats (a large image's, megabytes)
 def _columns(width: int, channels: int, spans: tuple) -> np.ndarray:
     """[width * channels, _LOW * len(spans)]: a row's samples to grey (RGB(A): luma; grey +
     alpha: the grey; other bands: their mean), then _projection(width, span) of each span: one
@@ -87,7 +90,7 @@ def _columns(width: int, channels: int, spans: tuple) -> np.ndarray:
     return columns.reshape(width * channels, _LOW * len(spans))
 
 
-@functools.lru_cache(maxsize=1024)
+@functools.lru_cache(maxsize=256)  # an entry: [side, 32] floats (a large image's, megabytes)
 def _stacked(n: int, spans: tuple) -> np.ndarray:
     """[_LOW * len(spans), n]: _projection(n, span) of every span, stacked."""
     return np.concatenate([_projection(n, span) for span in spans])
@@ -130,6 +133,17 @@ def phashes(pixels: np.ndarray, spans: tuple = SPANS) -> tuple[int, tuple[int, .
 def phash(pixels: np.ndarray) -> int:
     """The pHash of pixels (`phashes`' first)."""
     return phashes(pixels)[0]
+
+
+def pack(hashes: tuple[int, ...]) -> str:
+    """Signed int64 hashes as one short JSON-friendly string (base64 of their big-endian bytes):
+    a fifth of a list of ints in memory and in the inspection records."""
+    return base64.b64encode(np.array(hashes, dtype=">i8").tobytes()).decode("ascii")
+
+
+def unpack(packed: str) -> np.ndarray:
+    """`pack`'s hashes, unsigned."""
+    return np.frombuffer(base64.b64decode(packed), dtype=">u8").astype(np.uint64)
 
 
 def to_signed(value: int) -> int:
