@@ -19,7 +19,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+from pipeline.launch.switches import read_switches
+
 __all__ = [
+    "fuzz_budget_s",
     "fuzz_seed",
     "ROOT",
     "TF_PRELUDE",
@@ -61,11 +64,17 @@ TF_PRELUDE = (
 def fuzz_seed(ci_seed: int | None = None) -> int:
     """A fuzz test's seed: IMGREC_FUZZ_SEED to replay a failure, else `ci_seed` on CI (when
     given), else a fresh one (the test prints it)."""
-    if os.environ.get("IMGREC_FUZZ_SEED"):
-        return int(os.environ["IMGREC_FUZZ_SEED"])
+    replay = read_switches().fuzz_seed
+    if replay:
+        return int(replay)
     if ci_seed is not None and os.environ.get("CI"):
         return ci_seed
     return random.SystemRandom().randrange(1 << 31)
+
+
+def fuzz_budget_s(default: float) -> float:
+    """A fuzz loop's seconds: IMGREC_FUZZ_BUDGET_S (CI sets it), else `default`."""
+    return float(read_switches().fuzz_budget_s or default)
 
 
 def tf_script(script: str, *args: str) -> list[str]:

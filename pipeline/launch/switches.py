@@ -23,6 +23,9 @@ ENV = {
     "forked_workers": "IMGREC_FORKED_WORKERS",  # 0: Beam's own worker processes
     "type_inference": "IMGREC_BEAM_TYPE_INFERENCE",  # 1: Beam's construction-time inference
     "exact_statistics": "IMGREC_EXACT_STATISTICS",  # 0: statistics read back from TFT's export
+    # The test suite's own knobs, kept as given (tests/runs.py parses them).
+    "fuzz_seed": "IMGREC_FUZZ_SEED",  # a fuzz test's seed, to replay a failure
+    "fuzz_budget_s": "IMGREC_FUZZ_BUDGET_S",  # seconds of tests/unit/test_fuzz.py's loop
 }
 # Without IMGREC_PROGRESS_EVERY_S: a plain progress line (off a terminal) this often, so CI
 # logs stay short.
@@ -41,6 +44,8 @@ class Switches:
     forked_workers: bool = True
     type_inference: bool = False
     exact_statistics: bool = True
+    fuzz_seed: str = ""
+    fuzz_budget_s: str = ""
 
     def patch_on(self, patch: str) -> bool:
         """Whether `patch` (a name in docs/DESIGN.md's table) is not switched off."""
@@ -67,4 +72,6 @@ def read_switches(environ: Mapping[str, str] | None = None) -> Switches:
         forked_workers=get("forked_workers") != "0",
         type_inference=get("type_inference") == "1",
         exact_statistics=get("exact_statistics") != "0",
+        fuzz_seed=get("fuzz_seed"),
+        fuzz_budget_s=get("fuzz_budget_s"),
     )

@@ -23,7 +23,7 @@ from PIL import Image
 
 from core.rejects import Rejected
 from tests.runs import ROOT as ROOT_PATH
-from tests.runs import fuzz_seed
+from tests.runs import fuzz_budget_s, fuzz_seed
 from transforms.images.check import check_image, encode_for_storage
 from transforms.images.limits import CheckOptions
 
@@ -33,7 +33,7 @@ tf = pytest.importorskip("tensorflow")
 # not run much longer. 6 s in the unit tier (the inner loop, `./run_tests.sh -m unit`: a tenth of
 # its 60 s target, ~3,000 cases on this 2-core machine, each run a fresh random seed); CI (.ci/run)
 # sets IMGREC_FUZZ_BUDGET_S=40, as every run did before the tier had a time target.
-_BUDGET_S = float(os.environ.get("IMGREC_FUZZ_BUDGET_S", "6"))
+_BUDGET_S = fuzz_budget_s(6)
 _MAX_CASES = 20000
 # Fewer cases than this per second of budget means the loop itself got slow (a check that
 # decodes far more than it should), not that the machine is busy.
