@@ -45,6 +45,17 @@ def imgrec_argv(settings: dict[str, str] | None = None) -> list[str]:
     return [sys.executable, "-c", source + "from pipeline.launch.program import run\nrun()\n"]
 
 
+def patched_argv(patch: str) -> list[str]:
+    """The `imgrec` program with `patch` (Python source) run once the program has started and
+    before it runs: the job's workers are forked from that process, so they run patched too."""
+    source = (
+        "from pipeline.launch import program\n"
+        "from pipeline.launch.switches import read_switches\n"
+        "program.start(read_switches())\n" + patch + "\nprogram.run()\n"
+    )
+    return [sys.executable, "-c", source]
+
+
 def with_patches_off(env: dict, *names: str) -> dict:
     """`env` with the named patches of pipeline/launch/patches.py switched off (Beam's own
     behaviour) in the command and every process it starts; no names: none off."""

@@ -38,9 +38,17 @@ from PIL import Image
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench import _photos  # noqa: E402
-from bench._common import REPO, WORK, alternate, corpus, load_average, timed_run  # noqa: E402
-from transforms.hamming import CROP_MARGIN, DEFAULT_THRESHOLD, cluster_hashes  # noqa: E402
-from transforms.images.phash import CROP_WINDOWS  # noqa: E402
+from bench._common import (  # noqa: E402
+    REPO,
+    WORK,
+    alternate,
+    corpus,
+    load_average,
+    patched_argv,
+    timed_run,
+)
+from transforms.hamming import CROP_MARGIN, DEFAULT_THRESHOLD, cluster_hashes, distance  # noqa: E402
+from transforms.images.phash import CROP_WINDOWS, HASH_BITS  # noqa: E402
 
 # The edits the issue names (EDITS also has "all": every one of them at once, a harder row).
 LISTED_EDITS = ("resize", "jpeg_quality", "crop", "brightness_contrast", "png")
@@ -276,12 +284,21 @@ def real(args) -> None:
     _direct(paths)
 
 
+def linked(a, b, margin: int = CROP_MARGIN) -> bool:
+    """Whether two images link as the job links a pair, each given as (pHash, its crop windows'
+    pHashes): the hashes at most the threshold apart, or one within threshold - `margin` of a
+    window of the other."""
+    (h, h_crops), (g, g_crops) = a, b
+    near = [distance(h, w) for w in g_crops] + [distance(g, w) for w in h_crops]
+    return distance(h, g) <= DEFAULT_THRESHOLD or min(near, default=HASH_BITS) <= (
+        DEFAULT_THRESHOLD - margin
+    )
+
+
 def _direct(paths: list[str]) -> None:
     """Each copy against its original alone (no chain through other copies, which a corpus of
     many copies a photo offers the job's clusters): linked by the whole-image hashes, or also
-    through a crop window (threshold - CROP_MARGIN, either way round)."""
-    from transforms.hamming import distance
-
+    through a crop window."""
     hashes = _job_hashes(paths)
     originals = {_identity(p)[1]: hashes[p] for p in paths if _identity(p)[0] == "photo"}
     whole, windows, copies = (collections.Counter() for _ in range(3))
@@ -289,13 +306,9 @@ def _direct(paths: list[str]) -> None:
         kind, stem = _identity(path)
         if kind not in _photos.EDITS:
             continue
-        (a, a_crops), (b, b_crops) = hashes[path], originals[stem]
-        near = min(min(distance(a, w) for w in b_crops), min(distance(b, w) for w in a_crops))
         copies[kind] += 1
-        whole[kind] += distance(a, b) <= DEFAULT_THRESHOLD
-        windows[kind] += (
-            distance(a, b) <= DEFAULT_THRESHOLD or near <= DEFAULT_THRESHOLD - CROP_MARGIN
-        )
+        whole[kind] += distance(hashes[path][0], originals[stem][0]) <= DEFAULT_THRESHOLD
+        windows[kind] += linked(hashes[path], originals[stem])
     listed = sum(copies[e] for e in LISTED_EDITS)
     print(f"each copy against its original, threshold {DEFAULT_THRESHOLD}: whole-image hash "
           f"{sum(whole[e] for e in LISTED_EDITS) / listed:.1%} of the listed edits' copies, with "
@@ -304,32 +317,21 @@ def _direct(paths: list[str]) -> None:
         print(f"  {edit:>20}: {whole[edit]}/{copies[edit]} whole, {windows[edit]} with windows")
 
 
-# The command with every perceptual hash a random number (the job's workers are forked from
-# this process, so they inherit the stand-in).
+# Every perceptual hash a random number (patched_argv).
 _STAND_IN = r"""
-import random, sys
-from pipeline.launch import program
-from pipeline.launch.switches import read_switches
-program.start(read_switches())
+import random
 import transforms.images.check as check
 from transforms.images.phash import CROP_WINDOWS
 def stand_in(*args):
     crops = tuple(random.getrandbits(63) for _ in range(CROP_WINDOWS))
     return random.getrandbits(64) - (1 << 63), crops
 check._phashes = check.phashes = stand_in
-program.run()
 """
-
-
-# The command with the crop windows left out: the whole-image hash alone, as before them.
+# The crop windows left out: the whole-image hash alone, as before them.
 _NO_WINDOWS = r"""
-from pipeline.launch import program
-from pipeline.launch.switches import read_switches
-program.start(read_switches())
 import transforms.images.check as check
 import transforms.images.phash as ph
 check.phashes = lambda pixels: ph.phashes(pixels, ph.SPANS[:1])
-program.run()
 """
 
 
@@ -340,7 +342,7 @@ def cost(args) -> None:
     env = dict(os.environ, PYTHONPATH=REPO, TF_CPP_MIN_LOG_LEVEL="2")
     modes = ("report", "off", *(("stand-in",) if args.split else ()))
     modes += ("no-windows",) if args.windows else ()
-    programs = {"stand-in": ["-c", _STAND_IN], "no-windows": ["-c", _NO_WINDOWS]}
+    programs = {"stand-in": patched_argv(_STAND_IN), "no-windows": patched_argv(_NO_WINDOWS)}
     for size in (int(s) for s in args.sizes.split(",")):
         images = (
             corpus(size)[0]
@@ -351,8 +353,8 @@ def cost(args) -> None:
 
         def run(mode: str, images=images, outs=outs, size=size):
             shutil.rmtree(outs[mode], ignore_errors=True)
-            program = programs.get(mode, ["-m", "pipeline"])
-            argv = [sys.executable, *program, "convert", "--input", f"{images}/*/*",
+            program = programs.get(mode, [sys.executable, "-m", "pipeline"])
+            argv = [*program, "convert", "--input", f"{images}/*/*",
                     "--output", outs[mode], "--near_duplicates", "off" if mode == "off" else "report",
                     *args.convert_flags]  # fmt: skip
             return timed_run(argv, env, f"--near_duplicates {mode}, {size} files")

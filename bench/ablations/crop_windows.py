@@ -28,6 +28,7 @@ from bench.near_duplicates import (  # noqa: E402
     _identity,
     build_quality_corpus,
     build_real_corpus,
+    linked,
 )
 from transforms.hamming import CROP_MARGIN, DEFAULT_THRESHOLD  # noqa: E402
 from transforms.images import check  # noqa: E402
@@ -73,17 +74,6 @@ def _pixels(paths: list[str]) -> dict[str, np.ndarray]:
         check.phashes = hashed
 
 
-def _linked(a, b, margin: int) -> bool:
-    """Whether hashes a and b ((whole, windows) each, unsigned) link as the job links them."""
-    if np.bitwise_count(a[0] ^ b[0]) <= DEFAULT_THRESHOLD:
-        return True
-    near = DEFAULT_THRESHOLD - margin
-    return bool(
-        len(a[1])
-        and min(np.bitwise_count(a[0] ^ b[1]).min(), np.bitwise_count(b[0] ^ a[1]).min()) <= near
-    )
-
-
 def _found(pixels: dict, hashes: dict, margin: int) -> tuple[float, float]:
     """(found of the listed edits' copies, found of the crops), each copy against its original."""
     originals = {_identity(p)[1]: p for p in pixels if _identity(p)[0] == "photo"}
@@ -91,7 +81,7 @@ def _found(pixels: dict, hashes: dict, margin: int) -> tuple[float, float]:
     for path in pixels:
         kind, stem = _identity(path)
         if kind in results:
-            results[kind].append(_linked(hashes[path], hashes[originals[stem]], margin))
+            results[kind].append(linked(hashes[path], hashes[originals[stem]], margin))
     listed = [r for rs in results.values() for r in rs]
     return float(np.mean(listed)), float(np.mean(results["crop"]))
 
@@ -99,26 +89,15 @@ def _found(pixels: dict, hashes: dict, margin: int) -> tuple[float, float]:
 def _merged(pixels: dict, hashes: dict, margin: int) -> float:
     """The fraction of distinct images (photos and the hard cases) linked to another."""
     distinct = [p for p in pixels if _identity(p)[0] in ("photo", *HARD)]
-    whole = np.array([hashes[p][0] for p in distinct], dtype=np.uint64)
+    whole = np.array([hashes[p][0] for p in distinct], dtype=np.int64).view(np.uint64)
     close = np.bitwise_count(whole[:, None] ^ whole[None, :]) <= DEFAULT_THRESHOLD
-    if len(hashes[distinct[0]][1]):
-        windows = np.stack([hashes[p][1] for p in distinct])  # [n, windows]
+    if len(hashes[distinct[0]][1]):  # [n, windows]
+        windows = np.array([hashes[p][1] for p in distinct], dtype=np.int64).view(np.uint64)
         near = np.bitwise_count(whole[:, None, None] ^ windows[None, :, :]).min(axis=2)
         close |= near <= DEFAULT_THRESHOLD - margin
         close |= close.T
     np.fill_diagonal(close, False)
     return float(close.any(axis=1).mean())
-
-
-def _unsigned(spans, pixels: dict) -> dict:
-    out = {}
-    for path, p in pixels.items():
-        whole, crops = ph.phashes(p, spans)
-        out[path] = (
-            np.uint64(ph.to_unsigned(whole)),
-            np.array([ph.to_unsigned(c) for c in crops], dtype=np.uint64),
-        )
-    return out
 
 
 def main() -> None:
@@ -130,7 +109,8 @@ def main() -> None:
     print(f"threshold {DEFAULT_THRESHOLD}; real: {len(real)} files, quality: {len(quality)} files")
     print("variant | real found (listed edits, crop) | generated found | distinct merged")
     for name, (spans, margin) in VARIANTS.items():
-        r, q = _unsigned(spans, real), _unsigned(spans, quality)
+        r = {path: ph.phashes(p, spans) for path, p in real.items()}
+        q = {path: ph.phashes(p, spans) for path, p in quality.items()}
         (real_listed, real_crop), (gen_listed, _) = (
             _found(real, r, margin),
             _found(quality, q, margin),

@@ -27,7 +27,15 @@ from PIL import Image
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
-from bench._common import REPO, WORK, alternate, corpus, load_average, timed_run  # noqa: E402
+from bench._common import (  # noqa: E402
+    REPO,
+    WORK,
+    alternate,
+    corpus,
+    load_average,
+    patched_argv,
+    timed_run,
+)
 from bench.near_duplicates import CORPUS_SIDES, build_cost_corpus  # noqa: E402
 from transforms.images import phash as ph  # noqa: E402
 
@@ -42,12 +50,9 @@ def block_hashes(pixels: np.ndarray, block: int = 8) -> tuple[int, tuple[int, ..
     return ph.phashes(np.asarray(image.reduce(block)))
 
 
-# Run in the child: a sampled JPEG (decoded at full size) hashed from that decode.
+# A sampled JPEG (decoded at full size) hashed from that decode (patched_argv).
 _FROM_FULL = r"""
 import numpy as np
-from pipeline.launch import program
-from pipeline.launch.switches import read_switches
-program.start(read_switches())
 import transforms.images.check as check
 from bench.ablations.sampled_hash import block_hashes
 default = check._phashes
@@ -57,7 +62,6 @@ def from_full(decoded, jpeg, h):
         return block_hashes(np.asarray(decoded))
     return default(decoded, jpeg, h)
 check._phashes = from_full
-program.run()
 """
 
 
@@ -90,8 +94,10 @@ def cost(size: int, repeats: int, side) -> None:
     def run(mode: str):
         out = os.path.join(WORK, f"sampled-hash-{mode}")
         shutil.rmtree(out, ignore_errors=True)
-        program = ["-c", _FROM_FULL] if mode == "from-full" else ["-m", "pipeline"]
-        argv = [sys.executable, *program, "convert", "--input", f"{images}/*/*", "--output",
+        program = (
+            patched_argv(_FROM_FULL) if mode == "from-full" else [sys.executable, "-m", "pipeline"]
+        )
+        argv = [*program, "convert", "--input", f"{images}/*/*", "--output",
                 out, "--near_duplicates", "off" if mode == "off" else "report"]  # fmt: skip
         return timed_run(argv, env, f"{mode}, {size} files")
 
