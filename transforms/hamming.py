@@ -236,7 +236,7 @@ def _crop_pairs(values: np.ndarray, owners, windows, threshold: int) -> list[tup
     most `threshold` bits from it (each owner is one of values)."""
     owners = np.asarray(owners, dtype=np.uint64)
     owner = np.searchsorted(values, owners)
-    if not np.array_equal(values[np.minimum(owner, len(values) - 1)], owners):
+    if len(owner) and (owner.max() >= len(values) or not np.array_equal(values[owner], owners)):
         raise ValueError("every crop window's owner must be one of the hashes clustered")
     windows = np.asarray(windows, dtype=np.uint64)
     pairs = []
