@@ -252,15 +252,14 @@ REAL = (
 def build_real_corpus(seeds: int) -> str:
     """(Once) root/photo/<name>.jpg of each REAL image, root/<edit>/<name>~<seed>: its copies
     (those that differ)."""
-    import skimage
+    from pipeline.demo import photo_dir
 
     root = os.path.join(WORK, f"near-real-{seeds}")
     if os.path.exists(root + ".done"):
         return root
     shutil.rmtree(root, ignore_errors=True)
-    data = os.path.join(os.path.dirname(skimage.__file__), "data")
     for n, name in enumerate(REAL):
-        im = Image.open(os.path.join(data, name)).convert("RGB")
+        im = Image.open(os.path.join(photo_dir(), name)).convert("RGB")
         stem = os.path.splitext(name)[0]
         _write(os.path.join(root, "photo", f"{stem}.jpg"), _photos.original(im))
         for edit in _photos.EDITS:

@@ -15,6 +15,7 @@ from PIL import Image, ImageEnhance
 
 from bench import _photos
 from core import schema, versions
+from pipeline.demo import photo_dir
 from tests.runs import in_process, read_records
 from transforms.hamming import DEFAULT_THRESHOLD
 
@@ -45,10 +46,11 @@ REAL_PHOTO = 3  # scikit-image's camera.png (a photograph), the others generated
 def _photo(i: int) -> Image.Image:
     if i != REAL_PHOTO:
         return _photos.photo(500 + i, (320, 240))
-    import skimage
-
-    path = os.path.join(os.path.dirname(skimage.__file__), "data", "camera.png")
-    return Image.open(path).convert("RGB").resize((320, 240), Image.LANCZOS)
+    return (
+        Image.open(os.path.join(photo_dir(), "camera.png"))
+        .convert("RGB")
+        .resize((320, 240), Image.LANCZOS)
+    )
 
 
 def _write_corpus(root: str, photos: range = range(NUM_PHOTOS), copies: bool = True) -> None:

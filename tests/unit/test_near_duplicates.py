@@ -15,6 +15,7 @@ from apache_beam.testing.util import assert_that, equal_to
 from PIL import Image, ImageEnhance
 
 from bench import _photos
+from pipeline.demo import photo_dir
 from pipeline.options import ConvertConfig, OptionError
 from transforms.elements import InspectedImage
 from transforms.hamming import (
@@ -93,8 +94,9 @@ def test_every_layout_hashes_as_its_grey_picture():
     assert phash(luma[:, :, None].repeat(3, axis=2)[:, ::-1]) != want  # not mirror-blind
 
 
-def _brute_force(hashes: list[int], threshold: int) -> list[list[int]]:
+def _brute_force(hashes: list[int], threshold: int, more_pairs=()) -> list[list[int]]:
     pairs = [(a, b) for a, b in itertools.combinations(hashes, 2) if distance(a, b) <= threshold]
+    pairs += more_pairs
     members: dict[int, list[int]] = {}
     for node, first in components(pairs).items():
         members.setdefault(first, []).append(node)
@@ -106,9 +108,7 @@ _REAL = ("astronaut.png", "camera.png", "chelsea.png", "coffee.png", "rocket.jpg
 
 
 def _real(name: str) -> Image.Image:
-    import skimage
-
-    return Image.open(os.path.join(os.path.dirname(skimage.__file__), "data", name)).convert("RGB")
+    return Image.open(os.path.join(photo_dir(), name)).convert("RGB")
 
 
 def test_a_crop_window_hashes_as_that_crop():
@@ -171,14 +171,9 @@ def test_crop_windows_link_what_all_pairs_link(threshold):
     copies = [flipped(w, 0, 5) for w in rng.choice(windows, 40)]
     hashes = np.unique(np.concatenate([base, np.array(copies, dtype=np.uint64)]))
     near = threshold - CROP_MARGIN
-    pairs = [(int(a), int(b)) for a, b in itertools.combinations(hashes, 2)
-             if distance(int(a), int(b)) <= threshold]  # fmt: skip
-    pairs += [(int(h), int(o)) for h in hashes for o, w in zip(owners, windows, strict=True)
-              if h != o and distance(int(h), int(w)) <= near]  # fmt: skip
-    members: dict[int, list[int]] = {}
-    for node, first in components(pairs).items():
-        members.setdefault(first, []).append(node)
-    want = sorted(sorted(m) for m in members.values())
+    through = [(int(h), int(o)) for h in hashes for o, w in zip(owners, windows, strict=True)
+               if h != o and distance(int(h), int(w)) <= near]  # fmt: skip
+    want = _brute_force([int(h) for h in hashes], threshold, through)
     assert len(want) >= 5  # threshold 2: only copies planted on a window link
     assert cluster_hashes(hashes, threshold, (owners, windows)) == want
 
