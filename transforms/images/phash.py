@@ -108,9 +108,10 @@ def _rows(pixels: np.ndarray) -> tuple[np.ndarray, int]:
 def _bits(low: np.ndarray) -> np.ndarray:
     """[k, 64] DCT terms -> k signed int64 hashes. A bit is set where its value lies above the
     middle of the 64: halfway between the 32nd and 33rd in order, so ties stay unset."""
-    middle = np.partition(low, (_HALF - 1, _HALF), axis=1)
-    bits = low > (middle[:, _HALF - 1 : _HALF] + middle[:, _HALF : _HALF + 1]) / 2
-    return np.packbits(bits, axis=1).view(">i8").ravel()
+    # A sort, not np.partition: partition with two kth on rows of 64 is three times slower.
+    ordered = np.sort(low, axis=1)
+    middle = (ordered[:, _HALF - 1] + ordered[:, _HALF]) / 2
+    return np.packbits(low > middle[:, None], axis=1).view(">i8").ravel()
 
 
 def phashes(pixels: np.ndarray, spans: tuple = SPANS) -> tuple[int, tuple[int, ...]]:
