@@ -494,6 +494,13 @@ def _entry_keys(keys: tuple[str, ...]) -> dict[str, bytes]:
 _ENTRY_KEYS = _entry_keys(tuple(key for key, _ in sorted(_FEATURES)))
 
 
+@functools.lru_cache(maxsize=256)
+def _entry_keys_with(extra_keys: tuple[str, ...]) -> dict[str, bytes]:
+    """_entry_keys of the features every record has and `extra_keys`, looked up by the extra
+    keys alone: a record with image/phash does not sort its dozen keys again."""
+    return _entry_keys(tuple(sorted({*_ENTRY_KEYS, *extra_keys})))
+
+
 def make_example(
     *,
     encoded: bytes,
@@ -541,7 +548,7 @@ def make_example(
     entry_keys = _ENTRY_KEYS
     if extra:
         features.update((key, _optional_feature(key, value)) for key, value in extra.items())
-        entry_keys = _entry_keys(tuple(sorted(features)))
+        entry_keys = _entry_keys_with(tuple(extra))
     parts = [b"\x0a", b""]  # Example.features, field 1; its length goes in parts[1]
     total = 0
     for key, key_field in entry_keys.items():
