@@ -485,20 +485,14 @@ def _scalar_feature(dtype: str, value) -> tuple[bytes, bytes]:
 # Each map entry's key field (Features.feature is map<string, Feature>; an entry is
 # {key: 1, value: 2}); deterministic serialization writes the entries in key order.
 @functools.lru_cache(maxsize=256)
-def _entry_keys(keys: tuple[str, ...]) -> dict[str, bytes]:
-    """Entry keys of a record with these (sorted) features: a dataset's records share a few
-    key sets (image/phash, image/group, a format's own keys), so each is built once."""
+def _entry_keys(extra_keys: tuple[str, ...] = ()) -> dict[str, bytes]:
+    """Entry keys, in key order, of a record with every record's features and `extra_keys`
+    (image/phash, image/group, a format's own): each set built once, found by its extras."""
+    keys = sorted({*(key for key, _ in _FEATURES), *extra_keys})
     return {key: b"\x0a" + _length(len(key.encode())) + key.encode() for key in keys}
 
 
-_ENTRY_KEYS = _entry_keys(tuple(key for key, _ in sorted(_FEATURES)))
-
-
-@functools.lru_cache(maxsize=256)
-def _entry_keys_with(extra_keys: tuple[str, ...]) -> dict[str, bytes]:
-    """_entry_keys of the features every record has and `extra_keys`, looked up by the extra
-    keys alone: a record with image/phash does not sort its dozen keys again."""
-    return _entry_keys(tuple(sorted({*_ENTRY_KEYS, *extra_keys})))
+_ENTRY_KEYS = _entry_keys()
 
 
 def make_example(
@@ -548,7 +542,7 @@ def make_example(
     entry_keys = _ENTRY_KEYS
     if extra:
         features.update((key, _optional_feature(key, value)) for key, value in extra.items())
-        entry_keys = _entry_keys_with(tuple(extra))
+        entry_keys = _entry_keys(tuple(extra))
     parts = [b"\x0a", b""]  # Example.features, field 1; its length goes in parts[1]
     total = 0
     for key, key_field in entry_keys.items():
