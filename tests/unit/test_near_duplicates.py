@@ -3,6 +3,7 @@ search against all pairs, the options, and FindNearDuplicates' three modes under
 
 from __future__ import annotations
 
+import hashlib
 import io
 import itertools
 import os
@@ -109,6 +110,26 @@ _REAL = ("astronaut.png", "camera.png", "chelsea.png", "coffee.png", "rocket.jpg
 
 def _real(name: str) -> Image.Image:
     return Image.open(os.path.join(photo_dir(), name)).convert("RGB")
+
+
+# Written datasets keep image/phash and later versions compare new images with it (and with the
+# windows in the inspection records): a picture's bits may never change. The whole-image values
+# are the hash's as first shipped; the windows' (a digest of them packed) as first shipped.
+_PINNED = {
+    "camera.png": (0xBFF1C1C0434E8CBC, "18fbdce408ab7f34"),
+    "astronaut.png": (0xC2924C5532BDDFC8, "caf985bd8868aeea"),
+    "rocket.jpg": (0xC0371BEC1BE51267, "8ca39c13c3dbadfb"),
+}
+
+
+def test_the_bits_of_known_pictures_never_change():
+    for name, (whole, windows) in _PINNED.items():
+        pixels = np.asarray(_real(name))
+        got, crops = phashes(pixels)
+        digest = hashlib.sha256(pack(crops).encode()).hexdigest()[:16]
+        assert (to_unsigned(got), digest) == (whole, windows), name
+        # Its grey picture (Pillow's luma) hashes alike.
+        assert phash(np.asarray(_real(name).convert("L"))) == got, name
 
 
 def test_a_crop_window_hashes_as_that_crop():
