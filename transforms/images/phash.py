@@ -108,8 +108,8 @@ def _rows(pixels: np.ndarray) -> tuple[np.ndarray, int]:
 def _bits(low: np.ndarray) -> np.ndarray:
     """[k, 64] DCT terms -> k signed int64 hashes. A bit is set where its value lies above the
     middle of the 64: halfway between the 32nd and 33rd in order, so ties stay unset."""
-    # A sort, not np.partition at the two middle ranks: the same bits, and on rows this short
-    # the sort is the faster (bench/ablations/phash_median.py).
+    # A sort rather than np.partition at the two middle ranks: the same middle, and the choice
+    # between them is bench/ablations/phash_median.py's.
     ordered = np.sort(low, axis=1)
     middle = (ordered[:, _HALF - 1] + ordered[:, _HALF]) / 2
     return np.packbits(low > middle[:, None], axis=1).view(">i8").ravel()
