@@ -18,7 +18,15 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from bench._common import WORK, alternate, corpus, load_average, print_table, timed_run  # noqa: E402
+from bench._common import (  # noqa: E402
+    WORK,
+    alternate,
+    corpus,
+    load_average,
+    print_table,
+    timed_run,
+    with_patches_off,
+)
 
 PATCHES = (
     "gc_freeze",
@@ -47,7 +55,7 @@ def main() -> None:
 
     def run_one(mode: str) -> tuple[float, float]:
         shutil.rmtree(out, ignore_errors=True)
-        env = dict(os.environ, IMGREC_PATCHES_OFF="" if mode == "on" else mode)
+        env = with_patches_off(dict(os.environ), *(() if mode == "on" else (mode,)))
         argv = [sys.executable, "-m", "pipeline", "convert", "--input", f"{source}/*/*.jpg"]
         return timed_run([*argv, "--output", out], env, f"imgrec ({mode} off)")
 
