@@ -259,3 +259,22 @@ def test_transcode_jpeg_keeps_more_than_four_bands_raw():
     assert np.frombuffer(stored.data, np.uint8).reshape(5, 7, 6).tolist() == bands.tolist()
     rgb = arrays.encode_frame(bands[:, :, :3], jpeg_quality=90)
     assert (rgb.format, rgb.channels) == ("jpeg", 3)
+
+
+def test_a_side_past_an_encoders_limit_is_stored_raw():
+    """libpng writes no side over a million (TensorFlow's encoder fails), libjpeg none over 65,500:
+    such a frame (here a TIFF strip tifffile wrote) is stored raw, every sample kept, where it
+    used to stop the check with TensorFlow's InternalError. Shorter frames keep PNG and JPEG."""
+    import tifffile
+
+    strip = np.random.default_rng(7).integers(0, 256, (1_000_001, 2, 3), dtype=np.uint8)
+    buf = io.BytesIO()
+    tifffile.imwrite(buf, strip, photometric="rgb")
+    info = check_image(buf.getvalue(), CheckOptions())
+    assert (info.format, info.height, info.width, info.channels) == ("raw", 1_000_001, 2, 3)
+    stored = encode_for_storage(buf.getvalue(), info, CheckOptions())
+    assert np.frombuffer(stored, np.uint8).reshape(strip.shape).tolist() == strip.tolist()
+    assert arrays.encode_frame(strip[:1_000_000]).format == "png"
+    wide = np.zeros((1, 65_501, 1), np.uint8)
+    assert arrays.encode_frame(wide, jpeg_quality=90).format == "png"
+    assert arrays.encode_frame(wide[:, :65_500], jpeg_quality=90).format == "jpeg"

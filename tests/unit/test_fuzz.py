@@ -170,6 +170,11 @@ def test_mutated_files_only_ever_raise_rejected(tmp_path):
             except Exception as e:  # noqa: BLE001
                 failures.append(f"{where}: encode_for_storage raised {type(e).__name__}: {e}")
                 continue
+        if info.format == "raw":  # samples, not an encoded image: their count must match
+            samples = info.height * info.width * info.channels
+            if len(stored) % samples or len(stored) // samples not in (1, 2, 4, 8):
+                failures.append(f"{where}: a raw record of {len(stored)} bytes, check said {info}")
+            continue
         try:
             image = _decode_stored(stored)
         except tf.errors.OpError as e:

@@ -54,6 +54,10 @@ _PNG_COMPRESSION = 6
 # PNG holds 8- and 16-bit samples in 1 (gray), 2 (gray + alpha), 3 (RGB) or 4 (RGBA) channels.
 _PNG_DTYPES = (np.uint8, np.uint16)
 _PNG_MAX_CHANNELS = 4
+# The longest side each encoder writes: libpng's default limit (TensorFlow's encoder and decoder
+# keep it) and libjpeg's (JPEG_MAX_DIMENSION). A frame past JPEG's is a PNG, past PNG's raw.
+_PNG_MAX_SIDE = 1_000_000
+_JPEG_MAX_SIDE = 65_500
 # --store pixels records: RGB, as tf.io.decode_image(channels=3) shows a stored PNG.
 _PIXELS_CHANNELS = 3
 
@@ -148,15 +152,17 @@ def _resized_band(band: np.ndarray, size: tuple[int, int], resample) -> np.ndarr
 
 
 def encode_frame(frame: np.ndarray, jpeg_quality: int = 0) -> StoredFrame:
-    """One H x W x C frame as stored: PNG (uint8/uint16, 1-4 channels; what tf.io.decode_image
-    reads), else raw little-endian samples in H x W x C order. `jpeg_quality` (--transcode jpeg)
-    stores a uint8 frame of 1-4 channels as a gray or RGB JPEG instead (more bands stay raw:
-    every band is kept)."""
+    """One H x W x C frame as stored: PNG (uint8/uint16, 1-4 channels, sides up to a million;
+    what tf.io.decode_image reads), else raw little-endian samples in H x W x C order.
+    `jpeg_quality` (--transcode jpeg) stores a uint8 frame of 1-4 channels and sides up to 65,500
+    as a gray or RGB JPEG instead (more bands stay raw: every band is kept)."""
     height, width, channels = frame.shape
     dtype = frame.dtype.name
+    side = max(height, width)
     if jpeg_quality and frame.dtype == np.uint8 and channels <= _PNG_MAX_CHANNELS:
-        return _jpeg(frame, jpeg_quality)
-    if frame.dtype.type in _PNG_DTYPES and channels <= _PNG_MAX_CHANNELS:
+        if side <= _JPEG_MAX_SIDE:
+            return _jpeg(frame, jpeg_quality)
+    if frame.dtype.type in _PNG_DTYPES and channels <= _PNG_MAX_CHANNELS and side <= _PNG_MAX_SIDE:
         import tensorflow as tf
 
         # TensorFlow's PNG encoder writes 16-bit samples in every channel count (Pillow only
